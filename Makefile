@@ -1,0 +1,97 @@
+# kvpool. `make` builds everything; `make test` builds the normal and the
+# sanitizer variants and runs the suite; `make demo` runs the main job.
+#
+# Variants: VARIANT=asan (ASan+UBSan, invariant checks inside the core) and
+# VARIANT=clang build into build/<variant>/ with their binaries in
+# build/<variant>/bin; the default build puts its tools in tools/.
+
+VARIANT ?=
+CC ?= cc
+ifeq ($(origin CC),default)
+CC := cc
+endif
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS_BASE := -std=gnu11 $(WARN) -g -D_GNU_SOURCE -Idaemon/core -Itools
+OPT := -O2
+
+ifeq ($(VARIANT),)
+BUILD := build
+BIN := tools
+else ifeq ($(VARIANT),asan)
+BUILD := build/asan
+BIN := $(BUILD)/bin
+OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DKVCORE_DEBUG
+else ifeq ($(VARIANT),clang)
+CC := clang
+BUILD := build/clang
+BIN := $(BUILD)/bin
+else
+$(error unknown VARIANT '$(VARIANT)': use asan or clang)
+endif
+
+CFLAGS ?=
+LDFLAGS ?=
+ALL_CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS) -MMD -MP
+ALL_LDFLAGS := $(OPT) $(LDFLAGS)
+
+CORE_SRC := $(wildcard daemon/core/*.c)
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+CORE_LIB := $(BUILD)/libkvcore.a
+
+TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
+	     tools/name_map.c
+BENCH_SRC := tools/kvbench.c tools/bench_core.c
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+TOOLS := $(BIN)/kvtrace $(BIN)/kvbench
+
+.PHONY: all deps test demo clean
+all: $(CORE_LIB) $(TOOLS) $(UNIT_BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(CORE_LIB): $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
+
+$(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -o $@
+
+# The debug + sanitizer core on its own, for building a single unit test by hand.
+build/libkvcore-debug.a: FORCE
+	$(MAKE) --no-print-directory VARIANT=asan build/asan/libkvcore.a
+	cp build/asan/libkvcore.a $@
+
+deps:
+	@tools/deps.sh
+
+test: deps
+	$(MAKE) --no-print-directory all
+	$(MAKE) --no-print-directory VARIANT=asan all
+	tests/run.sh
+
+# Until kvpoold lands, the demo replays three engines' requests in process.
+demo: deps
+	$(MAKE) --no-print-directory all
+	tools/kvtrace docs/demo.trace
+
+clean:
+	rm -rf build $(TOOLS)
+
+.PHONY: FORCE
+FORCE:
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The free queue: an intrusive doubly-linked list through the block array, with
+ * the sentinel at index N. Allocation pops the head; cached blocks wait in it
+ * (hittable) until they are popped, which is when they lose their hash.
+ */
+#include "core.h"
+
+static inline uint32_t sentinel(const struct kvc_pool *pool)
+{
+	return pool->cfg.num_blocks;
+}
+
+static void link_after(struct kvc_pool *pool, uint32_t after, uint32_t id)
+{
+	struct kvc_block *b = &pool->blocks[id];
+	uint32_t next = pool->blocks[after].q_next;
+
+	b->q_prev = after;
+	b->q_next = next;
+	pool->blocks[next].q_prev = id;
+	pool->blocks[after].q_next = id;
+	b->queued = 1;
+	pool->nfree++;
+}
+
+void kvc_queue_remove(struct kvc_pool *pool, uint32_t id)
+{
+	struct kvc_block *b = &pool->blocks[id];
+
+	pool->blocks[b->q_prev].q_next = b->q_next;
+	pool->blocks[b->q_next].q_prev = b->q_prev;
+	b->queued = 0;
+	pool->nfree--;
+}
+
+void kvc_queue_init(struct kvc_pool *pool)
+{
+	uint32_t s = sentinel(pool);
+
+	pool->blocks[s].q_prev = pool->blocks[s].q_next = s;
+	pool->nfree = 0;
+	for (uint32_t id = 1; id < s; id++)
+		link_after(pool, pool->blocks[s].q_prev, id);
+}
+
+uint32_t kvc_queue_pop(struct kvc_pool *pool)
+{
+	uint32_t id = pool->blocks[sentinel(pool)].q_next;
+
+	kvc_queue_remove(pool, id);
+	if (pool->blocks[id].hashed)
+		kvc_cache_remove(pool, id);
+	pool->blocks[id].ref = 1;
+	return id;
+}
+
+void kvc_touch(struct kvc_pool *pool, uint32_t id)
+{
+	if (pool->blocks[id].ref++ == 0)
+		kvc_queue_remove(pool, id);
+}
+
+void kvc_release_begin(struct kvc_pool *pool, struct kvc_release *rel)
+{
+	rel->cursor = sentinel(pool);
+}
+
+/*
+ * Split order keeps reusable (hashed) blocks at the tail, where they survive
+ * longest, and hands the unhashed ones out first, in the order they were
+ * released; append order is the older vLLM behaviour.
+ */
+void kvc_release_block(struct kvc_pool *pool, struct kvc_release *rel, uint32_t id)
+{
+	struct kvc_block *b = &pool->blocks[id];
+
+	if (--b->ref)
+		return;
+	if (pool->cfg.free_order == KVC_FREE_APPEND || b->hashed) {
+		link_after(pool, pool->blocks[sentinel(pool)].q_prev, id);
+		return;
+	}
+	link_after(pool, rel->cursor, id);
+	rel->cursor = id;
+}

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvcore: the KV block allocator of kvpool.
+ *
+ * A pool of fixed-size blocks shared by one or more groups of layers (each with
+ * its own attention kind), a prefix cache of chained block hashes, and the
+ * per-sequence block tables. Semantics follow vLLM v1's KV-cache manager; the
+ * exact rules are in docs/design.md.
+ *
+ * The library does no I/O and takes no locks: the caller serialises access to a
+ * pool. Every function returns 0 (or a count) on success and a negative errno on
+ * failure, and changes nothing when it fails, unless its comment says otherwise.
+ */
+#ifndef KVCORE_H
+#define KVCORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVC_MAX_GROUPS 16
+#define KVC_MIN_BLOCKS 2u
+#define KVC_MAX_BLOCKS (1u << 24)
+/* Most tokens one sequence may hold: keeps its arrays, and token counts, small. */
+#define KVC_MAX_TOKENS (1u << 30)
+#define KVC_NULL_BLOCK 0u
+
+enum kvc_kind {
+	KVC_FULL,
+	KVC_SWA,     /* param: window W >= 2 */
+	KVC_RSWA,    /* param: window W >= 1; keeps the prompt prefix too */
+	KVC_CHUNKED, /* param: chunk C >= 1 */
+	KVC_CYCLIC,  /* param: window W >= 1; fixed ring of blocks, never hashed */
+	KVC_NUM_KINDS,
+};
+
+enum kvc_free_order {
+	KVC_FREE_SPLIT,  /* unhashed blocks before the head, hashed at the tail */
+	KVC_FREE_APPEND, /* everything at the tail (older vLLM) */
+};
+
+enum kvc_publish {
+	KVC_PUBLISH_COMMIT, /* hash a block once computed covers it */
+	KVC_PUBLISH_ALLOC,  /* hash full blocks at alloc time (vLLM) */
+};
+
+struct kvc_group_spec {
+	enum kvc_kind kind;
+	uint32_t param; /* W or C; ignored for KVC_FULL */
+};
+
+struct kvc_pool_config {
+	uint32_t num_blocks;      /* N, including the null block 0 */
+	uint32_t block_size;      /* tokens per block */
+	bool caching;             /* prefix caching on */
+	enum kvc_free_order free_order;
+	enum kvc_publish publish;
+	uint32_t max_len;         /* longest sequence, in tokens */
+	uint32_t max_step_tokens; /* S: most tokens one alloc adds (sizes cyclic rings) */
+	uint32_t num_groups;
+	struct kvc_group_spec groups[KVC_MAX_GROUPS];
+};
+
+struct kvc_pool;
+struct kvc_seq;
+
+/* The defaults of kvtrace's `pool` line: caching on, split, commit, max_len 2^31-1, S 1. */
+void kvc_pool_config_init(struct kvc_pool_config *cfg, uint32_t num_blocks,
+			  uint32_t block_size);
+
+/*
+ * Checks @cfg (-EINVAL with nothing allocated when a value is out of range) and
+ * creates a pool whose free queue is 1..N-1. -ENOMEM when memory is short.
+ */
+int kvc_pool_create(const struct kvc_pool_config *cfg, struct kvc_pool **out);
+
+/* Destroys the pool and every sequence still attached to it. */
+void kvc_pool_destroy(struct kvc_pool *pool);
+
+const struct kvc_pool_config *kvc_pool_config(const struct kvc_pool *pool);
+
+/* Blocks per sequence ring of a cyclic group, R = cdiv(W - 1 + S, bs); 0 otherwise. */
+uint32_t kvc_group_ring_blocks(const struct kvc_pool *pool, uint32_t group);
+
+struct kvc_pool_stats {
+	uint32_t free;   /* free-queue length */
+	uint32_t used;   /* N - 1 - free */
+	uint32_t cached; /* blocks carrying a cache hash, in use or not */
+};
+void kvc_pool_stats(const struct kvc_pool *pool, struct kvc_pool_stats *st);
+
+/*
+ * Copies up to @max free-queue ids, head first, into @ids; returns the queue
+ * length (which may exceed @max).
+ */
+uint32_t kvc_pool_free_queue(const struct kvc_pool *pool, uint32_t *ids, uint32_t max);
+
+/* Clears every cache hash if no block is in use: 0, else -EBUSY. */
+int kvc_pool_reset(struct kvc_pool *pool);
+
+/*
+ * Removes the cache hash of every listed block that carries one, without moving
+ * any block in the free queue. -EINVAL (nothing evicted) if an id is 0 or >= N.
+ * Returns the number of hashes removed.
+ */
+int kvc_pool_evict(struct kvc_pool *pool, const uint32_t *ids, uint32_t n);
+
+/*
+ * Verifies the pool's invariants (queue <=> ref 0, refs equal table references,
+ * null block never handed out, cache map and block hashes agree). O(N). Returns
+ * 0 or -EUCLEAN; on failure writes a reason to @why (if non-NULL).
+ */
+int kvc_pool_check(const struct kvc_pool *pool, char *why, size_t why_len);
+
+/*
+ * Creates a sequence with prompt @tokens[0..n). @salt (may be NULL) separates
+ * cache namespaces: blocks are shared only between sequences of equal salts.
+ * @prefix is the R-SWA prefix length in tokens, or -1 for the prompt length;
+ * -EINVAL if it exceeds n. n may be 0.
+ */
+int kvc_seq_create(struct kvc_pool *pool, const uint32_t *tokens, uint32_t n,
+		   const void *salt, size_t salt_len, int64_t prefix,
+		   struct kvc_seq **out);
+
+/* Frees the sequence's blocks (as kvc_seq_free) and forgets it. */
+void kvc_seq_destroy(struct kvc_seq *seq);
+
+/* Adds generated tokens. -E2BIG past KVC_MAX_TOKENS, -ENOMEM. */
+int kvc_seq_append(struct kvc_seq *seq, const uint32_t *tokens, uint32_t n);
+
+struct kvc_hit {
+	uint32_t tokens;                   /* hit length, a multiple of block_size */
+	uint32_t blocks;                   /* tokens / block_size */
+	const uint32_t *ids[KVC_MAX_GROUPS]; /* per group, @blocks ids; 0 = null */
+};
+
+/*
+ * Longest prefix-cache hit for the sequence's tokens (at most n - 1 of them).
+ * Changes no block. @hit's arrays belong to the pool and stay valid until the
+ * next call on it.
+ */
+int kvc_lookup(struct kvc_seq *seq, struct kvc_hit *hit);
+
+struct kvc_alloc_req {
+	uint32_t new_tokens; /* >= 1 */
+	uint32_t lookahead;
+	bool use_cache;      /* look the prefix cache up first; only when not running */
+};
+
+struct kvc_alloc_res {
+	uint32_t hit_tokens;                 /* h, 0 without use_cache */
+	uint32_t first_new[KVC_MAX_GROUPS];  /* table index of the first new block */
+};
+
+/*
+ * vLLM's allocate_slots. -EINVAL for a refused request (nothing changes),
+ * -ENOSPC when the pool is short (only the window drop for the current count
+ * has happened). On success the new blocks of group g are the table entries
+ * from res->first_new[g] to the end.
+ */
+int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req,
+	      struct kvc_alloc_res *res);
+
+/*
+ * Blocks kvc_alloc would take from the free queue for @req, without changing
+ * anything: -EINVAL as kvc_alloc, else the count.
+ */
+int64_t kvc_alloc_cost(struct kvc_seq *seq, const struct kvc_alloc_req *req);
+
+/*
+ * Sets the computed-token count to @n (current count <= n <= min(tokens,
+ * allocated slots), else -EINVAL). With publish=commit, hashes the blocks it
+ * completes and then drops what the windows no longer need.
+ */
+int kvc_seq_computed(struct kvc_seq *seq, uint32_t n);
+
+/* Releases every block; keeps tokens, salt and prefix (a preemption). */
+void kvc_seq_free(struct kvc_seq *seq);
+
+struct kvc_seq_info {
+	uint32_t tokens;
+	uint32_t prompt_tokens;
+	uint32_t prefix;
+	uint32_t computed;
+	uint32_t allocated_slots;
+	uint32_t blocks_held; /* non-null table entries over all groups */
+	bool running;
+};
+void kvc_seq_info(const struct kvc_seq *seq, struct kvc_seq_info *info);
+
+/* Group @group's table (0 = null position); valid until the next mutating call. */
+const uint32_t *kvc_seq_table(const struct kvc_seq *seq, uint32_t group, uint32_t *len);
+
+#endif

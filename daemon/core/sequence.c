@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sequences: their tokens, their block table per group, and the operations that
+ * move blocks between them and the pool (vLLM's allocate_slots, cache_blocks,
+ * remove_skipped_blocks and free).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+static int reserve_u32(uint32_t **arr, uint32_t *cap, uint64_t need)
+{
+	uint64_t new_cap = *cap ? *cap : 16;
+	uint32_t *p;
+
+	if (need <= *cap)
+		return 0;
+	while (new_cap < need)
+		new_cap *= 2;
+	p = realloc(*arr, new_cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = (uint32_t)new_cap;
+	return 0;
+}
+
+static void link_seq(struct kvc_pool *pool, struct kvc_seq *seq)
+{
+	seq->link.prev = NULL;
+	seq->link.next = pool->seqs.next;
+	if (seq->link.next)
+		seq->link.next->link.prev = seq;
+	pool->seqs.next = seq;
+}
+
+static void unlink_seq(struct kvc_pool *pool, struct kvc_seq *seq)
+{
+	if (seq->link.prev)
+		seq->link.prev->link.next = seq->link.next;
+	else
+		pool->seqs.next = seq->link.next;
+	if (seq->link.next)
+		seq->link.next->link.prev = seq->link.prev;
+}
+
+/* Grows the token array, and the hash array its full blocks will need, together. */
+static int reserve_tokens(struct kvc_seq *seq, uint64_t ntokens)
+{
+	int ret;
+
+	if (ntokens > KVC_MAX_TOKENS)
+		return -E2BIG;
+	ret = reserve_u32(&seq->tokens, &seq->tokens_cap, ntokens);
+	if (ret)
+		return ret;
+	return kvc_seq_reserve_hashes(seq, (uint32_t)(ntokens / seq->pool->cfg.block_size));
+}
+
+int kvc_seq_create(struct kvc_pool *pool, const uint32_t *tokens, uint32_t n,
+		   const void *salt, size_t salt_len, int64_t prefix,
+		   struct kvc_seq **out)
+{
+	struct kvc_seq *seq;
+	int ret;
+
+	if (prefix < -1 || prefix > (int64_t)n)
+		return -EINVAL;
+	seq = calloc(1, sizeof(*seq) + pool->cfg.num_groups * sizeof(seq->tables[0]));
+	if (!seq)
+		return -ENOMEM;
+	seq->pool = pool;
+	ret = reserve_tokens(seq, n);
+	if (ret)
+		goto err_free_seq;
+	if (n)
+		memcpy(seq->tokens, tokens, (size_t)n * sizeof(*tokens));
+	seq->ntokens = seq->prompt_tokens = n;
+	seq->prefix = prefix < 0 ? n : (uint32_t)prefix;
+	kvc_hash_salt(&seq->root, salt, salt_len);
+	link_seq(pool, seq);
+	*out = seq;
+	return 0;
+
+err_free_seq:
+	free(seq->tokens);
+	free(seq->hashes);
+	free(seq);
+	return ret;
+}
+
+void kvc_seq_destroy(struct kvc_seq *seq)
+{
+	if (!seq)
+		return;
+	kvc_seq_free(seq);
+	unlink_seq(seq->pool, seq);
+	for (uint32_t g = 0; g < seq->pool->cfg.num_groups; g++)
+		free(seq->tables[g].ids);
+	free(seq->hashes);
+	free(seq->tokens);
+	free(seq);
+}
+
+int kvc_seq_append(struct kvc_seq *seq, const uint32_t *tokens, uint32_t n)
+{
+	int ret = reserve_tokens(seq, (uint64_t)seq->ntokens + n);
+
+	if (ret)
+		return ret;
+	memcpy(seq->tokens + seq->ntokens, tokens, (size_t)n * sizeof(*tokens));
+	seq->ntokens += n;
+	return 0;
+}
+
+/* Replaces positions [first, last) by the null block, last first, as one release. */
+static void drop_group(struct kvc_seq *seq, uint32_t g, uint32_t computed)
+{
+	const struct kvc_group *grp = &seq->pool->groups[g];
+	struct kvc_table *t = &seq->tables[g];
+	struct kvc_release rel;
+	uint32_t first, last;
+
+	kvc_kind(grp->kind)->drop_range(seq, grp, computed, &first, &last);
+	if (last > t->len)
+		last = t->len;
+	kvc_release_begin(seq->pool, &rel);
+	/* Everything below a null position was dropped already. */
+	for (uint32_t p = last; p-- > first && t->ids[p] != KVC_NULL_BLOCK;) {
+		kvc_release_block(seq->pool, &rel, t->ids[p]);
+		t->ids[p] = KVC_NULL_BLOCK;
+		seq->held--;
+	}
+}
+
+static void drop_for(struct kvc_seq *seq, uint32_t computed)
+{
+	for (uint32_t g = 0; g < seq->pool->cfg.num_groups; g++)
+		drop_group(seq, g, computed);
+}
+
+/* Offers the full blocks below @tokens to the prefix cache, each position once. */
+static void publish_upto(struct kvc_seq *seq, uint64_t tokens)
+{
+	struct kvc_pool *pool = seq->pool;
+
+	if (!pool->cfg.caching)
+		return;
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
+		const struct kvc_group *grp = &pool->groups[g];
+		struct kvc_table *t = &seq->tables[g];
+		uint32_t upto = (uint32_t)kvc_min(tokens / pool->cfg.block_size, t->len);
+
+		if (upto <= t->published)
+			continue;
+		kvc_seq_hash_upto(seq, upto);
+		for (uint32_t p = t->published; p < upto; p++)
+			if (t->ids[p] != KVC_NULL_BLOCK && kvc_kind(grp->kind)->publishable(seq, grp, p))
+				kvc_cache_insert(pool, g, &seq->hashes[p], t->ids[p]);
+		t->published = upto;
+	}
+}
+
+struct alloc_plan {
+	uint32_t hit_blocks;
+	uint32_t total;      /* computed tokens once the hit is taken */
+	uint32_t slots;      /* slots the sequence will have */
+	uint32_t start[KVC_MAX_GROUPS];    /* new sequence: table length before new blocks */
+	uint32_t skipped[KVC_MAX_GROUPS];  /* new sequence: hit positions that become null */
+	uint32_t take_new[KVC_MAX_GROUPS]; /* blocks popped from the queue */
+	uint64_t take;       /* blocks leaving the queue: popped + touched hit blocks */
+};
+
+/* Steps 1 and 2 of allocate_slots, with no side effect but the lookup's scratch. */
+static int plan_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req,
+		      struct alloc_plan *plan)
+{
+	struct kvc_pool *pool = seq->pool;
+	uint32_t bs = pool->cfg.block_size;
+	uint32_t need;
+	int ret;
+
+	if (req->new_tokens == 0 || (req->use_cache && seq->running))
+		return -EINVAL;
+	if (pool->has_cyclic &&
+	    (uint64_t)req->new_tokens + req->lookahead > pool->cfg.max_step_tokens)
+		return -EINVAL;
+	memset(plan, 0, sizeof(*plan));
+	if (req->use_cache) {
+		ret = kvc_find_hit(seq, &plan->hit_blocks);
+		if (ret)
+			return ret;
+	}
+	plan->total = (uint32_t)kvc_min((uint64_t)seq->computed + (uint64_t)plan->hit_blocks * bs,
+					pool->cfg.max_len);
+	plan->slots = (uint32_t)kvc_min((uint64_t)plan->total + req->new_tokens + req->lookahead,
+					pool->cfg.max_len);
+	need = kvc_cdiv(plan->slots, bs);
+
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
+		const struct kvc_group *grp = &pool->groups[g];
+		uint32_t group_need = grp->kind == KVC_CYCLIC ? (uint32_t)kvc_min(need, grp->ring_blocks)
+							      : need;
+		uint32_t have;
+
+		if (seq->running) {
+			have = seq->tables[g].len;
+		} else {
+			uint32_t sb = kvc_kind(grp->kind)->skipped(grp, plan->total) / bs;
+
+			plan->skipped[g] = sb;
+			have = plan->start[g] = (uint32_t)kvc_max(sb, plan->hit_blocks);
+			/* Touching a hit block with no other user takes it out of the queue. */
+			for (uint32_t p = sb; p < plan->hit_blocks; p++) {
+				uint32_t id = pool->hit_ids[g][p];
+
+				plan->take += id != KVC_NULL_BLOCK && pool->blocks[id].ref == 0;
+			}
+		}
+		plan->take_new[g] = group_need > have ? group_need - have : 0;
+		plan->take += plan->take_new[g];
+	}
+	return 0;
+}
+
+int64_t kvc_alloc_cost(struct kvc_seq *seq, const struct kvc_alloc_req *req)
+{
+	struct alloc_plan plan;
+	int ret = plan_alloc(seq, req, &plan);
+
+	return ret ? ret : (int64_t)plan.take;
+}
+
+static int reserve_tables(struct kvc_seq *seq, const struct alloc_plan *plan)
+{
+	for (uint32_t g = 0; g < seq->pool->cfg.num_groups; g++) {
+		struct kvc_table *t = &seq->tables[g];
+		uint64_t len = seq->running ? t->len : plan->start[g];
+		int ret = reserve_u32(&t->ids, &t->cap, len + plan->take_new[g]);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* A new sequence's table starts with its hit: nulls where the window skips, touched blocks after. */
+static void place_hit(struct kvc_seq *seq, const struct alloc_plan *plan)
+{
+	struct kvc_pool *pool = seq->pool;
+
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
+		struct kvc_table *t = &seq->tables[g];
+
+		for (uint32_t p = 0; p < plan->start[g]; p++) {
+			uint32_t id = KVC_NULL_BLOCK;
+
+			if (p >= plan->skipped[g] && p < plan->hit_blocks)
+				id = pool->hit_ids[g][p];
+			if (id != KVC_NULL_BLOCK) {
+				kvc_touch(pool, id);
+				seq->held++;
+			}
+			t->ids[p] = id;
+		}
+		t->len = t->published = plan->start[g];
+	}
+}
+
+int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_alloc_res *res)
+{
+	struct kvc_pool *pool = seq->pool;
+	struct alloc_plan plan;
+	int ret;
+
+	ret = plan_alloc(seq, req, &plan);
+	if (ret)
+		return ret;
+	ret = reserve_tables(seq, &plan);
+	if (ret)
+		return ret;
+	drop_for(seq, plan.total);
+	if (plan.take > pool->nfree) {
+		kvc_debug_check(pool);
+		return -ENOSPC;
+	}
+	if (!seq->running) {
+		place_hit(seq, &plan);
+		seq->computed = plan.total;
+	}
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
+		struct kvc_table *t = &seq->tables[g];
+
+		res->first_new[g] = t->len;
+		for (uint32_t k = 0; k < plan.take_new[g]; k++)
+			t->ids[t->len++] = kvc_queue_pop(pool);
+		seq->held += plan.take_new[g];
+	}
+	res->hit_tokens = plan.hit_blocks * pool->cfg.block_size;
+	seq->running = true;
+	if (plan.slots > seq->allocated)
+		seq->allocated = plan.slots;
+	if (pool->cfg.publish == KVC_PUBLISH_ALLOC)
+		publish_upto(seq, kvc_min((uint64_t)plan.total + req->new_tokens, seq->ntokens));
+	kvc_debug_check(pool);
+	return 0;
+}
+
+int kvc_seq_computed(struct kvc_seq *seq, uint32_t n)
+{
+	if (n < seq->computed || n > kvc_min(seq->ntokens, seq->allocated))
+		return -EINVAL;
+	seq->computed = n;
+	if (seq->pool->cfg.publish == KVC_PUBLISH_COMMIT) {
+		publish_upto(seq, n);
+		drop_for(seq, n);
+	}
+	kvc_debug_check(seq->pool);
+	return 0;
+}
+
+void kvc_seq_free(struct kvc_seq *seq)
+{
+	struct kvc_pool *pool = seq->pool;
+
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
+		struct kvc_table *t = &seq->tables[g];
+		struct kvc_release rel;
+
+		kvc_release_begin(pool, &rel);
+		for (uint32_t p = t->len; p-- > 0;)
+			if (t->ids[p] != KVC_NULL_BLOCK)
+				kvc_release_block(pool, &rel, t->ids[p]);
+		t->len = t->published = 0;
+	}
+	seq->held = 0;
+	seq->running = false;
+	seq->computed = seq->allocated = 0;
+	kvc_debug_check(pool);
+}
+
+int kvc_lookup(struct kvc_seq *seq, struct kvc_hit *hit)
+{
+	struct kvc_pool *pool = seq->pool;
+	uint32_t blocks;
+	int ret = kvc_find_hit(seq, &blocks);
+
+	if (ret)
+		return ret;
+	hit->blocks = blocks;
+	hit->tokens = blocks * pool->cfg.block_size;
+	for (uint32_t g = 0; g < KVC_MAX_GROUPS; g++)
+		hit->ids[g] = g < pool->cfg.num_groups ? pool->hit_ids[g] : NULL;
+	return 0;
+}
+
+void kvc_seq_info(const struct kvc_seq *seq, struct kvc_seq_info *info)
+{
+	*info = (struct kvc_seq_info){
+		.tokens = seq->ntokens,
+		.prompt_tokens = seq->prompt_tokens,
+		.prefix = seq->prefix,
+		.computed = seq->computed,
+		.allocated_slots = seq->allocated,
+		.blocks_held = seq->held,
+		.running = seq->running,
+	};
+}
+
+const uint32_t *kvc_seq_table(const struct kvc_seq *seq, uint32_t group, uint32_t *len)
+{
+	*len = group < seq->pool->cfg.num_groups ? seq->tables[group].len : 0;
+	return *len ? seq->tables[group].ids : NULL;
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The test suite: unit tests and trace replays, each in the normal build and in
+# the ASan+UBSan build (whose core checks every invariant after every
+# operation), the kvtrace command-line tests, and a warning-free clang build.
+# Prints one line per test and ends with "N passed, N failed, N skipped".
+# A test exiting 77 is skipped (its last output line says why).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+
+pass=0 fail=0 skip=0
+failed=()
+
+run() {
+	local name=$1 out rc
+	shift
+	out=$("$@" 2>&1)
+	rc=$?
+	case $rc in
+	0) pass=$((pass + 1)); echo "ok    $name" ;;
+	77) skip=$((skip + 1)); echo "skip  $name: $(tail -n 1 <<<"$out")" ;;
+	*)
+		fail=$((fail + 1)); failed+=("$name")
+		echo "FAIL  $name (exit $rc)"
+		tail -n 25 <<<"$out" | sed 's/^/      /'
+		;;
+	esac
+}
+
+for variant in "" asan; do
+	dir=build${variant:+/$variant}
+	bin=${variant:+build/$variant/bin}
+	bin=${bin:-tools}
+	tag=${variant:-release}
+	for t in "$dir"/tests/test_*; do
+		[ -x "$t" ] && run "unit/$tag/${t##*/}" "$t"
+	done
+	for trace in tests/traces/*.trace; do
+		run "trace/$tag/${trace##*/}" "$bin/kvtrace" "$trace"
+	done
+	run "cli/$tag/kvtrace" tests/kvtrace_cli.sh "$bin/kvtrace"
+done
+
+if command -v clang >/dev/null; then
+	run "build/clang" make --no-print-directory -s VARIANT=clang all
+else
+	run "build/clang" sh -c 'echo "clang is not installed"; exit 77'
+fi
+
+[ ${#failed[@]} -eq 0 ] || printf 'failed: %s\n' "${failed[*]}"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvpool builds and tests with, when any is
+# missing: as root directly, otherwise through sudo. Prints what it installs.
+set -eu
+packages=(
+	build-essential make pkg-config clang
+	libxxhash-dev libcmocka-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=()
+if [ "$(id -u)" != 0 ]; then
+	if ! command -v sudo >/dev/null; then
+		echo "deps: not root and no sudo; run as root: apt-get install ${missing[*]}" >&2
+		exit 1
+	fi
+	sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

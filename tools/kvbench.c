@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* kvbench: the project's benchmarks; every one prints figures, none asserts them. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvbench.h"
+
+static const char usage[] =
+	"Usage: kvbench BENCHMARK [OPTION]...\n"
+	"Measure kvpool and print the figures.\n"
+	"\n"
+	"Benchmarks:\n"
+	"  core [--rounds N]   the allocator in process: ns per prefix lookup of a\n"
+	"                      512-token prompt, per prefill and decode-step alloc,\n"
+	"                      per commit and per free; 64 live sequences sharing a\n"
+	"                      256-token prefix, 256 decode steps each, on one full\n"
+	"                      group and on full+swa (default 20 rounds)\n"
+	"\n"
+	"  -h, --help          show this help and exit\n";
+
+void bench_print_machine(void)
+{
+	char line[256], model[256] = "unknown";
+	FILE *f = fopen("/proc/cpuinfo", "r");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *colon = strchr(line, ':');
+
+		if (!strncmp(line, "model name", 10) && colon) {
+			snprintf(model, sizeof(model), "%s", colon + 2);
+			model[strcspn(model, "\n")] = '\0';
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	printf("# machine: %ld online cores, %s\n", sysconf(_SC_NPROCESSORS_ONLN), model);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "core"))
+		return bench_core(argc - 1, argv + 1);
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	fprintf(stderr, argc < 2 ? "kvbench: no benchmark named\n" : "kvbench: unknown benchmark '%s'\n",
+		argv[1]);
+	fputs("Try 'kvbench --help' for more information.\n", stderr);
+	return 2;
+}
