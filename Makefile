@@ -39,16 +39,24 @@ CORE_SRC := $(wildcard daemon/core/*.c)
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libkvcore.a
 
+LIB_SRC := $(wildcard lib/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_A := $(BUILD)/libkvpool.a
+
+DAEMON_SRC := $(wildcard daemon/*.c)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+
 TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
-	     tools/name_map.c
+	     tools/trace_daemon.c tools/name_map.c
 BENCH_SRC := tools/kvbench.c tools/bench_core.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-TOOLS := $(BIN)/kvtrace $(BIN)/kvbench
+TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl
+DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
 .PHONY: all deps test demo clean
-all: $(CORE_LIB) $(TOOLS) $(UNIT_BIN)
+all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -58,9 +66,22 @@ $(CORE_LIB): $(CORE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB)
+$(LIB_A): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The daemon shares one pure function with the library: the pool parameter parser.
+$(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -o $@
+
+$(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
+
+$(BIN)/kvctl: $(BUILD)/tools/kvctl.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -o $@
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB)
 	@mkdir -p $(@D)
@@ -89,7 +110,7 @@ demo: deps
 	tools/kvtrace docs/demo.trace
 
 clean:
-	rm -rf build $(TOOLS)
+	rm -rf build $(TOOLS) daemon/kvpoold
 
 .PHONY: FORCE
 FORCE:

@@ -4,7 +4,7 @@
 set -eu
 packages=(
 	build-essential make pkg-config clang
-	libxxhash-dev libcmocka-dev
+	libxxhash-dev libcmocka-dev liburing-dev libinih-dev libjson-c-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -14,7 +14,10 @@ static const char usage[] =
 	"Replay a kvpool allocator trace (FILE, or - for standard input) and print\n"
 	"one line for each command that prints.\n"
 	"\n"
-	"  -h, --help   show this help and exit\n"
+	"  -s, --socket PATH   replay through the kvpoold listening on PATH, as one admin\n"
+	"                      client on a private pool made from the pool/group lines\n"
+	"                      (destroyed at the end); the output is the same as in process\n"
+	"  -h, --help          show this help and exit\n"
 	"\n"
 	"Trace language (one command per line; fields split on blanks; a line whose\n"
 	"first non-blank character is # is a comment):\n"
@@ -158,17 +161,23 @@ static int replay_file(struct replay *r, FILE *in)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *socket = NULL;
 	struct replay r = { 0 };
 	FILE *in;
 	int c, status, ret;
 
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:h", opts, NULL)) != -1) {
 		if (c == 'h') {
 			fputs(usage, stdout);
 			return 0;
+		}
+		if (c == 's') {
+			socket = optarg;
+			continue;
 		}
 		fputs("Try 'kvtrace --help' for more information.\n", stderr);
 		return 2;
@@ -184,7 +193,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvtrace: %s: %s\n", r.path, strerror(errno));
 		return 2;
 	}
-	ret = trace_core_target(&r.target);
+	ret = socket ? trace_daemon_target(socket, &r.target) : trace_core_target(&r.target);
 	if (ret) {
 		fprintf(stderr, "kvtrace: %s\n", strerror(-ret));
 		return 1;

@@ -86,5 +86,7 @@ struct trace_target {
 };
 
 int trace_core_target(struct trace_target **out);
+/* Replays through kvpoold at @socket on a private pool (trace_daemon.c). */
+int trace_daemon_target(const char *socket, struct trace_target **out);
 
 #endif

@@ -22,6 +22,7 @@ struct kvc_block {
 	uint8_t hashed;
 	uint8_t queued;
 };
+_Static_assert(sizeof(struct kvc_block) <= 64, "block metadata must stay within 64 bytes");
 
 struct kvc_group {
 	enum kvc_kind kind;

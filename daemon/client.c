@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Client sessions: accept, the setup handshake (rings in a sealed memfd, two
+ * eventfds, all sent by SCM_RIGHTS), attach to a pool, and teardown.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kvpoold.h"
+
+/* Ring indices each get a cache line: the two sides write different ones. */
+enum {
+	OFF_SQ_HEAD = 0, OFF_SQ_TAIL = 64, OFF_SQ_FLAGS = 128, OFF_SQ_ENTRIES = 192,
+	OFF_CQ_HEAD = 256, OFF_CQ_TAIL = 320, OFF_CQ_FLAGS = 384, OFF_CQ_ENTRIES = 448,
+	OFF_SQES = 4096,
+};
+
+static uint64_t page_align(uint64_t v)
+{
+	return (v + 4095) & ~4095ull;
+}
+
+static bool is_pow2(uint32_t v)
+{
+	return v && !(v & (v - 1));
+}
+
+int kvpd_client_accept(struct kvpd *d, int fd)
+{
+	struct kvpd_client *c;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	unsigned slot;
+
+	for (slot = 0; slot < d->cfg.max_clients && d->clients[slot]; slot++)
+		;
+	if (slot == d->cfg.max_clients || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
+		kvpd_log(d, 1, "refusing a connection: %s",
+			 slot == d->cfg.max_clients ? "too many clients" : strerror(errno));
+		close(fd);
+		return -EMFILE;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->slot = slot;
+	c->gen = (uint32_t)++d->client_gen;
+	c->sock = fd;
+	c->mem_fd = c->sq_efd = c->cq_efd = -1;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->accepted_ns = kvpd_now_ns();
+	d->clients[slot] = c;
+	d->nclients++;
+	return kvpd_arm_poll(d, fd, KVPD_EV_SETUP, c, false);
+}
+
+struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t user_data)
+{
+	uint32_t slot = (uint32_t)(user_data >> 8) & 0xffffff, gen = (uint32_t)(user_data >> 32);
+	struct kvpd_client *c;
+
+	if (slot >= d->cfg.max_clients)
+		return NULL;
+	c = d->clients[slot];
+	return c && c->gen == gen && !c->dead ? c : NULL;
+}
+
+bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid)
+{
+	if (!*ns || uid == 0 || uid == geteuid())
+		return true;
+	for (unsigned i = 0; i < d->cfg.nnamespaces; i++) {
+		const struct kvpd_namespace *n = &d->cfg.namespaces[i];
+
+		if (strcmp(n->name, ns))
+			continue;
+		for (unsigned u = 0; u < n->nuids; u++)
+			if (n->uids[u] == uid)
+				return true;
+	}
+	return false;
+}
+
+int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name)
+{
+	struct kvpd_pool *pool = *name ? kvpd_pool_find(d, name) : NULL;
+
+	if (*name && !pool)
+		return -ENODEV;
+	if (c->seqs_open)
+		return -EBUSY;
+	if (c->pool)
+		c->pool->clients--;
+	c->pool = pool;
+	if (pool)
+		pool->clients++;
+	return 0;
+}
+
+static void fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *info)
+{
+	const struct kvp_pool_params *p;
+
+	memset(info, 0, sizeof(*info));
+	if (!c->pool)
+		return;
+	p = &c->pool->params;
+	info->num_blocks = p->num_blocks;
+	info->block_size = p->block_size;
+	info->num_groups = p->num_groups;
+	info->max_len = p->max_len;
+	memcpy(info->group_kind, p->group_kind, sizeof(info->group_kind));
+	memcpy(info->group_param, p->group_param, sizeof(info->group_param));
+}
+
+static int validate_setup(const struct kvp_setup *s)
+{
+	if (s->magic != KVP_MAGIC || s->abi_version != KVP_ABI_VERSION)
+		return -EPROTO;
+	if (!is_pow2(s->sq_entries) || s->sq_entries > KVP_MAX_ENTRIES)
+		return -EINVAL;
+	if (s->cq_entries && (!is_pow2(s->cq_entries) || s->cq_entries < s->sq_entries ||
+			      s->cq_entries > 2 * KVP_MAX_ENTRIES))
+		return -EINVAL;
+	if (s->arena_bytes > KVP_MAX_ARENA)
+		return -EINVAL;
+	if (!memchr(s->pool, '\0', sizeof(s->pool)) || !memchr(s->namespace_, '\0', sizeof(s->namespace_)))
+		return -EINVAL;
+	for (unsigned i = 0; i < sizeof(s->resv) / sizeof(s->resv[0]); i++)
+		if (s->resv[i])
+			return -EINVAL;
+	return 0;
+}
+
+/* The memfd: ring headers, SQEs, CQEs, then the arena; sealed so it can't change size. */
+static int map_rings(struct kvpd_client *c, const struct kvp_setup *s,
+		     struct kvp_setup_reply *r)
+{
+	uint64_t cqes_off, arena_off, total;
+	uint8_t *m;
+
+	c->sq_entries = s->sq_entries;
+	c->cq_entries = s->cq_entries ? s->cq_entries : 2 * s->sq_entries;
+	cqes_off = OFF_SQES + (uint64_t)c->sq_entries * sizeof(struct kvp_sqe);
+	arena_off = page_align(cqes_off + (uint64_t)c->cq_entries * sizeof(struct kvp_cqe));
+	c->arena_bytes = page_align(s->arena_bytes);
+	total = arena_off + c->arena_bytes;
+
+	c->mem_fd = memfd_create("kvpool-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (c->mem_fd < 0)
+		return -errno;
+	if (ftruncate(c->mem_fd, (off_t)total) ||
+	    fcntl(c->mem_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		return -errno;
+	m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, c->mem_fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	c->map = m;
+	c->map_bytes = total;
+	c->sq_head = (uint32_t *)(m + OFF_SQ_HEAD);
+	c->sq_tail = (uint32_t *)(m + OFF_SQ_TAIL);
+	c->sq_flags = (uint32_t *)(m + OFF_SQ_FLAGS);
+	c->cq_head = (uint32_t *)(m + OFF_CQ_HEAD);
+	c->cq_tail = (uint32_t *)(m + OFF_CQ_TAIL);
+	c->cq_flags = (uint32_t *)(m + OFF_CQ_FLAGS);
+	*(uint32_t *)(m + OFF_SQ_ENTRIES) = c->sq_entries;
+	*(uint32_t *)(m + OFF_CQ_ENTRIES) = c->cq_entries;
+	c->sqes = (struct kvp_sqe *)(m + OFF_SQES);
+	c->cqes = (struct kvp_cqe *)(m + cqes_off);
+	c->arena = m + arena_off;
+
+	r->mmap_bytes = total;
+	r->sq_entries = c->sq_entries;
+	r->cq_entries = c->cq_entries;
+	r->sq_off = (struct kvp_sq_offsets){ OFF_SQ_HEAD, OFF_SQ_TAIL, OFF_SQ_FLAGS, OFF_SQ_ENTRIES,
+					     OFF_SQES, { 0 } };
+	r->cq_off = (struct kvp_cq_offsets){ OFF_CQ_HEAD, OFF_CQ_TAIL, OFF_CQ_FLAGS, OFF_CQ_ENTRIES,
+					     (uint32_t)cqes_off, { 0 } };
+	r->arena_off = arena_off;
+	r->arena_bytes = c->arena_bytes;
+
+	/* Both eventfds are non-blocking: the daemon must never wait on a client's descriptor. */
+	c->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->sq_efd < 0 || c->cq_efd < 0)
+		return -errno;
+	return 0;
+}
+
+static int send_reply(struct kvpd_client *c, const struct kvp_setup_reply *r, bool with_fds)
+{
+	int fds[KVP_NUM_FDS] = { [KVP_FD_MEM] = c->mem_fd, [KVP_FD_SQ_DOORBELL] = c->sq_efd,
+				 [KVP_FD_CQ_EVENT] = c->cq_efd };
+	union {
+		char buf[CMSG_SPACE(sizeof(fds))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)r, .iov_len = sizeof(*r) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (with_fds) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(fds));
+		memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	}
+	/* A fresh connection's send buffer is empty: MSG_DONTWAIT never leaves us waiting. */
+	if (sendmsg(c->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(*r))
+		return -errno ?: -EIO;
+	return 0;
+}
+
+static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup *s,
+			 struct kvp_setup_reply *r)
+{
+	int ret = validate_setup(s);
+
+	if (ret)
+		return ret;
+	if (!kvpd_namespace_allowed(d, s->namespace_, c->uid))
+		return -EPERM;
+	c->admin = (s->features & KVP_FEAT_ADMIN) && (c->uid == 0 || c->uid == geteuid());
+	ret = kvpd_client_attach(d, c, s->pool);
+	if (ret)
+		return ret;
+	memcpy(c->namespace_, s->namespace_, sizeof(c->namespace_));
+	ret = map_rings(c, s, r);
+	if (ret)
+		return ret;
+	r->client_id = c->gen;
+	r->features = s->features & KVP_FEATURES_SUPPORTED & (c->admin ? ~0ull : ~KVP_FEAT_ADMIN);
+	fill_pool_info(c, &r->pool);
+	return 0;
+}
+
+/* The connection is readable: its setup message, or its hang-up. */
+int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
+{
+	struct kvp_setup s;
+	struct kvp_setup_reply r = { 0 };
+	ssize_t n = recv(c->sock, &s, sizeof(s), MSG_DONTWAIT);
+	int ret;
+
+	if (n < 0 && errno == EAGAIN)
+		return kvpd_arm_poll(d, c->sock, KVPD_EV_SETUP, c, false);
+	if (n != (ssize_t)sizeof(s)) {
+		kvpd_client_close(d, c, n == 0 ? "hung up before setup" : "bad setup message");
+		return -EPROTO;
+	}
+	ret = setup_session(d, c, &s, &r);
+	r.result = ret;
+	if (send_reply(c, &r, ret == 0) || ret) {
+		kvpd_client_close(d, c, ret ? strerror(-ret) : "setup reply failed");
+		return ret ? ret : -EIO;
+	}
+	c->ready = true;
+	d->connected++;
+	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
+		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
+		 c->admin ? " admin" : "");
+	ret = kvpd_arm_poll(d, c->sock, KVPD_EV_HANGUP, c, false);
+	if (!ret)
+		ret = kvpd_arm_doorbell(d, c);
+	if (ret)
+		kvpd_client_close(d, c, "cannot watch its descriptors");
+	return ret;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/*
+ * Closes every sequence (published blocks stay cached) and frees the session.
+ * Its armed polls and reads are cancelled first, so they drop their file
+ * references and the peer sees the hang-up; completions that still arrive
+ * name a client that is gone and are ignored.
+ */
+void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
+{
+	bool killed = c->seqs_open > 0;
+
+	if (c->ready) {
+		d->disconnected++;
+		d->killed += killed;
+	}
+	kvpd_log(d, 1, "client %u (pid %d) %s: %s; %u sequences closed", c->gen, (int)c->pid,
+		 c->ready ? "disconnected" : "refused", why, c->seqs_open);
+	kvpd_cancel_client(d, c);
+	if (c->pool) {
+		kvpd_seqs_close_all(c);
+		c->pool->clients--;
+	}
+	free(c->seqs);
+	if (c->map)
+		munmap(c->map, c->map_bytes);
+	close_fd(&c->sock);
+	close_fd(&c->mem_fd);
+	close_fd(&c->sq_efd);
+	close_fd(&c->cq_efd);
+	d->clients[c->slot] = NULL;
+	d->nclients--;
+	free(c);
+}

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One submission entry, already copied out of the ring: validate it, call the
+ * core, fill the completion. Arena ranges are checked before every access;
+ * inputs the core would read twice are copied first.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpoold.h"
+
+#define MAX_SALT 256
+
+/* [off, off + len) inside the arena, or NULL. */
+static void *arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len)
+{
+	if (off > c->arena_bytes || len > c->arena_bytes - off)
+		return NULL;
+	return c->arena + off;
+}
+
+/* A NUL-free name of len bytes in the arena, copied into @name. */
+static int arena_name(const struct kvpd_client *c, const struct kvp_sqe *sqe,
+		      char name[KVP_NAME_MAX])
+{
+	const char *src = arena_range(c, sqe->addr, sqe->len);
+
+	if (!src || sqe->len >= KVP_NAME_MAX)
+		return -EINVAL;
+	memcpy(name, src, sqe->len);
+	name[sqe->len] = '\0';
+	return strlen(name) == sqe->len ? 0 : -EINVAL;
+}
+
+static uint32_t ngroups(const struct kvpd_client *c)
+{
+	return kvc_pool_config(c->pool->core)->num_groups;
+}
+
+/*
+ * Writes per-group id lists (group g: ids[g][0..counts[g])) as struct
+ * kvp_block_lists at out_addr. -EOVERFLOW (nothing written) when out_len is
+ * short; *needed gets the size either way.
+ */
+static int write_lists(const struct kvpd_client *c, const struct kvp_sqe *sqe,
+		       const uint32_t *const *ids, const uint32_t *counts, __u64 *needed)
+{
+	uint32_t n = ngroups(c);
+	uint64_t total = 0;
+	struct kvp_block_lists head = { .num_groups = n };
+	uint8_t *out;
+
+	for (uint32_t g = 0; g < n; g++)
+		total += counts[g];
+	*needed = sizeof(head) + total * sizeof(uint32_t);
+	if (*needed > sqe->out_len)
+		return -EOVERFLOW;
+	out = arena_range(c, sqe->out_addr, *needed);
+	if (!out)
+		return -EINVAL;
+	memcpy(head.counts, counts, n * sizeof(*counts));
+	memcpy(out, &head, sizeof(head));
+	out += sizeof(head);
+	for (uint32_t g = 0; g < n; g++) {
+		memcpy(out, ids[g], (size_t)counts[g] * sizeof(uint32_t));
+		out += (size_t)counts[g] * sizeof(uint32_t);
+	}
+	return 0;
+}
+
+static int op_seq_open(struct kvpd_client *c, const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
+{
+	uint8_t salt[KVP_NAME_MAX + 1 + MAX_SALT];
+	const uint32_t *tokens;
+	const void *user_salt;
+	struct kvc_seq *seq;
+	int64_t prefix = -1;
+	int ret;
+
+	if (sqe->op_flags & ~KVP_OPEN_PREFIX || sqe->arg2 > MAX_SALT || sqe->len == 0)
+		return -EINVAL;
+	tokens = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
+	user_salt = arena_range(c, sqe->addr + (uint64_t)sqe->len * sizeof(uint32_t), sqe->arg2);
+	if (!tokens || !user_salt)
+		return -EINVAL;
+	if (sqe->op_flags & KVP_OPEN_PREFIX)
+		prefix = sqe->arg1;
+	/* The namespace is part of every salt: namespaces never share a block. */
+	memcpy(salt, c->namespace_, KVP_NAME_MAX);
+	salt[KVP_NAME_MAX] = sqe->arg2 ? 1 : 0;
+	memcpy(salt + KVP_NAME_MAX + 1, user_salt, sqe->arg2);
+	ret = kvc_seq_create(c->pool->core, tokens, sqe->len, salt, KVP_NAME_MAX + 1 + sqe->arg2,
+			     prefix, &seq);
+	if (ret)
+		return ret;
+	ret = kvpd_seq_put(c, seq, &cqe->aux);
+	if (ret)
+		kvc_seq_destroy(seq);
+	return ret;
+}
+
+static int op_lookup(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe,
+		     struct kvp_cqe *cqe)
+{
+	uint32_t counts[KVC_MAX_GROUPS];
+	struct kvc_hit hit;
+	int ret = kvc_lookup(seq, &hit);
+
+	if (ret)
+		return ret;
+	if (sqe->out_len) {
+		for (uint32_t g = 0; g < ngroups(c); g++)
+			counts[g] = hit.blocks;
+		ret = write_lists(c, sqe, hit.ids, counts, &cqe->aux);
+		if (ret)
+			return ret;
+	}
+	return (int)hit.tokens;
+}
+
+static int op_alloc(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe,
+		    struct kvp_cqe *cqe)
+{
+	struct kvc_alloc_req req = {
+		.new_tokens = sqe->len,
+		.lookahead = sqe->arg1,
+		.use_cache = sqe->op_flags & KVP_ALLOC_USE_CACHE,
+	};
+	const uint32_t *ids[KVC_MAX_GROUPS];
+	uint32_t counts[KVC_MAX_GROUPS];
+	struct kvc_alloc_res res;
+	__u64 needed;
+	int ret;
+
+	if (sqe->op_flags & ~KVP_ALLOC_USE_CACHE)
+		return -EINVAL;
+	ret = kvc_alloc(seq, &req, &res);
+	if (ret)
+		return ret;
+	cqe->aux = res.hit_tokens;
+	if (!sqe->out_len)
+		return 0;
+	for (uint32_t g = 0; g < ngroups(c); g++) {
+		uint32_t len;
+		const uint32_t *table = kvc_seq_table(seq, g, &len);
+
+		ids[g] = table ? table + res.first_new[g] : NULL;
+		counts[g] = len - res.first_new[g];
+	}
+	if (write_lists(c, sqe, ids, counts, &needed))
+		cqe->flags |= KVP_CQE_F_OVERFLOW;
+	return 0;
+}
+
+static int op_get_table(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe,
+			struct kvp_cqe *cqe)
+{
+	const uint32_t *ids[KVC_MAX_GROUPS];
+	uint32_t counts[KVC_MAX_GROUPS];
+
+	for (uint32_t g = 0; g < ngroups(c); g++)
+		ids[g] = kvc_seq_table(seq, g, &counts[g]);
+	return write_lists(c, sqe, ids, counts, &cqe->aux) ?: (int)cqe->aux;
+}
+
+/* Operations on one of the client's sequences. */
+static int seq_op(struct kvpd_client *c, const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
+{
+	struct kvc_seq *seq;
+	const uint32_t *tokens;
+
+	if (sqe->opcode == KVP_OP_SEQ_CLOSE)
+		return kvpd_seq_close(c, sqe->handle);
+	seq = kvpd_seq_get(c, sqe->handle);
+	if (!seq)
+		return -EBADF;
+	switch (sqe->opcode) {
+	case KVP_OP_APPEND_TOKENS:
+		tokens = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
+		return tokens ? kvc_seq_append(seq, tokens, sqe->len) : -EINVAL;
+	case KVP_OP_LOOKUP:
+		return op_lookup(c, seq, sqe, cqe);
+	case KVP_OP_ALLOC:
+		return op_alloc(c, seq, sqe, cqe);
+	case KVP_OP_COMMIT:
+		return kvc_seq_computed(seq, sqe->len);
+	case KVP_OP_FREE:
+		kvc_seq_free(seq);
+		return 0;
+	case KVP_OP_GET_TABLE:
+		return op_get_table(c, seq, sqe, cqe);
+	}
+	return -EINVAL;
+}
+
+static int op_evict(struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	const uint32_t *src = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
+	uint32_t *ids;
+	int ret;
+
+	if (!src || sqe->len == 0)
+		return -EINVAL;
+	/* The core reads the list twice (validate, then evict): give it a private copy. */
+	ids = malloc((size_t)sqe->len * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	memcpy(ids, src, (size_t)sqe->len * sizeof(*ids));
+	ret = kvc_pool_evict(c->pool->core, ids, sqe->len);
+	free(ids);
+	return ret;
+}
+
+static int op_dump_freeq(struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	uint32_t max = sqe->out_len / sizeof(uint32_t);
+	uint32_t *out = arena_range(c, sqe->out_addr, (uint64_t)max * sizeof(uint32_t));
+
+	if (!out)
+		return -EINVAL;
+	return (int)kvc_pool_free_queue(c->pool->core, out, max);
+}
+
+static int op_check(struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	char why[256] = "";
+	char *out = arena_range(c, sqe->out_addr, sqe->out_len);
+	int ret = kvc_pool_check(c->pool->core, why, sizeof(why));
+
+	if (out && sqe->out_len) {
+		strncpy(out, why, sqe->out_len - 1);
+		out[sqe->out_len - 1] = '\0';
+	}
+	return ret;
+}
+
+static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	struct kvp_pool_params params;
+	char name[KVP_NAME_MAX];
+	const void *src;
+
+	if (!c->admin)
+		return -EPERM;
+	switch (sqe->opcode) {
+	case KVP_OP_POOL_CREATE:
+		src = arena_range(c, sqe->addr, sizeof(params));
+		if (!src || sqe->len != sizeof(params))
+			return -EINVAL;
+		memcpy(&params, src, sizeof(params));
+		if (!memchr(params.name, '\0', sizeof(params.name)))
+			return -EINVAL;
+		return kvpd_pool_create(d, &params);
+	case KVP_OP_POOL_DESTROY:
+		return arena_name(c, sqe, name) ?: kvpd_pool_destroy(d, name, c);
+	}
+	if (!c->pool)
+		return -ENODEV;
+	switch (sqe->opcode) {
+	case KVP_OP_EVICT:
+		return op_evict(c, sqe);
+	case KVP_OP_RESET:
+		return kvc_pool_reset(c->pool->core);
+	case KVP_OP_DUMP_FREEQ:
+		return op_dump_freeq(c, sqe);
+	case KVP_OP_CHECK:
+		return op_check(c, sqe);
+	}
+	return -EINVAL;
+}
+
+static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+		    struct kvp_cqe *cqe)
+{
+	char name[KVP_NAME_MAX];
+	void *out;
+
+	if (sqe->flags || sqe->resv1 || sqe->resv2)
+		return -EINVAL;
+	if (sqe->opcode >= KVP_OP_POOL_CREATE)
+		return admin_op(d, c, sqe);
+	switch (sqe->opcode) {
+	case KVP_OP_NOP:
+		return 0;
+	case KVP_OP_STATS:
+		out = arena_range(c, sqe->out_addr, sqe->out_len);
+		return out ? kvpd_stats(d, out, sqe->out_len, &cqe->aux) : -EINVAL;
+	case KVP_OP_ATTACH:
+		return arena_name(c, sqe, name) ?: kvpd_client_attach(d, c, name);
+	}
+	if (!c->pool)
+		return -ENODEV;
+	switch (sqe->opcode) {
+	case KVP_OP_SEQ_OPEN:
+		return op_seq_open(c, sqe, cqe);
+	case KVP_OP_SEQ_CLOSE:
+	case KVP_OP_APPEND_TOKENS:
+	case KVP_OP_LOOKUP:
+	case KVP_OP_ALLOC:
+	case KVP_OP_COMMIT:
+	case KVP_OP_FREE:
+	case KVP_OP_GET_TABLE:
+		return seq_op(c, sqe, cqe);
+	case KVP_OP_POOL_STATS: {
+		struct kvc_pool_stats st;
+		struct kvp_pool_stats ps;
+
+		out = arena_range(c, sqe->out_addr, sizeof(ps));
+		if (!out || sqe->out_len < sizeof(ps))
+			return -EINVAL;
+		kvc_pool_stats(c->pool->core, &st);
+		ps = (struct kvp_pool_stats){ kvc_pool_config(c->pool->core)->num_blocks, st.free,
+					      st.used, st.cached };
+		memcpy(out, &ps, sizeof(ps));
+		return 0;
+	}
+	}
+	return -EINVAL;
+}
+
+void kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+		   struct kvp_cqe *cqe)
+{
+	cqe->res = dispatch(d, c, sqe, cqe);
+}

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/* kvpoold's shared structures: the daemon context, pools, clients, sequences. */
+#ifndef KVPOOLD_H
+#define KVPOOLD_H
+
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvcore.h"
+#include "../uapi/kvpool.h"
+
+#define KVPD_MAX_POOLS 64
+#define KVPD_MAX_NAMESPACES 64
+#define KVPD_MAX_NS_UIDS 16
+
+struct kvpd_pool {
+	char name[KVP_NAME_MAX];
+	struct kvc_pool *core;
+	struct kvp_pool_params params;
+	uint32_t clients;   /* attached */
+	uint32_t sequences; /* open, over all clients */
+	uint32_t *mark;     /* per block: last stats epoch that counted it */
+	uint32_t mark_epoch;
+};
+
+/* A sequence handle: generation << 32 | slot. Slots are per client. */
+struct kvpd_seq_slot {
+	struct kvc_seq *seq; /* NULL when free */
+	uint32_t gen;
+	uint32_t next_free;
+};
+
+struct kvpd_client {
+	uint32_t slot, gen;  /* in kvpd.clients: io_uring user_data names (slot, gen) */
+	int sock, mem_fd, sq_efd, cq_efd;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	bool admin;
+	bool ready;          /* setup done, rings mapped */
+	bool dead;
+	uint64_t accepted_ns;
+	char namespace_[KVP_NAME_MAX];
+	struct kvpd_pool *pool;
+
+	/* The shared mapping; every field in it is written by a hostile peer. */
+	void *map;
+	size_t map_bytes;
+	uint32_t *sq_head, *sq_tail, *sq_flags;
+	uint32_t *cq_head, *cq_tail, *cq_flags;
+	struct kvp_sqe *sqes;
+	struct kvp_cqe *cqes;
+	uint8_t *arena;
+	uint64_t arena_bytes;
+	uint32_t sq_entries, cq_entries;
+	uint32_t sq_next;    /* our own copies of the indices we own */
+	uint32_t cq_next;
+	bool sleeping_flag_set;
+
+	struct kvpd_seq_slot *seqs;
+	uint32_t seqs_cap, seqs_open, seq_free_head;
+	uint64_t ops;
+};
+
+struct kvpd_namespace {
+	char name[KVP_NAME_MAX];
+	uid_t uids[KVPD_MAX_NS_UIDS];
+	uint32_t nuids;
+};
+
+struct kvpd_config {
+	const char *socket_path;
+	const char *socket_group; /* NULL: the daemon's group */
+	unsigned spin_us;
+	unsigned budget;          /* entries per client per loop iteration */
+	unsigned max_clients;
+	int verbose;
+	struct kvp_pool_params pools[KVPD_MAX_POOLS];
+	unsigned npools;
+	struct kvpd_namespace namespaces[KVPD_MAX_NAMESPACES];
+	unsigned nnamespaces;
+	char *strings;            /* storage for the config file's strings */
+};
+
+/* The daemon: every piece of mutable state lives here. */
+struct kvpd {
+	struct kvpd_config cfg;
+	struct io_uring ring;
+	int listen_fd, signal_fd, timer_fd;
+	bool stopping;
+	long ncpus;
+
+	struct kvpd_pool *pools[KVPD_MAX_POOLS];
+	unsigned npools;
+
+	struct kvpd_client **clients; /* by slot */
+	unsigned nclients;
+	uint64_t client_gen;
+
+	uint64_t connected, disconnected, killed;
+	uint64_t doorbell_sink; /* where doorbell reads land; their value is never used */
+	uint8_t *stats_buf;
+	size_t stats_cap;
+};
+
+/* user_data of the daemon's own io_uring requests: kind | slot << 8 | gen << 32. */
+enum kvpd_event {
+	KVPD_EV_ACCEPT = 1,
+	KVPD_EV_SIGNAL,
+	KVPD_EV_TIMER,
+	KVPD_EV_SETUP,    /* a new connection's setup message is readable */
+	KVPD_EV_HANGUP,   /* the client's socket */
+	KVPD_EV_DOORBELL, /* the client's SQ eventfd */
+	KVPD_EV_CANCEL,
+};
+
+static inline uint64_t kvpd_ev(enum kvpd_event ev, const struct kvpd_client *c)
+{
+	return (uint64_t)ev | (c ? (uint64_t)c->slot << 8 | (uint64_t)c->gen << 32 : 0);
+}
+
+#define kvpd_log(d, level, ...)                                           \
+	do {                                                              \
+		if ((d)->cfg.verbose >= (level))                          \
+			kvpd_logf(__VA_ARGS__);                            \
+	} while (0)
+void kvpd_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t kvpd_now_ns(void);
+
+/* config.c */
+int kvpd_config_load(struct kvpd_config *cfg, const char *path);
+int kvpd_parse_groups(const char *spec, struct kvp_pool_params *p);
+void kvpd_config_release(struct kvpd_config *cfg);
+
+/* pools.c */
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params);
+int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by);
+struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name);
+void kvpd_pools_release(struct kvpd *d);
+
+/* client.c */
+int kvpd_client_accept(struct kvpd *d, int fd);
+int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c);
+void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why);
+struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t user_data);
+int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool);
+bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid);
+
+/* ring.c: returns entries consumed, or -EPROTO after disconnecting a corrupt client. */
+int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget);
+bool kvpd_ring_pending(struct kvpd_client *c);
+void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping);
+
+/* dispatch.c */
+void kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+		   struct kvp_cqe *cqe);
+
+/* seqs.c: per-client handle table */
+int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle);
+struct kvc_seq *kvpd_seq_get(struct kvpd_client *c, uint64_t handle);
+int kvpd_seq_close(struct kvpd_client *c, uint64_t handle);
+void kvpd_seqs_close_all(struct kvpd_client *c);
+
+/* stats.c */
+int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed);
+
+/* loop.c */
+int kvpd_loop_init(struct kvpd *d);
+int kvpd_loop_run(struct kvpd *d);
+void kvpd_loop_exit(struct kvpd *d);
+int kvpd_arm_poll(struct kvpd *d, int fd, enum kvpd_event ev, struct kvpd_client *c,
+		  bool multishot);
+/* An io_uring read on the client's SQ eventfd: never a blocking read of a shared descriptor. */
+int kvpd_arm_doorbell(struct kvpd *d, struct kvpd_client *c);
+void kvpd_cancel_client(struct kvpd *d, struct kvpd_client *c);
+
+#endif

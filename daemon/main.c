@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: MIT */
+/* kvpoold: options, the listening socket, pools from the config, then the loop. */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvpoold.h"
+
+static const char usage[] =
+	"Usage: kvpoold [OPTION]...\n"
+	"Own the KV-cache memory of LLM inference and serve it to engine processes.\n"
+	"\n"
+	"  -s, --socket PATH      listen on PATH (default " KVP_DEFAULT_SOCKET ")\n"
+	"  -c, --config FILE      read daemon settings, pools and namespaces from FILE (INI)\n"
+	"  -g, --group NAME       give the socket to group NAME (mode 0660)\n"
+	"      --spin-us N        spin on the clients' rings N µs before sleeping (default 50;\n"
+	"                         0 sleeps at once; spinning stops when clients outnumber cores)\n"
+	"      --budget N         entries taken from one client per loop turn (default 64)\n"
+	"      --max-clients N    connections served at once (default 128)\n"
+	"  -v, --verbose          log connections, pools and signals (twice: more)\n"
+	"  -h, --help             show this help and exit\n"
+	"\n"
+	"Without --config the daemon starts with no pool; admin clients (root or the\n"
+	"daemon's uid) create pools with `kvctl pool create`. SIGTERM or SIGINT stops\n"
+	"accepting, finishes the requests in flight and exits 0. See docs/protocol.md.\n";
+
+void kvpd_logf(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvpoold: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+uint64_t kvpd_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int parse_count(const char *s, unsigned max, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v > max)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* A socket file left by a daemon that died is replaced; a live daemon's is not. */
+static int claim_path(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, ret;
+
+	if (lstat(path, &st))
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	strcpy(sa.sun_path, path);
+	ret = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : -EADDRINUSE;
+	close(fd);
+	if (ret == -EADDRINUSE)
+		return ret;
+	return unlink(path) ? -errno : 0;
+}
+
+static int listen_on(struct kvpd *d)
+{
+	const char *path = d->cfg.socket_path;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[sizeof(sa.sun_path)];
+	char *slash;
+	int fd, ret;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	strcpy(dir, path);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) && errno != EEXIST)
+			return -errno;
+	}
+	ret = claim_path(path);
+	if (ret)
+		return ret;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0660))
+		goto err_close;
+	if (d->cfg.socket_group) {
+		struct group *gr = getgrnam(d->cfg.socket_group);
+
+		if (!gr) {
+			errno = ENOENT;
+			goto err_unlink;
+		}
+		if (chown(path, (uid_t)-1, gr->gr_gid))
+			goto err_unlink;
+	}
+	if (listen(fd, 128))
+		goto err_unlink;
+	d->listen_fd = fd;
+	return 0;
+
+err_unlink:
+	ret = -errno;
+	unlink(path);
+	close(fd);
+	return ret;
+err_close:
+	ret = -errno;
+	close(fd);
+	return ret;
+}
+
+static int parse_args(struct kvpd *d, int argc, char **argv, const char **config)
+{
+	enum { OPT_SPIN = 256, OPT_BUDGET, OPT_MAX_CLIENTS };
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "group", required_argument, NULL, 'g' },
+		{ "spin-us", required_argument, NULL, OPT_SPIN },
+		{ "budget", required_argument, NULL, OPT_BUDGET },
+		{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	/* Command-line values win over the config file's: remember them, apply after loading. */
+	const char *socket = NULL, *group = NULL;
+	unsigned spin = ~0u, budget = 0, max_clients = 0;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, "s:c:g:vh", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': socket = optarg; break;
+		case 'c': *config = optarg; break;
+		case 'g': group = optarg; break;
+		case 'v': d->cfg.verbose++; break;
+		case 'h': fputs(usage, stdout); exit(0);
+		case OPT_SPIN:
+			if (parse_count(optarg, 1000000, &spin))
+				goto bad_value;
+			break;
+		case OPT_BUDGET:
+			if (parse_count(optarg, 1u << 20, &budget) || !budget)
+				goto bad_value;
+			break;
+		case OPT_MAX_CLIENTS:
+			if (parse_count(optarg, 1u << 16, &max_clients) || !max_clients)
+				goto bad_value;
+			break;
+		default:
+			goto usage;
+		}
+	}
+	if (optind != argc)
+		goto usage;
+	if (*config && (ret = kvpd_config_load(&d->cfg, *config)))
+		return ret;
+	if (socket)
+		d->cfg.socket_path = socket;
+	if (group)
+		d->cfg.socket_group = group;
+	if (spin != ~0u)
+		d->cfg.spin_us = spin;
+	if (budget)
+		d->cfg.budget = budget;
+	if (max_clients)
+		d->cfg.max_clients = max_clients;
+	return 0;
+
+bad_value:
+	fprintf(stderr, "kvpoold: bad value '%s' for --%s\n", optarg,
+		c == OPT_SPIN ? "spin-us" : c == OPT_BUDGET ? "budget" : "max-clients");
+	return -EINVAL;
+usage:
+	fputs("Try 'kvpoold --help' for more information.\n", stderr);
+	return -EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvpd d = {
+		.cfg = { .socket_path = KVP_DEFAULT_SOCKET, .spin_us = 50, .budget = 64,
+			 .max_clients = 128 },
+		.listen_fd = -1, .signal_fd = -1, .timer_fd = -1,
+	};
+	const char *config = NULL;
+	int ret;
+
+	ret = parse_args(&d, argc, argv, &config);
+	if (ret)
+		goto out_config;
+	d.ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+	d.clients = calloc(d.cfg.max_clients, sizeof(*d.clients));
+	if (!d.clients) {
+		ret = -ENOMEM;
+		goto out_config;
+	}
+	for (unsigned i = 0; i < d.cfg.npools; i++) {
+		ret = kvpd_pool_create(&d, &d.cfg.pools[i]);
+		if (ret) {
+			fprintf(stderr, "kvpoold: pool %s: %s\n", d.cfg.pools[i].name, strerror(-ret));
+			goto out_pools;
+		}
+	}
+	ret = listen_on(&d);
+	if (ret) {
+		fprintf(stderr, "kvpoold: %s: %s\n", d.cfg.socket_path,
+			ret == -EADDRINUSE ? "another kvpoold is listening there" : strerror(-ret));
+		goto out_pools;
+	}
+	ret = kvpd_loop_init(&d);
+	if (ret) {
+		fprintf(stderr, "kvpoold: io_uring: %s\n", strerror(-ret));
+		goto out_listen;
+	}
+	kvpd_log(&d, 1, "listening on %s, %ld cores, spin %u us", d.cfg.socket_path, d.ncpus,
+		 d.cfg.spin_us);
+	ret = kvpd_loop_run(&d);
+	if (ret)
+		fprintf(stderr, "kvpoold: event loop: %s\n", strerror(-ret));
+	kvpd_loop_exit(&d);
+out_listen:
+	close(d.listen_fd);
+	unlink(d.cfg.socket_path);
+out_pools:
+	kvpd_pools_release(&d);
+	free(d.clients);
+out_config:
+	kvpd_config_release(&d.cfg);
+	return ret ? 1 : 0;
+}

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/* The daemon's named pools: each wraps one kvcore pool. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpoold.h"
+
+static int to_core_config(const struct kvp_pool_params *p, struct kvc_pool_config *cfg)
+{
+	if (p->num_groups == 0 || p->num_groups > KVP_MAX_GROUPS || p->free_order > 1 ||
+	    p->publish > 1 || p->caching > 1 || p->dtype > KVP_DTYPE_BF16 || p->resv0 ||
+	    p->resv[0] || p->resv[1])
+		return -EINVAL;
+	kvc_pool_config_init(cfg, p->num_blocks, p->block_size);
+	cfg->caching = p->caching;
+	cfg->free_order = p->free_order ? KVC_FREE_APPEND : KVC_FREE_SPLIT;
+	cfg->publish = p->publish ? KVC_PUBLISH_ALLOC : KVC_PUBLISH_COMMIT;
+	cfg->max_len = p->max_len;
+	cfg->max_step_tokens = p->max_step_tokens;
+	cfg->num_groups = p->num_groups;
+	for (unsigned g = 0; g < p->num_groups; g++) {
+		static const enum kvc_kind kinds[] = {
+			[KVP_KIND_FULL] = KVC_FULL,       [KVP_KIND_SWA] = KVC_SWA,
+			[KVP_KIND_RSWA] = KVC_RSWA,       [KVP_KIND_CHUNKED] = KVC_CHUNKED,
+			[KVP_KIND_CYCLIC] = KVC_CYCLIC,
+		};
+
+		if (p->group_kind[g] > KVP_KIND_CYCLIC)
+			return -EINVAL;
+		cfg->groups[g] = (struct kvc_group_spec){ kinds[p->group_kind[g]], p->group_param[g] };
+	}
+	return 0;
+}
+
+static bool valid_name(const char *name)
+{
+	size_t len = strnlen(name, KVP_NAME_MAX);
+
+	if (len == 0 || len == KVP_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (name[i] <= ' ' || name[i] > '~')
+			return false;
+	return true;
+}
+
+struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
+{
+	for (unsigned i = 0; i < d->npools; i++)
+		if (!strncmp(d->pools[i]->name, name, KVP_NAME_MAX))
+			return d->pools[i];
+	return NULL;
+}
+
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
+{
+	struct kvc_pool_config cfg;
+	struct kvpd_pool *pool;
+	int ret;
+
+	if (!valid_name(params->name))
+		return -EINVAL;
+	ret = to_core_config(params, &cfg);
+	if (ret)
+		return ret;
+	if (kvpd_pool_find(d, params->name))
+		return -EEXIST;
+	if (d->npools == KVPD_MAX_POOLS)
+		return -ENOSPC;
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	ret = kvc_pool_create(&cfg, &pool->core);
+	if (ret)
+		goto err_free_pool;
+	ret = -ENOMEM;
+	pool->mark = calloc(cfg.num_blocks, sizeof(*pool->mark));
+	if (!pool->mark)
+		goto err_destroy_core;
+	pool->params = *params;
+	memcpy(pool->name, params->name, KVP_NAME_MAX);
+	pool->name[KVP_NAME_MAX - 1] = '\0';
+	d->pools[d->npools++] = pool;
+	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups", pool->name,
+		 cfg.num_blocks, cfg.block_size, cfg.num_groups);
+	return 0;
+
+err_destroy_core:
+	kvc_pool_destroy(pool->core);
+err_free_pool:
+	free(pool);
+	return ret;
+}
+
+static void pool_free(struct kvpd_pool *pool)
+{
+	kvc_pool_destroy(pool->core);
+	free(pool->mark);
+	free(pool);
+}
+
+/* Refused while a client other than @by is attached or any sequence is open. */
+int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
+{
+	struct kvpd_pool *pool = kvpd_pool_find(d, name);
+	unsigned i;
+
+	if (!pool)
+		return -ENOENT;
+	if (pool->sequences || pool->clients > (by && by->pool == pool ? 1u : 0u))
+		return -EBUSY;
+	if (by && by->pool == pool) {
+		by->pool = NULL;
+		pool->clients--;
+	}
+	for (i = 0; d->pools[i] != pool; i++)
+		;
+	d->pools[i] = d->pools[--d->npools];
+	kvpd_log(d, 1, "pool %s destroyed", pool->name);
+	pool_free(pool);
+	return 0;
+}
+
+void kvpd_pools_release(struct kvpd *d)
+{
+	while (d->npools)
+		pool_free(d->pools[--d->npools]);
+}

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The daemon's side of a client's rings. Indices written by the client are
+ * read once, with acquire, and checked against our own copies before use: a
+ * tail more than a ring ahead, or a head past what we produced, is corruption
+ * and ends the session. Entries are copied out before anything looks at them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvpoold.h"
+
+static inline uint32_t load_acquire(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static inline void store_release(uint32_t *p, uint32_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+bool kvpd_ring_pending(struct kvpd_client *c)
+{
+	return load_acquire(c->sq_tail) != c->sq_next;
+}
+
+void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping)
+{
+	if (c->sleeping_flag_set == sleeping)
+		return;
+	c->sleeping_flag_set = sleeping;
+	__atomic_store_n(c->sq_flags, sleeping ? KVP_SQ_NEED_WAKEUP : 0u, __ATOMIC_RELEASE);
+}
+
+/* write(2), not an io_uring write: those go to a kernel worker and cost ~100 µs more. */
+static int wake_client(struct kvpd *d, struct kvpd_client *c)
+{
+	uint64_t one = 1;
+	int fl = fcntl(c->cq_efd, F_GETFL);
+
+	/* The descriptor is shared: a client that makes it blocking could stall the daemon. */
+	if (fl < 0 || !(fl & O_NONBLOCK)) {
+		kvpd_client_close(d, c, "its CQ eventfd was made blocking");
+		return -EPROTO;
+	}
+	if (write(c->cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		return -errno;
+	return 0;
+}
+
+/* Atomic loads: the compiler may not re-read a field from shared memory after the check. */
+static void copy_sqe(struct kvp_sqe *dst, const struct kvp_sqe *src)
+{
+	const uint64_t *from = (const uint64_t *)src;
+	uint64_t words[sizeof(*dst) / sizeof(uint64_t)];
+
+	for (unsigned i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		words[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
+	memcpy(dst, words, sizeof(*dst));
+}
+
+int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
+{
+	uint32_t tail = load_acquire(c->sq_tail);
+	uint32_t cq_head = load_acquire(c->cq_head);
+	uint32_t avail = tail - c->sq_next;
+	uint32_t cq_used = c->cq_next - cq_head;
+	uint32_t n;
+
+	if (avail > c->sq_entries) {
+		kvpd_client_close(d, c, "SQ tail out of range");
+		return -EPROTO;
+	}
+	if (cq_used > c->cq_entries) {
+		kvpd_client_close(d, c, "CQ head out of range");
+		return -EPROTO;
+	}
+	/* Never more completions than the CQ has room for: stop taking entries instead. */
+	n = avail;
+	if (n > c->cq_entries - cq_used)
+		n = c->cq_entries - cq_used;
+	if (n > budget)
+		n = budget;
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_sqe sqe;
+		struct kvp_cqe cqe;
+
+		copy_sqe(&sqe, &c->sqes[c->sq_next++ & (c->sq_entries - 1)]);
+		memset(&cqe, 0, sizeof(cqe));
+		cqe.user_data = sqe.user_data;
+		kvpd_dispatch(d, c, &sqe, &cqe);
+		memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], &cqe, sizeof(cqe));
+		c->ops++;
+	}
+	if (n == 0)
+		return 0;
+	store_release(c->sq_head, c->sq_next);
+	store_release(c->cq_tail, c->cq_next);
+	/* Pairs with the client's fence between setting CQ_NEED_WAKEUP and re-checking the tail. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(c->cq_flags, __ATOMIC_RELAXED) & KVP_CQ_NEED_WAKEUP) {
+		int ret = wake_client(d, c);
+
+		if (ret)
+			return ret;
+	}
+	return (int)n;
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A client's sequence handles: generation << 32 | slot, per client, so a stale
+ * handle (closed sequence) or another client's handle can never reach a
+ * sequence it does not name: both get -EBADF.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "kvpoold.h"
+
+#define SLOT_NONE UINT32_MAX
+
+/* Called only with no free slot left. */
+static int grow(struct kvpd_client *c)
+{
+	uint32_t cap = c->seqs_cap ? c->seqs_cap * 2 : 64;
+	struct kvpd_seq_slot *s;
+
+	if (c->seqs_cap >= (1u << 24))
+		return -EMFILE;
+	s = realloc(c->seqs, (size_t)cap * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	for (uint32_t i = c->seqs_cap; i < cap; i++)
+		s[i] = (struct kvpd_seq_slot){ .next_free = i + 1 < cap ? i + 1 : SLOT_NONE };
+	c->seq_free_head = c->seqs_cap;
+	c->seqs = s;
+	c->seqs_cap = cap;
+	return 0;
+}
+
+int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle)
+{
+	struct kvpd_seq_slot *s;
+	uint32_t slot;
+
+	if ((c->seqs_cap == 0 || c->seq_free_head == SLOT_NONE) && grow(c))
+		return -ENOMEM;
+	slot = c->seq_free_head;
+	s = &c->seqs[slot];
+	c->seq_free_head = s->next_free;
+	s->seq = seq;
+	s->gen++;
+	c->seqs_open++;
+	c->pool->sequences++;
+	*handle = (uint64_t)s->gen << 32 | slot;
+	return 0;
+}
+
+struct kvc_seq *kvpd_seq_get(struct kvpd_client *c, uint64_t handle)
+{
+	uint32_t slot = (uint32_t)handle, gen = (uint32_t)(handle >> 32);
+
+	if (slot >= c->seqs_cap || !c->seqs[slot].seq || c->seqs[slot].gen != gen)
+		return NULL;
+	return c->seqs[slot].seq;
+}
+
+static void release_slot(struct kvpd_client *c, uint32_t slot)
+{
+	kvc_seq_destroy(c->seqs[slot].seq);
+	c->seqs[slot].seq = NULL;
+	c->seqs[slot].next_free = c->seq_free_head;
+	c->seq_free_head = slot;
+	c->seqs_open--;
+	c->pool->sequences--;
+}
+
+int kvpd_seq_close(struct kvpd_client *c, uint64_t handle)
+{
+	if (!kvpd_seq_get(c, handle))
+		return -EBADF;
+	release_slot(c, (uint32_t)handle);
+	return 0;
+}
+
+void kvpd_seqs_close_all(struct kvpd_client *c)
+{
+	for (uint32_t slot = 0; slot < c->seqs_cap && c->seqs_open; slot++)
+		if (c->seqs[slot].seq)
+			release_slot(c, slot);
+}

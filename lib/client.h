@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* libkvpool internals: the connection the public struct kvp_client stands for. */
+#ifndef LIBKVPOOL_CLIENT_H
+#define LIBKVPOOL_CLIENT_H
+
+#include <poll.h>
+#include <time.h>
+
+#include "libkvpool.h"
+
+struct kvp_client {
+	int sock, mem_fd, sq_efd, cq_efd; /* kept in this order: kvp_close walks them */
+	void *map;
+	size_t map_bytes;
+	uint32_t *sq_head, *sq_tail, *sq_flags;
+	uint32_t *cq_head, *cq_tail, *cq_flags;
+	struct kvp_sqe *sqes;
+	struct kvp_cqe *cqes;
+	uint32_t sq_entries, cq_entries;
+	uint32_t sq_local_tail;
+	uint8_t *arena;
+	uint64_t arena_bytes;
+	uint64_t features;
+	unsigned spin_us;
+	uint64_t next_user_data;
+	struct kvp_pool_info pool;
+};
+
+static inline uint64_t kvp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void kvp_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+#endif

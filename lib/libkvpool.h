@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libkvpool: what an inference engine links to use kvpoold.
+ *
+ * A struct kvp_client is one connection: its rings, its arena and its
+ * doorbells. It is not thread-safe; use one per thread. Every function returns
+ * 0 (or a non-negative count) on success and a negative errno on failure.
+ *
+ * Two levels: kvp_get_sqe / kvp_submit / kvp_peek_cqe / kvp_wait_cqe /
+ * kvp_cqe_seen drive the rings directly (batching, pipelining); the kvp_*
+ * calls below them submit one request, wait for its completion and return its
+ * result.
+ */
+#ifndef LIBKVPOOL_H
+#define LIBKVPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../uapi/kvpool.h"
+
+struct kvp_client;
+
+struct kvp_connect_opts {
+	const char *socket_path; /* NULL: $KVPOOL_SOCKET, else KVP_DEFAULT_SOCKET */
+	const char *pool;        /* NULL or "": attach to none */
+	const char *namespace_;  /* NULL or "": the shared default namespace */
+	uint32_t sq_entries;     /* 0: 64 */
+	uint64_t arena_bytes;    /* 0: 1 MiB */
+	unsigned spin_us;        /* how long kvp_wait_cqe spins before sleeping; 0: sleep at once */
+	bool admin;              /* ask for KVP_FEAT_ADMIN */
+};
+
+/*
+ * kvp_connect - connect to kvpoold and map the rings.
+ * Returns 0 and *out, or -errno: -ENOENT/-ECONNREFUSED (no daemon), -EPERM
+ * (namespace or admin refused), -ENODEV (no such pool), -EINVAL (bad options),
+ * -EPROTO (the daemon speaks another ABI).
+ */
+int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out);
+
+/* kvp_close - unmap, close the connection; the daemon closes every sequence left open. */
+void kvp_close(struct kvp_client *c);
+
+/* kvp_pool_info - the attached pool's geometry (zeros when attached to none). */
+const struct kvp_pool_info *kvp_pool_info(const struct kvp_client *c);
+
+/* kvp_features - the KVP_FEAT_* bits agreed at setup. */
+uint64_t kvp_features(const struct kvp_client *c);
+
+/*
+ * kvp_arena - the shared data arena: requests name their inputs and outputs
+ * by offsets into it. The blocking calls below use it from offset 0, so
+ * callers that mix both levels keep their own data above kvp_arena_reserved().
+ */
+void *kvp_arena(const struct kvp_client *c, uint64_t *bytes);
+
+/* kvp_get_sqe - the next free submission entry, zeroed; NULL when the SQ is full. */
+struct kvp_sqe *kvp_get_sqe(struct kvp_client *c);
+
+/* kvp_submit - publish the entries got since the last submit; returns how many. */
+int kvp_submit(struct kvp_client *c);
+
+/* kvp_peek_cqe - the oldest unseen completion, or -EAGAIN when there is none. */
+int kvp_peek_cqe(struct kvp_client *c, struct kvp_cqe **cqe);
+
+/*
+ * kvp_wait_cqe - the oldest unseen completion, spinning for spin_us and then
+ * sleeping on the CQ eventfd. -ECONNRESET if the daemon went away.
+ */
+int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe);
+
+/* kvp_cqe_seen - hand the completion's slot back to the daemon. */
+void kvp_cqe_seen(struct kvp_client *c, struct kvp_cqe *cqe);
+
+/* Blocking calls: one request each, completed before they return. */
+
+/* kvp_nop - a round trip that does nothing. */
+int kvp_nop(struct kvp_client *c);
+
+/*
+ * kvp_seq_open - open a sequence with its prompt. @salt (may be NULL) is mixed
+ * with the connection's namespace; @prefix < 0 means the prompt length.
+ */
+int kvp_seq_open(struct kvp_client *c, const uint32_t *tokens, uint32_t n, const void *salt,
+		 uint32_t salt_len, int64_t prefix, uint64_t *handle);
+
+/* kvp_seq_close - free the sequence's blocks and forget it. */
+int kvp_seq_close(struct kvp_client *c, uint64_t handle);
+
+/* kvp_append - add generated tokens to the sequence. */
+int kvp_append(struct kvp_client *c, uint64_t handle, const uint32_t *tokens, uint32_t n);
+
+/*
+ * kvp_lookup - the prefix-cache hit the sequence would get now (advisory: an
+ * ALLOC with use_cache may see less). Returns the hit length in tokens; with
+ * @lists non-NULL, copies the per-group ids there (@lists_bytes available).
+ */
+int kvp_lookup(struct kvp_client *c, uint64_t handle, struct kvp_block_lists *lists,
+	       size_t lists_bytes);
+
+/*
+ * kvp_alloc - allocate slots for @new_tokens (+ @lookahead); with @use_cache,
+ * look the prefix cache up and take the hit atomically, reporting its length
+ * in *hit_tokens. -ENOSPC when the pool is short. With @lists non-NULL,
+ * copies the new blocks' ids there.
+ */
+int kvp_alloc(struct kvp_client *c, uint64_t handle, uint32_t new_tokens, uint32_t lookahead,
+	      bool use_cache, uint32_t *hit_tokens, struct kvp_block_lists *lists,
+	      size_t lists_bytes);
+
+/* kvp_commit - @computed tokens now have their KV written: publish and drop. */
+int kvp_commit(struct kvp_client *c, uint64_t handle, uint32_t computed);
+
+/* kvp_free - release the sequence's blocks, keep the sequence (a preemption). */
+int kvp_free(struct kvp_client *c, uint64_t handle);
+
+/* kvp_get_table - copy the sequence's block tables. -EOVERFLOW if @bytes is short. */
+int kvp_get_table(struct kvp_client *c, uint64_t handle, struct kvp_block_lists *lists,
+		  size_t bytes);
+
+/* kvp_pool_stats - the attached pool's block counts. */
+int kvp_pool_stats(struct kvp_client *c, struct kvp_pool_stats *st);
+
+/*
+ * kvp_stats - the daemon's whole stats snapshot (struct kvp_stats_header,
+ * pool entries, client entries) into @buf. Returns the bytes written;
+ * -EOVERFLOW when @bytes is short.
+ */
+int kvp_stats(struct kvp_client *c, void *buf, size_t bytes);
+
+/* kvp_attach - attach the connection to pool @name (no sequence may be open). */
+int kvp_attach(struct kvp_client *c, const char *name);
+
+/* Admin calls (connect with .admin = true; -EPERM otherwise). */
+
+/* kvp_pool_create - create a pool; -EEXIST if the name is taken. */
+int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params);
+
+/* kvp_pool_destroy - destroy a pool; -EBUSY while another client uses it. */
+int kvp_pool_destroy(struct kvp_client *c, const char *name);
+
+/* kvp_evict - remove the cache entries of the given blocks; returns how many had one. */
+int kvp_evict(struct kvp_client *c, const uint32_t *ids, uint32_t n);
+
+/* kvp_reset - clear the attached pool's prefix cache; -EBUSY while blocks are in use. */
+int kvp_reset(struct kvp_client *c);
+
+/* kvp_dump_freeq - copy up to @max free-queue ids, head first; returns the queue length. */
+int kvp_dump_freeq(struct kvp_client *c, uint32_t *ids, uint32_t max);
+
+/* kvp_check - verify the attached pool's invariants: 0, or -EUCLEAN with @why filled. */
+int kvp_check(struct kvp_client *c, char *why, size_t why_len);
+
+/*
+ * Pool parameters in the words of kvtrace's pool/group lines and the config
+ * file: blocks, block_size, caching, free_order, publish, max_len,
+ * max_step_tokens, groups ("full swa:128 ..."), kv_heads, head_dim, dtype
+ * (f32|f16|bf16), layers_per_group.
+ */
+void kvp_pool_params_init(struct kvp_pool_params *p, const char *name);
+/* kvp_pool_params_set - one key=value; -EINVAL (unknown key, bad value). */
+int kvp_pool_params_set(struct kvp_pool_params *p, const char *key, const char *value);
+
+#endif

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libkvpool's blocking calls: each stages its input at the start of the arena,
+ * submits one entry and waits for its completion. They need the rings to
+ * themselves (-EBUSY while requests of the caller's own are in flight).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+
+struct call {
+	struct kvp_sqe sqe;
+	struct kvp_cqe cqe;
+	uint64_t used; /* arena bytes staged so far */
+};
+
+/* Copies @len bytes (if @data) to the arena; returns their offset, or -E2BIG. */
+static int64_t stage(struct kvp_client *c, struct call *call, const void *data, uint64_t len)
+{
+	uint64_t off = (call->used + 7) & ~7ull;
+
+	if (off > c->arena_bytes || len > c->arena_bytes - off)
+		return -E2BIG;
+	if (data && len)
+		memcpy(c->arena + off, data, len);
+	call->used = off + len;
+	return (int64_t)off;
+}
+
+/* Reserves @bytes of the arena for the reply. */
+static int reserve_out(struct kvp_client *c, struct call *call, uint64_t bytes)
+{
+	int64_t off;
+
+	if (bytes > UINT32_MAX)
+		return -E2BIG;
+	off = stage(c, call, NULL, bytes);
+	if (off < 0)
+		return (int)off;
+	call->sqe.out_addr = (uint64_t)off;
+	call->sqe.out_len = (uint32_t)bytes;
+	return 0;
+}
+
+static int run(struct kvp_client *c, struct call *call)
+{
+	struct kvp_sqe *sqe;
+	struct kvp_cqe *cqe;
+	int ret;
+
+	if (c->sq_local_tail != __atomic_load_n(c->cq_head, __ATOMIC_RELAXED))
+		return -EBUSY;
+	sqe = kvp_get_sqe(c);
+	if (!sqe)
+		return -EBUSY;
+	call->sqe.user_data = ++c->next_user_data;
+	*sqe = call->sqe;
+	ret = kvp_submit(c);
+	if (ret < 0)
+		return ret;
+	ret = kvp_wait_cqe(c, &cqe);
+	if (ret)
+		return ret;
+	call->cqe = *cqe;
+	kvp_cqe_seen(c, cqe);
+	if (call->cqe.user_data != call->sqe.user_data)
+		return -EPROTO;
+	return call->cqe.res;
+}
+
+static void *out_ptr(struct kvp_client *c, const struct call *call)
+{
+	return c->arena + call->sqe.out_addr;
+}
+
+int kvp_nop(struct kvp_client *c)
+{
+	struct call call = { .sqe.opcode = KVP_OP_NOP };
+
+	return run(c, &call);
+}
+
+int kvp_seq_open(struct kvp_client *c, const uint32_t *tokens, uint32_t n, const void *salt,
+		 uint32_t salt_len, int64_t prefix, uint64_t *handle)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_SEQ_OPEN, .len = n, .arg2 = salt_len } };
+	uint64_t token_bytes = (uint64_t)n * sizeof(*tokens);
+	int64_t off = stage(c, &call, NULL, token_bytes + salt_len);
+	int ret;
+
+	if (off < 0)
+		return (int)off;
+	/* The salt follows the tokens directly. */
+	memcpy(c->arena + off, tokens, token_bytes);
+	if (salt_len)
+		memcpy(c->arena + off + token_bytes, salt, salt_len);
+	call.sqe.addr = (uint64_t)off;
+	if (prefix >= 0) {
+		if (prefix > UINT32_MAX)
+			return -EINVAL;
+		call.sqe.op_flags = KVP_OPEN_PREFIX;
+		call.sqe.arg1 = (uint32_t)prefix;
+	}
+	ret = run(c, &call);
+	if (ret == 0)
+		*handle = call.cqe.aux;
+	return ret;
+}
+
+static int handle_op(struct kvp_client *c, uint8_t opcode, uint64_t handle, uint32_t len)
+{
+	struct call call = { .sqe = { .opcode = opcode, .handle = handle, .len = len } };
+
+	return run(c, &call);
+}
+
+int kvp_seq_close(struct kvp_client *c, uint64_t handle)
+{
+	return handle_op(c, KVP_OP_SEQ_CLOSE, handle, 0);
+}
+
+int kvp_commit(struct kvp_client *c, uint64_t handle, uint32_t computed)
+{
+	return handle_op(c, KVP_OP_COMMIT, handle, computed);
+}
+
+int kvp_free(struct kvp_client *c, uint64_t handle)
+{
+	return handle_op(c, KVP_OP_FREE, handle, 0);
+}
+
+int kvp_append(struct kvp_client *c, uint64_t handle, const uint32_t *tokens, uint32_t n)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_APPEND_TOKENS, .handle = handle, .len = n } };
+	int64_t off = stage(c, &call, tokens, (uint64_t)n * sizeof(*tokens));
+
+	if (off < 0)
+		return (int)off;
+	call.sqe.addr = (uint64_t)off;
+	return run(c, &call);
+}
+
+/* Runs a call whose reply is block lists, copying them to @lists when given. */
+static int lists_call(struct kvp_client *c, struct call *call, struct kvp_block_lists *lists,
+		      size_t bytes)
+{
+	int ret;
+
+	if (lists && (ret = reserve_out(c, call, bytes)))
+		return ret;
+	ret = run(c, call);
+	if (ret >= 0 && lists && !(call->cqe.flags & KVP_CQE_F_OVERFLOW))
+		memcpy(lists, out_ptr(c, call), call->sqe.out_len);
+	return ret;
+}
+
+int kvp_lookup(struct kvp_client *c, uint64_t handle, struct kvp_block_lists *lists,
+	       size_t lists_bytes)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_LOOKUP, .handle = handle } };
+
+	return lists_call(c, &call, lists, lists_bytes);
+}
+
+int kvp_alloc(struct kvp_client *c, uint64_t handle, uint32_t new_tokens, uint32_t lookahead,
+	      bool use_cache, uint32_t *hit_tokens, struct kvp_block_lists *lists,
+	      size_t lists_bytes)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_ALLOC, .handle = handle, .len = new_tokens,
+				      .arg1 = lookahead,
+				      .op_flags = use_cache ? KVP_ALLOC_USE_CACHE : 0 } };
+	int ret = lists_call(c, &call, lists, lists_bytes);
+
+	if (ret == 0 && hit_tokens)
+		*hit_tokens = (uint32_t)call.cqe.aux;
+	if (ret == 0 && lists && (call.cqe.flags & KVP_CQE_F_OVERFLOW))
+		return -EOVERFLOW;
+	return ret;
+}
+
+int kvp_get_table(struct kvp_client *c, uint64_t handle, struct kvp_block_lists *lists,
+		  size_t bytes)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_GET_TABLE, .handle = handle } };
+
+	return lists_call(c, &call, lists, bytes);
+}
+
+int kvp_pool_stats(struct kvp_client *c, struct kvp_pool_stats *st)
+{
+	struct call call = { .sqe.opcode = KVP_OP_POOL_STATS };
+	int ret = reserve_out(c, &call, sizeof(*st)) ?: run(c, &call);
+
+	if (ret == 0)
+		memcpy(st, out_ptr(c, &call), sizeof(*st));
+	return ret;
+}
+
+int kvp_stats(struct kvp_client *c, void *buf, size_t bytes)
+{
+	struct call call = { .sqe.opcode = KVP_OP_STATS };
+	int ret = reserve_out(c, &call, bytes) ?: run(c, &call);
+
+	if (ret > 0)
+		memcpy(buf, out_ptr(c, &call), (size_t)ret);
+	return ret;
+}
+
+static int name_call(struct kvp_client *c, uint8_t opcode, const char *name)
+{
+	struct call call = { .sqe = { .opcode = opcode, .len = (uint32_t)strlen(name) } };
+	int64_t off = stage(c, &call, name, strlen(name));
+
+	if (off < 0)
+		return (int)off;
+	call.sqe.addr = (uint64_t)off;
+	return run(c, &call);
+}
+
+int kvp_attach(struct kvp_client *c, const char *name)
+{
+	return name_call(c, KVP_OP_ATTACH, name);
+}
+
+int kvp_pool_destroy(struct kvp_client *c, const char *name)
+{
+	return name_call(c, KVP_OP_POOL_DESTROY, name);
+}
+
+int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_POOL_CREATE, .len = sizeof(*params) } };
+	int64_t off = stage(c, &call, params, sizeof(*params));
+
+	if (off < 0)
+		return (int)off;
+	call.sqe.addr = (uint64_t)off;
+	return run(c, &call);
+}
+
+int kvp_evict(struct kvp_client *c, const uint32_t *ids, uint32_t n)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_EVICT, .len = n } };
+	int64_t off = stage(c, &call, ids, (uint64_t)n * sizeof(*ids));
+
+	if (off < 0)
+		return (int)off;
+	call.sqe.addr = (uint64_t)off;
+	return run(c, &call);
+}
+
+int kvp_reset(struct kvp_client *c)
+{
+	struct call call = { .sqe.opcode = KVP_OP_RESET };
+
+	return run(c, &call);
+}
+
+int kvp_dump_freeq(struct kvp_client *c, uint32_t *ids, uint32_t max)
+{
+	struct call call = { .sqe.opcode = KVP_OP_DUMP_FREEQ };
+	int ret = reserve_out(c, &call, (uint64_t)max * sizeof(*ids)) ?: run(c, &call);
+
+	if (ret > 0)
+		memcpy(ids, out_ptr(c, &call), (size_t)((uint32_t)ret < max ? (uint32_t)ret : max) * sizeof(*ids));
+	return ret;
+}
+
+int kvp_check(struct kvp_client *c, char *why, size_t why_len)
+{
+	struct call call = { .sqe.opcode = KVP_OP_CHECK };
+	int ret = reserve_out(c, &call, 256);
+
+	if (ret)
+		return ret;
+	ret = run(c, &call);
+	if (why && why_len)
+		snprintf(why, why_len, "%.*s", 255, (const char *)out_ptr(c, &call));
+	return ret;
+}

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/* Pool parameters from key=value words: shared by kvctl, the config file and engines. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libkvpool.h"
+
+void kvp_pool_params_init(struct kvp_pool_params *p, const char *name)
+{
+	memset(p, 0, sizeof(*p));
+	if (name)
+		strncpy(p->name, name, sizeof(p->name) - 1);
+	p->caching = 1;
+	p->max_len = 2147483647u;
+	p->max_step_tokens = 1;
+}
+
+static int parse_u32(const char *s, uint32_t min, uint32_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > UINT32_MAX)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_choice(const char *s, const char *const *names, unsigned n, uint8_t *out)
+{
+	for (unsigned i = 0; i < n; i++) {
+		if (!strcmp(s, names[i])) {
+			*out = (uint8_t)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* "full swa:128 rswa:64,chunked:256": kinds with their parameter, blank or comma separated. */
+static int parse_groups(struct kvp_pool_params *p, const char *spec)
+{
+	static const char *const kinds[] = { "full", "swa", "rswa", "chunked", "cyclic" };
+	static const uint32_t min_param[] = { 0, 2, 1, 1, 1 };
+	char buf[512], *save = NULL;
+	unsigned n = 0;
+
+	if (strlen(spec) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, spec);
+	for (char *tok = strtok_r(buf, " ,\t", &save); tok; tok = strtok_r(NULL, " ,\t", &save)) {
+		char *colon = strchr(tok, ':');
+		uint8_t kind;
+		uint32_t param = 0;
+
+		if (n == KVP_MAX_GROUPS)
+			return -EINVAL;
+		if (colon)
+			*colon = '\0';
+		if (parse_choice(tok, kinds, 5, &kind))
+			return -EINVAL;
+		if ((kind == KVP_KIND_FULL) != !colon)
+			return -EINVAL;
+		if (colon && parse_u32(colon + 1, min_param[kind], &param))
+			return -EINVAL;
+		p->group_kind[n] = kind;
+		p->group_param[n] = param;
+		n++;
+	}
+	if (n == 0)
+		return -EINVAL;
+	p->num_groups = (uint8_t)n;
+	return 0;
+}
+
+int kvp_pool_params_set(struct kvp_pool_params *p, const char *key, const char *value)
+{
+	static const char *const on_off[] = { "off", "on" };
+	static const char *const orders[] = { "split", "append" };
+	static const char *const publish[] = { "commit", "alloc" };
+	static const char *const dtypes[] = { "f32", "f16", "bf16" };
+	uint8_t v8 = 0;
+	int ret;
+
+	if (!strcmp(key, "blocks"))
+		return parse_u32(value, 2, &p->num_blocks);
+	if (!strcmp(key, "block_size"))
+		return parse_u32(value, 1, &p->block_size);
+	if (!strcmp(key, "caching"))
+		return parse_choice(value, on_off, 2, &p->caching);
+	if (!strcmp(key, "free_order"))
+		return parse_choice(value, orders, 2, &p->free_order);
+	if (!strcmp(key, "publish"))
+		return parse_choice(value, publish, 2, &p->publish);
+	if (!strcmp(key, "max_len"))
+		return parse_u32(value, 1, &p->max_len);
+	if (!strcmp(key, "max_step_tokens"))
+		return parse_u32(value, 1, &p->max_step_tokens);
+	if (!strcmp(key, "groups"))
+		return parse_groups(p, value);
+	if (!strcmp(key, "kv_heads"))
+		return parse_u32(value, 1, &p->kv_heads);
+	if (!strcmp(key, "head_dim"))
+		return parse_u32(value, 1, &p->head_dim);
+	if (!strcmp(key, "layers_per_group"))
+		return parse_u32(value, 1, &p->layers_per_group);
+	if (!strcmp(key, "dtype")) {
+		ret = parse_choice(value, dtypes, 3, &v8);
+		if (!ret)
+			p->dtype = v8;
+		return ret;
+	}
+	return -EINVAL;
+}
