@@ -38,6 +38,8 @@ for variant in "" asan; do
 		run "trace/$tag/${trace##*/}" "$bin/kvtrace" "$trace"
 	done
 	run "cli/$tag/kvtrace" tests/kvtrace_cli.sh "$bin/kvtrace"
+	run "demo/$tag" "$bin/kvtrace" docs/demo.trace
+	run "bench/$tag/core" "$bin/kvbench" core --rounds 1
 done
 
 if command -v clang >/dev/null; then
