@@ -51,12 +51,14 @@ TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_c
 BENCH_SRC := tools/kvbench.c tools/bench_core.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+INTEG_SRC := $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
+INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
 .PHONY: all deps test demo clean
-all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN)
+all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -90,6 +92,11 @@ $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB)
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -o $@
+
+$(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
+		$(BUILD)/tests/integration/harness.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -o $@
 
 # The debug + sanitizer core on its own, for building a single unit test by hand.
 build/libkvcore-debug.a: FORCE

@@ -63,7 +63,8 @@ static int write_lists(const struct kvpd_client *c, const struct kvp_sqe *sqe,
 	memcpy(out, &head, sizeof(head));
 	out += sizeof(head);
 	for (uint32_t g = 0; g < n; g++) {
-		memcpy(out, ids[g], (size_t)counts[g] * sizeof(uint32_t));
+		if (counts[g])
+			memcpy(out, ids[g], (size_t)counts[g] * sizeof(uint32_t));
 		out += (size_t)counts[g] * sizeof(uint32_t);
 	}
 	return 0;

@@ -39,6 +39,12 @@ for variant in "" asan; do
 	done
 	run "cli/$tag/kvtrace" tests/kvtrace_cli.sh "$bin/kvtrace"
 	run "demo/$tag" "$bin/kvtrace" docs/demo.trace
+	daemon=${variant:+build/$variant/bin/kvpoold}
+	daemon=${daemon:-daemon/kvpoold}
+	run "daemon/$tag/traces" tests/daemon_traces.sh "$daemon" "$bin/kvtrace"
+	for t in "$dir"/tests/integration/*; do
+		[ -x "$t" ] && run "integration/$tag/${t##*/}" env KVPOOLD="$daemon" "$t"
+	done
 	run "bench/$tag/core" "$bin/kvbench" core --rounds 1
 done
 

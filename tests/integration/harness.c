@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+int daemon_start(struct daemon *d, const char *const *extra_args)
+{
+	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
+	const char *argv[32] = { bin, "--socket", NULL, "-v" };
+	unsigned argc = 4;
+
+	strcpy(d->dir, "/tmp/kvpool-test-XXXXXX");
+	if (!mkdtemp(d->dir))
+		return -errno;
+	snprintf(d->socket, sizeof(d->socket), "%s/kvpool.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvpoold.log", d->dir);
+	argv[2] = d->socket;
+	for (unsigned i = 0; extra_args && extra_args[i] && argc < 30; i++)
+		argv[argc++] = extra_args[i];
+	argv[argc] = NULL;
+
+	d->pid = fork();
+	if (d->pid < 0)
+		return -errno;
+	if (d->pid == 0) {
+		if (!freopen(d->log, "w", stderr))
+			_exit(127);
+		execv(bin, (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct kvp_connect_opts o = { .socket_path = d->socket };
+		struct kvp_client *c;
+		int status;
+
+		if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+			fprintf(stderr, "kvpoold exited at start; log %s\n", d->log);
+			return -ECHILD;
+		}
+		if (kvp_connect(&o, &c) == 0) {
+			kvp_close(c);
+			return 0;
+		}
+		usleep(10000);
+	}
+	return -ETIMEDOUT;
+}
+
+int daemon_stop(struct daemon *d)
+{
+	int status;
+
+	if (kill(d->pid, SIGTERM) || waitpid(d->pid, &status, 0) != d->pid)
+		return -1;
+	if (!WIFEXITED(status)) {
+		fprintf(stderr, "kvpoold died of signal %d; log %s\n", WTERMSIG(status), d->log);
+		return -1;
+	}
+	if (WEXITSTATUS(status) == 0) {
+		unlink(d->log);
+		rmdir(d->dir);
+	} else {
+		fprintf(stderr, "kvpoold exited %d; log %s\n", WEXITSTATUS(status), d->log);
+	}
+	return WEXITSTATUS(status);
+}
+
+long daemon_rss_kib(const struct daemon *d)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, const char *ns,
+				  bool admin)
+{
+	struct kvp_connect_opts o = {
+		.socket_path = d->socket, .pool = pool, .namespace_ = ns, .admin = admin,
+		.arena_bytes = 4u << 20,
+	};
+	struct kvp_client *c;
+	int ret = kvp_connect(&o, &c);
+
+	if (ret) {
+		fprintf(stderr, "connect to %s (pool '%s', ns '%s'): %s\n", d->socket, pool ? pool : "",
+			ns ? ns : "", strerror(-ret));
+		exit(1);
+	}
+	return c;
+}
+
+void create_pool_or_die(const struct daemon *d, const char *name, const char *const *kv)
+{
+	struct kvp_client *c = connect_or_die(d, "", "", true);
+	struct kvp_pool_params p;
+	int ret;
+
+	kvp_pool_params_init(&p, name);
+	for (unsigned i = 0; kv[i]; i++) {
+		char key[64];
+		const char *eq = strchr(kv[i], '=');
+
+		CHECK(eq && (size_t)(eq - kv[i]) < sizeof(key));
+		memcpy(key, kv[i], (size_t)(eq - kv[i]));
+		key[eq - kv[i]] = '\0';
+		CHECK(kvp_pool_params_set(&p, key, eq + 1) == 0);
+	}
+	ret = kvp_pool_create(c, &p);
+	if (ret) {
+		fprintf(stderr, "pool create %s: %s\n", name, strerror(-ret));
+		exit(1);
+	}
+	kvp_close(c);
+}
+
+void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool_stats *st)
+{
+	struct kvp_client *c = connect_or_die(d, pool, "", true);
+	char why[256];
+	int ret = kvp_check(c, why, sizeof(why));
+
+	if (ret) {
+		fprintf(stderr, "pool %s: invariants broken: %s\n", pool, why);
+		exit(1);
+	}
+	if (st)
+		CHECK_EQ(kvp_pool_stats(c, st), 0);
+	kvp_close(c);
+}
+
+pid_t fork_child(int (*fn)(void *arg), void *arg)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(fn(arg));
+	return pid;
+}
+
+int wait_child(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}

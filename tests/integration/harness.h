@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration-test harness: start a real kvpoold on a private socket, connect
+ * clients, fork client processes, and stop the daemon checking it exits 0.
+ * The daemon binary comes from $KVPOOLD (default daemon/kvpoold).
+ */
+#ifndef KVPOOL_TEST_HARNESS_H
+#define KVPOOL_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "../../lib/libkvpool.h"
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char socket[128];
+	char log[128];
+};
+
+/* Starts kvpoold with @extra_args (NULL-terminated, may be NULL); waits until it accepts. */
+int daemon_start(struct daemon *d, const char *const *extra_args);
+/* SIGTERM, then waits: returns the exit status (0 expected), or -1. */
+int daemon_stop(struct daemon *d);
+/* The daemon's resident set size in KiB (from /proc), or -1. */
+long daemon_rss_kib(const struct daemon *d);
+
+/* Connects to @d: attached to @pool ("" for none), in @ns, admin or not; aborts the test on failure. */
+struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, const char *ns,
+				  bool admin);
+/* Creates a pool from kvctl-style "key=value" words (NULL-terminated). */
+void create_pool_or_die(const struct daemon *d, const char *name, const char *const *kv);
+/* The pool's stats through an admin CHECK first: aborts if invariants are broken. */
+void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool_stats *st);
+
+/* Runs @fn(@arg) in a forked child; returns its pid. */
+pid_t fork_child(int (*fn)(void *arg), void *arg);
+/* Waits for @pid; returns its exit status, or 128 + signal. */
+int wait_child(pid_t pid);
+
+#define CHECK(cond)                                                                        \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                     \
+	do {                                                                               \
+		long long a_ = (long long)(a), b_ = (long long)(b);                        \
+		if (a_ != b_) {                                                            \
+			fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__,   \
+				__LINE__, #a, a_, #b, b_);                                 \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+#endif
