@@ -54,7 +54,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_SRC := $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
 INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
-TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl
+TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
 .PHONY: all deps test demo clean
@@ -80,6 +80,10 @@ $(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
 $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
+
+$(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -o $@
 
 $(BIN)/kvctl: $(BUILD)/tools/kvctl.o $(LIB_A)
 	@mkdir -p $(@D)
@@ -111,10 +115,9 @@ test: deps
 	$(MAKE) --no-print-directory VARIANT=asan all
 	tests/run.sh
 
-# Until kvpoold lands, the demo replays three engines' requests in process.
 demo: deps
 	$(MAKE) --no-print-directory all
-	tools/kvtrace docs/demo.trace
+	tools/demo.sh
 
 clean:
 	rm -rf build $(TOOLS) daemon/kvpoold
