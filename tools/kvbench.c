@@ -16,6 +16,12 @@ static const char usage[] =
 	"                      per commit and per free; 64 live sequences sharing a\n"
 	"                      256-token prefix, 256 decode steps each, on one full\n"
 	"                      group and on full+swa (default 20 rounds)\n"
+	"  limits              this machine's cross-process round trips without kvpool:\n"
+	"                      busy-polled shared memory, eventfd sleep/wake\n"
+	"  rtt [--iters N] [--daemon PATH]\n"
+	"                      NOP and ALLOC through a kvpoold it starts (median, p99,\n"
+	"                      batched ns/op) in spin and in sleep mode, next to the\n"
+	"                      in-process ALLOC and the limits (default 20000 round trips)\n"
 	"\n"
 	"  -h, --help          show this help and exit\n";
 
@@ -42,6 +48,10 @@ int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "core"))
 		return bench_core(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "limits"))
+		return bench_limits(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "rtt"))
+		return bench_rtt(argc - 1, argv + 1);
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		fputs(usage, stdout);
 		return 0;

@@ -2,6 +2,7 @@
 #ifndef KVPOOL_KVBENCH_H
 #define KVPOOL_KVBENCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -16,6 +17,20 @@ static inline uint64_t bench_now_ns(void)
 /* Prints the machine line every benchmark starts with (cores, CPU model). */
 void bench_print_machine(void);
 
+struct bench_pct {
+	uint64_t median, p99;
+};
+/* Sorts @samples. */
+void bench_percentiles(uint64_t *samples, size_t n, struct bench_pct *out);
+
+struct bench_limits {
+	struct bench_pct ring, eventfd;
+};
+int bench_measure_limits(struct bench_limits *l);
+void bench_print_limits(const struct bench_limits *l);
+
 int bench_core(int argc, char **argv);
+int bench_limits(int argc, char **argv);
+int bench_rtt(int argc, char **argv);
 
 #endif

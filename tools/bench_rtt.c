@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvbench rtt: requests through a real kvpoold, in spin mode (daemon and
+ * client busy-poll) and sleep mode (both sleep at once and wake each other),
+ * next to the same allocator call in process and this machine's limits.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../lib/libkvpool.h"
+#include "kvbench.h"
+#include "kvcore.h"
+
+#define BATCH 64
+#define TOKENS_PER_SEQ 4096
+
+struct mode_result {
+	struct bench_pct nop, alloc;
+	double nop_batched_ns, alloc_batched_ns;
+};
+
+struct rtt_opts {
+	char daemon[PATH_MAX];
+	unsigned iters;
+};
+
+/* kvpoold beside this binary (build variants), else the source tree's daemon/. */
+static void default_daemon(char *out, size_t len)
+{
+	char exe[PATH_MAX / 2];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	snprintf(out, len, "daemon/kvpoold");
+	if (n <= 0)
+		return;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	snprintf(out, len, "%s/kvpoold", exe);
+	if (access(out, X_OK))
+		snprintf(out, len, "%s/../daemon/kvpoold", exe);
+}
+
+static pid_t start_daemon(const char *bin, const char *sock, unsigned spin_us)
+{
+	char spin[16];
+	pid_t pid;
+
+	snprintf(spin, sizeof(spin), "%u", spin_us);
+	pid = fork();
+	if (pid == 0) {
+		execl(bin, bin, "--socket", sock, "--spin-us", spin, (char *)NULL);
+		fprintf(stderr, "kvbench: exec %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	for (int i = 0; pid > 0 && i < 500; i++) {
+		struct kvp_connect_opts o = { .socket_path = sock };
+		struct kvp_client *c;
+
+		if (kvp_connect(&o, &c) == 0) {
+			kvp_close(c);
+			return pid;
+		}
+		usleep(10000);
+	}
+	return -1;
+}
+
+static int make_pool(const char *sock)
+{
+	struct kvp_connect_opts o = { .socket_path = sock, .admin = true };
+	struct kvp_pool_params p;
+	struct kvp_client *c;
+	int ret = kvp_connect(&o, &c);
+
+	if (ret)
+		return ret;
+	kvp_pool_params_init(&p, "bench");
+	p.num_blocks = 65536;
+	p.block_size = 16;
+	p.num_groups = 1;
+	p.group_kind[0] = KVP_KIND_FULL;
+	ret = kvp_pool_create(c, &p);
+	kvp_close(c);
+	return ret;
+}
+
+static int measure_nop(struct kvp_client *c, unsigned iters, struct mode_result *r)
+{
+	uint64_t *samples = calloc(iters, sizeof(*samples)), start;
+	int ret = 0;
+
+	if (!samples)
+		return -ENOMEM;
+	for (unsigned i = 0; i < iters && !ret; i++) {
+		start = bench_now_ns();
+		ret = kvp_nop(c);
+		samples[i] = bench_now_ns() - start;
+	}
+	bench_percentiles(samples, iters, &r->nop);
+	free(samples);
+	if (ret)
+		return ret;
+
+	unsigned batches = iters / BATCH + 1;
+
+	start = bench_now_ns();
+	for (unsigned b = 0; b < batches; b++) {
+		struct kvp_cqe *cqe;
+
+		for (unsigned i = 0; i < BATCH; i++)
+			kvp_get_sqe(c)->opcode = KVP_OP_NOP;
+		kvp_submit(c);
+		for (unsigned i = 0; i < BATCH; i++) {
+			if ((ret = kvp_wait_cqe(c, &cqe)))
+				return ret;
+			kvp_cqe_seen(c, cqe);
+		}
+	}
+	r->nop_batched_ns = (double)(bench_now_ns() - start) / (batches * BATCH);
+	return 0;
+}
+
+/* One decode step's ALLOC, timed alone: the append before and commit after are not. */
+static int measure_alloc(struct kvp_client *c, unsigned iters, struct mode_result *r)
+{
+	uint64_t *samples = calloc(iters, sizeof(*samples)), seq = 0;
+	uint32_t token = 1, len = 0;
+	int ret = 0;
+
+	if (!samples)
+		return -ENOMEM;
+	for (unsigned i = 0; i < iters && !ret; i++) {
+		uint64_t start;
+
+		if (len % TOKENS_PER_SEQ == 0) {
+			if (len)
+				kvp_seq_close(c, seq);
+			ret = kvp_seq_open(c, &token, 1, NULL, 0, -1, &seq);
+			len = 1;
+		} else {
+			ret = kvp_append(c, seq, &token, 1);
+			len++;
+		}
+		start = bench_now_ns();
+		ret = ret ?: kvp_alloc(c, seq, 1, 0, false, NULL, NULL, 0);
+		samples[i] = bench_now_ns() - start;
+		ret = ret ?: kvp_commit(c, seq, len);
+	}
+	kvp_seq_close(c, seq);
+	bench_percentiles(samples, iters, &r->alloc);
+	free(samples);
+	return ret;
+}
+
+/* Runs one batch of @op on every sequence, tokens (for APPEND) staged at arena offset 0. */
+static int batch(struct kvp_client *c, const uint64_t *seqs, uint8_t op, uint32_t len)
+{
+	struct kvp_cqe *cqe;
+	int ret = 0;
+
+	for (unsigned s = 0; s < BATCH; s++) {
+		struct kvp_sqe *sqe = kvp_get_sqe(c);
+
+		sqe->opcode = op;
+		sqe->handle = seqs[s];
+		sqe->len = op == KVP_OP_ALLOC ? 1 : op == KVP_OP_APPEND_TOKENS ? 1 : len;
+	}
+	kvp_submit(c);
+	for (unsigned s = 0; s < BATCH; s++) {
+		int r = kvp_wait_cqe(c, &cqe);
+
+		if (r)
+			return r;
+		if (cqe->res < 0 && !ret)
+			ret = cqe->res;
+		kvp_cqe_seen(c, cqe);
+	}
+	return ret;
+}
+
+static int measure_alloc_batched(struct kvp_client *c, unsigned iters, struct mode_result *r)
+{
+	uint64_t seqs[BATCH], alloc_ns = 0;
+	uint32_t token = 1, *arena = kvp_arena(c, NULL);
+	unsigned steps = iters / BATCH + 16;
+	int ret = 0;
+
+	arena[0] = token;
+	for (unsigned s = 0; s < BATCH && !ret; s++)
+		ret = kvp_seq_open(c, &token, 1, NULL, 0, -1, &seqs[s]);
+	for (unsigned step = 0; step < steps && !ret; step++) {
+		uint64_t start;
+
+		ret = step ? batch(c, seqs, KVP_OP_APPEND_TOKENS, 1) : 0;
+		start = bench_now_ns();
+		ret = ret ?: batch(c, seqs, KVP_OP_ALLOC, 1);
+		alloc_ns += bench_now_ns() - start;
+		ret = ret ?: batch(c, seqs, KVP_OP_COMMIT, step + 1);
+	}
+	for (unsigned s = 0; s < BATCH; s++)
+		kvp_seq_close(c, seqs[s]);
+	r->alloc_batched_ns = (double)alloc_ns / ((double)steps * BATCH);
+	return ret;
+}
+
+static int run_mode(const struct rtt_opts *o, bool spin, struct mode_result *r)
+{
+	char dir[] = "/tmp/kvbench-XXXXXX", sock[64];
+	struct kvp_connect_opts copts = { .pool = "bench", .spin_us = spin ? 1000 : 0,
+					  .sq_entries = 256 };
+	unsigned iters = spin ? o->iters : o->iters / 10;
+	struct kvp_client *c;
+	pid_t pid;
+	int ret, status;
+
+	if (!mkdtemp(dir))
+		return -errno;
+	snprintf(sock, sizeof(sock), "%s/kvpool.sock", dir);
+	copts.socket_path = sock;
+	pid = start_daemon(o->daemon, sock, spin ? 1000 : 0);
+	if (pid < 0) {
+		rmdir(dir);
+		return -ECHILD;
+	}
+	ret = make_pool(sock) ?: kvp_connect(&copts, &c);
+	if (!ret) {
+		ret = measure_nop(c, iters, r) ?: measure_alloc(c, iters, r) ?:
+		      measure_alloc_batched(c, iters, r);
+		kvp_close(c);
+	}
+	kill(pid, SIGTERM);
+	waitpid(pid, &status, 0);
+	rmdir(dir);
+	return ret;
+}
+
+static double in_process_alloc_ns(void)
+{
+	struct kvc_pool_config cfg;
+	struct kvc_pool *pool;
+	struct kvc_seq *seqs[BATCH];
+	struct kvc_alloc_req req = { .new_tokens = 1 };
+	struct kvc_alloc_res res;
+	uint32_t token = 1;
+	uint64_t ns = 0;
+	unsigned steps = 1024;
+
+	kvc_pool_config_init(&cfg, 65536, 16);
+	cfg.num_groups = 1;
+	cfg.groups[0].kind = KVC_FULL;
+	if (kvc_pool_create(&cfg, &pool))
+		return -1;
+	for (unsigned s = 0; s < BATCH; s++)
+		if (kvc_seq_create(pool, &token, 1, NULL, 0, -1, &seqs[s]))
+			return -1;
+	for (unsigned step = 0; step < steps; step++) {
+		uint64_t start;
+
+		for (unsigned s = 0; step && s < BATCH; s++)
+			kvc_seq_append(seqs[s], &token, 1);
+		start = bench_now_ns();
+		for (unsigned s = 0; s < BATCH; s++)
+			kvc_alloc(seqs[s], &req, &res);
+		ns += bench_now_ns() - start;
+		for (unsigned s = 0; s < BATCH; s++)
+			kvc_seq_computed(seqs[s], step + 1);
+	}
+	kvc_pool_destroy(pool);
+	return (double)ns / ((double)steps * BATCH);
+}
+
+int bench_rtt(int argc, char **argv)
+{
+	struct rtt_opts o = { .iters = 20000 };
+	struct mode_result modes[2];
+	struct bench_limits limits;
+	double in_process;
+	int ret;
+
+	default_daemon(o.daemon, sizeof(o.daemon));
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--daemon") && i + 1 < argc) {
+			snprintf(o.daemon, sizeof(o.daemon), "%s", argv[++i]);
+		} else if (!strcmp(argv[i], "--iters") && i + 1 < argc && atoi(argv[i + 1]) >= 100) {
+			o.iters = (unsigned)atoi(argv[++i]);
+		} else {
+			fprintf(stderr, "kvbench rtt: bad argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	bench_print_machine();
+	printf("# kvbench rtt: %u round trips in spin mode, %u in sleep mode, batches of %d; daemon %s\n",
+	       o.iters, o.iters / 10, BATCH, o.daemon);
+	ret = bench_measure_limits(&limits);
+	for (int m = 0; m < 2 && !ret; m++)
+		ret = run_mode(&o, m == 0, &modes[m]);
+	if (ret) {
+		fprintf(stderr, "kvbench rtt: %s\n", strerror(-ret));
+		return 1;
+	}
+	in_process = in_process_alloc_ns();
+	bench_print_limits(&limits);
+	printf("%-6s %-6s %12s %12s %16s %14s\n", "mode", "op", "median_ns", "p99_ns",
+	       "batched_ns/op", "in_process_ns");
+	for (int m = 0; m < 2; m++) {
+		const struct mode_result *r = &modes[m];
+		const char *name = m ? "sleep" : "spin";
+
+		printf("%-6s %-6s %12llu %12llu %16.1f %14s\n", name, "NOP",
+		       (unsigned long long)r->nop.median, (unsigned long long)r->nop.p99,
+		       r->nop_batched_ns, "-");
+		printf("%-6s %-6s %12llu %12llu %16.1f %14.1f\n", name, "ALLOC",
+		       (unsigned long long)r->alloc.median, (unsigned long long)r->alloc.p99,
+		       r->alloc_batched_ns, in_process);
+	}
+	return 0;
+}
