@@ -57,7 +57,7 @@ INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
-.PHONY: all deps test demo clean
+.PHONY: all deps test demo install clean
 all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
 
 $(BUILD)/%.o: %.c
@@ -118,6 +118,17 @@ test: deps
 demo: deps
 	$(MAKE) --no-print-directory all
 	tools/demo.sh
+
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include/kvpool/lib $(DESTDIR)$(PREFIX)/include/kvpool/uapi
+	install -m 755 daemon/kvpoold $(DESTDIR)$(PREFIX)/sbin/
+	install -m 755 tools/kvctl tools/kvtrace tools/kvbench tools/kvengine $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 build/libkvpool.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 lib/libkvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/lib/
+	install -m 644 uapi/kvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/uapi/
+	sed 's|@PREFIX@|$(PREFIX)|' lib/libkvpool.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/libkvpool.pc
 
 clean:
 	rm -rf build $(TOOLS) daemon/kvpoold

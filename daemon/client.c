@@ -270,6 +270,8 @@ int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
 		return ret ? ret : -EIO;
 	}
 	c->ready = true;
+	c->active_idx = d->nactive;
+	d->active[d->nactive++] = c;
 	d->connected++;
 	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
 		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
@@ -302,6 +304,8 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	if (c->ready) {
 		d->disconnected++;
 		d->killed += killed;
+		d->active[c->active_idx] = d->active[--d->nactive];
+		d->active[c->active_idx]->active_idx = c->active_idx;
 	}
 	kvpd_log(d, 1, "client %u (pid %d) %s: %s; %u sequences closed", c->gen, (int)c->pid,
 		 c->ready ? "disconnected" : "refused", why, c->seqs_open);

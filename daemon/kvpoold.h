@@ -40,6 +40,7 @@ struct kvpd_client {
 	gid_t gid;
 	bool admin;
 	bool ready;          /* setup done, rings mapped */
+	unsigned active_idx; /* in kvpd.active while ready */
 	bool dead;
 	uint64_t accepted_ns;
 	char namespace_[KVP_NAME_MAX];
@@ -57,6 +58,7 @@ struct kvpd_client {
 	uint32_t sq_entries, cq_entries;
 	uint32_t sq_next;    /* our own copies of the indices we own */
 	uint32_t cq_next;
+	uint32_t cq_head_seen; /* the client's CQ head when last read and checked */
 	bool sleeping_flag_set;
 
 	struct kvpd_seq_slot *seqs;
@@ -97,6 +99,8 @@ struct kvpd {
 
 	struct kvpd_client **clients; /* by slot */
 	unsigned nclients;
+	struct kvpd_client **active;  /* set up, dense: what the loop polls */
+	unsigned nactive;
 	uint64_t client_gen;
 
 	uint64_t connected, disconnected, killed;

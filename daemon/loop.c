@@ -246,38 +246,38 @@ static unsigned reap_events(struct kvpd *d)
 	return n;
 }
 
-/* Round robin from a rotating start, a bounded budget each: no client starves the rest. */
+/*
+ * Round robin from a rotating start, a bounded budget each: no client starves
+ * the rest. A client closed while serving (corrupt ring) is swapped out of
+ * d->active; the next one may then be skipped this turn, never served twice.
+ */
 static unsigned serve_clients(struct kvpd *d, unsigned *cursor)
 {
-	unsigned done = 0, max = d->cfg.max_clients;
+	unsigned done = 0, n = d->nactive;
 
-	for (unsigned k = 0; k < max && d->nclients; k++) {
-		struct kvpd_client *c = d->clients[(*cursor + k) % max];
-		int n;
+	for (unsigned k = 0; k < n && k < d->nactive; k++) {
+		int r = kvpd_ring_process(d, d->active[(*cursor + k) % d->nactive], d->cfg.budget);
 
-		if (!c || !c->ready)
-			continue;
-		n = kvpd_ring_process(d, c, d->cfg.budget);
-		if (n > 0)
-			done += (unsigned)n;
+		if (r > 0)
+			done += (unsigned)r;
 	}
-	*cursor = (*cursor + 1) % max;
+	if (d->nactive)
+		*cursor = (*cursor + 1) % d->nactive;
 	return done;
 }
 
 static bool any_pending(struct kvpd *d)
 {
-	for (unsigned i = 0; i < d->cfg.max_clients; i++)
-		if (d->clients[i] && d->clients[i]->ready && kvpd_ring_pending(d->clients[i]))
+	for (unsigned i = 0; i < d->nactive; i++)
+		if (kvpd_ring_pending(d->active[i]))
 			return true;
 	return false;
 }
 
 static void set_sleeping(struct kvpd *d, bool sleeping)
 {
-	for (unsigned i = 0; i < d->cfg.max_clients; i++)
-		if (d->clients[i] && d->clients[i]->ready)
-			kvpd_ring_set_sleeping(d->clients[i], sleeping);
+	for (unsigned i = 0; i < d->nactive; i++)
+		kvpd_ring_set_sleeping(d->active[i], sleeping);
 }
 
 /*
@@ -287,7 +287,7 @@ static void set_sleeping(struct kvpd *d, bool sleeping)
  */
 static uint64_t spin_budget_ns(const struct kvpd *d)
 {
-	return d->nclients + 1 <= (unsigned long)d->ncpus ? d->cfg.spin_us * 1000ull : 0;
+	return d->nactive + 1 <= (unsigned long)d->ncpus ? d->cfg.spin_us * 1000ull : 0;
 }
 
 int kvpd_loop_run(struct kvpd *d)

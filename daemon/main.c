@@ -221,7 +221,8 @@ int main(int argc, char **argv)
 		goto out_config;
 	d.ncpus = sysconf(_SC_NPROCESSORS_ONLN);
 	d.clients = calloc(d.cfg.max_clients, sizeof(*d.clients));
-	if (!d.clients) {
+	d.active = calloc(d.cfg.max_clients, sizeof(*d.active));
+	if (!d.clients || !d.active) {
 		ret = -ENOMEM;
 		goto out_config;
 	}
@@ -255,6 +256,7 @@ out_listen:
 out_pools:
 	kvpd_pools_release(&d);
 	free(d.clients);
+	free(d.active);
 out_config:
 	kvpd_config_release(&d.cfg);
 	return ret ? 1 : 0;

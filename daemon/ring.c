@@ -65,18 +65,26 @@ static void copy_sqe(struct kvp_sqe *dst, const struct kvp_sqe *src)
 int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 {
 	uint32_t tail = load_acquire(c->sq_tail);
-	uint32_t cq_head = load_acquire(c->cq_head);
 	uint32_t avail = tail - c->sq_next;
-	uint32_t cq_used = c->cq_next - cq_head;
+	uint32_t cq_used = c->cq_next - c->cq_head_seen;
 	uint32_t n;
 
+	if (avail == 0)
+		return 0;
 	if (avail > c->sq_entries) {
 		kvpd_client_close(d, c, "SQ tail out of range");
 		return -EPROTO;
 	}
-	if (cq_used > c->cq_entries) {
-		kvpd_client_close(d, c, "CQ head out of range");
-		return -EPROTO;
+	/* The client's CQ head is another cache line to pull: read it only when room runs short. */
+	if (cq_used + (avail < budget ? avail : budget) > c->cq_entries) {
+		uint32_t head = load_acquire(c->cq_head);
+
+		if (c->cq_next - head > c->cq_entries || head - c->cq_head_seen > c->cq_entries) {
+			kvpd_client_close(d, c, "CQ head out of range");
+			return -EPROTO;
+		}
+		c->cq_head_seen = head;
+		cq_used = c->cq_next - head;
 	}
 	/* Never more completions than the CQ has room for: stop taking entries instead. */
 	n = avail;

@@ -195,11 +195,14 @@ void *kvp_arena(const struct kvp_client *c, uint64_t *bytes)
 
 struct kvp_sqe *kvp_get_sqe(struct kvp_client *c)
 {
-	uint32_t head = __atomic_load_n(c->sq_head, __ATOMIC_ACQUIRE);
 	struct kvp_sqe *sqe;
 
-	if (c->sq_local_tail - head >= c->sq_entries)
-		return NULL;
+	/* The daemon's SQ head is another cache line to pull: read it only when the SQ looks full. */
+	if (c->sq_local_tail - c->sq_head_seen >= c->sq_entries) {
+		c->sq_head_seen = __atomic_load_n(c->sq_head, __ATOMIC_ACQUIRE);
+		if (c->sq_local_tail - c->sq_head_seen >= c->sq_entries)
+			return NULL;
+	}
 	sqe = &c->sqes[c->sq_local_tail++ & (c->sq_entries - 1)];
 	memset(sqe, 0, sizeof(*sqe));
 	return sqe;

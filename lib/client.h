@@ -18,6 +18,7 @@ struct kvp_client {
 	struct kvp_cqe *cqes;
 	uint32_t sq_entries, cq_entries;
 	uint32_t sq_local_tail;
+	uint32_t sq_head_seen; /* the daemon's SQ head when last read */
 	uint8_t *arena;
 	uint64_t arena_bytes;
 	uint64_t features;

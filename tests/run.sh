@@ -48,6 +48,9 @@ for variant in "" asan; do
 	run "bench/$tag/core" "$bin/kvbench" core --rounds 1
 done
 
+run "demo/make-demo" tools/demo.sh
+run "install/pkg-config" tests/install.sh
+
 if command -v clang >/dev/null; then
 	run "build/clang" make --no-print-directory -s VARIANT=clang all
 else
