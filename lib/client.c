@@ -268,7 +268,12 @@ int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 	for (;;) {
 		if (kvp_peek_cqe(c, cqe) == 0)
 			return 0;
-		if (c->spin_us) {
+		/*
+		 * Spinning only pays while the daemon spins too: once it sleeps
+		 * (too many spinners for the cores), a spinning client only takes
+		 * the core it needs to wake up on.
+		 */
+		if (c->spin_us && !(__atomic_load_n(c->sq_flags, __ATOMIC_RELAXED) & KVP_SQ_NEED_WAKEUP)) {
 			uint64_t now = kvp_now_ns();
 
 			if (!deadline)

@@ -28,7 +28,8 @@ struct kvp_connect_opts {
 	const char *namespace_;  /* NULL or "": the shared default namespace */
 	uint32_t sq_entries;     /* 0: 64 */
 	uint64_t arena_bytes;    /* 0: 1 MiB */
-	unsigned spin_us;        /* how long kvp_wait_cqe spins before sleeping; 0: sleep at once */
+	unsigned spin_us;        /* how long kvp_wait_cqe spins before sleeping, while the
+				  * daemon spins too; 0: sleep at once */
 	bool admin;              /* ask for KVP_FEAT_ADMIN */
 };
 
