@@ -43,8 +43,10 @@ LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIB_A := $(BUILD)/libkvpool.a
 
+ATTN_SRC ?= $(filter-out daemon/attn/bench_kernel.c,$(wildcard daemon/attn/*.c))
+ATTN_OBJ := $(ATTN_SRC:%.c=$(BUILD)/%.o)
 DAEMON_SRC := $(wildcard daemon/*.c)
-DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
 TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
 	     tools/trace_daemon.c tools/name_map.c
@@ -75,15 +77,15 @@ $(LIB_A): $(LIB_OBJ)
 # The daemon shares one pure function with the library: the pool parameter parser.
 $(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lm -lpthread -o $@
 
 $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
 
-$(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(LIB_A)
+$(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
 $(BIN)/kvctl: $(BUILD)/tools/kvctl.o $(LIB_A)
 	@mkdir -p $(@D)
@@ -93,9 +95,9 @@ $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -lm -lpthread -o $@
 
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
 		$(BUILD)/tests/integration/harness.o $(LIB_A)

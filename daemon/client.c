@@ -121,6 +121,10 @@ static void fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *in
 	info->max_len = p->max_len;
 	memcpy(info->group_kind, p->group_kind, sizeof(info->group_kind));
 	memcpy(info->group_param, p->group_param, sizeof(info->group_param));
+	info->kv_heads = p->kv_heads;
+	info->head_dim = p->head_dim;
+	info->dtype = p->dtype;
+	info->layers_per_group = p->layers_per_group;
 }
 
 static int validate_setup(const struct kvp_setup *s)
@@ -314,14 +318,22 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		kvpd_seqs_close_all(c);
 		c->pool->clients--;
 	}
-	free(c->seqs);
-	if (c->map)
-		munmap(c->map, c->map_bytes);
 	close_fd(&c->sock);
 	close_fd(&c->mem_fd);
 	close_fd(&c->sq_efd);
 	close_fd(&c->cq_efd);
 	d->clients[c->slot] = NULL;
 	d->nclients--;
+	c->dead = true;
+	/* Workers may still read or write its arena: the mapping outlives its jobs. */
+	if (c->inflight == 0)
+		kvpd_client_free(c);
+}
+
+void kvpd_client_free(struct kvpd_client *c)
+{
+	free(c->seqs);
+	if (c->map)
+		munmap(c->map, c->map_bytes);
 	free(c);
 }

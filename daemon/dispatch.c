@@ -5,12 +5,15 @@
  * inputs the core would read twice are copied first.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvpoold.h"
 
 #define MAX_SALT 256
+/* dispatch()'s answer for a request the workers complete: no result is an INT_MIN. */
+#define KVPD_LATER INT_MIN
 
 /* [off, off + len) inside the arena, or NULL. */
 static void *arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len)
@@ -188,6 +191,7 @@ static int seq_op(struct kvpd_client *c, const struct kvp_sqe *sqe, struct kvp_c
 		return kvc_seq_computed(seq, sqe->len);
 	case KVP_OP_FREE:
 		kvc_seq_free(seq);
+		kvpd_seq_kv_reset(kvpd_seq_slot(c, sqe->handle)->kv, ngroups(c));
 		return 0;
 	case KVP_OP_GET_TABLE:
 		return op_get_table(c, seq, sqe, cqe);
@@ -279,6 +283,10 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 
 	if (sqe->flags || sqe->resv1 || sqe->resv2)
 		return -EINVAL;
+	if (sqe->opcode > KVP_OP_ATTEND && sqe->opcode < KVP_OP_POOL_CREATE)
+		return -EINVAL;
+	if (sqe->opcode >= KVP_OP_LAST)
+		return -EINVAL;
 	if (sqe->opcode >= KVP_OP_POOL_CREATE)
 		return admin_op(d, c, sqe);
 	switch (sqe->opcode) {
@@ -303,6 +311,11 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_FREE:
 	case KVP_OP_GET_TABLE:
 		return seq_op(c, sqe, cqe);
+	case KVP_OP_WRITE_KV:
+	case KVP_OP_READ_KV:
+		return kvpd_kv_io(d, c, sqe) ?: KVPD_LATER;
+	case KVP_OP_ATTEND:
+		return kvpd_attend(d, c, sqe) ?: KVPD_LATER;
 	case KVP_OP_POOL_STATS: {
 		struct kvc_pool_stats st;
 		struct kvp_pool_stats ps;
@@ -320,8 +333,13 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	return -EINVAL;
 }
 
-void kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+bool kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 		   struct kvp_cqe *cqe)
 {
-	cqe->res = dispatch(d, c, sqe, cqe);
+	int res = dispatch(d, c, sqe, cqe);
+
+	if (res == KVPD_LATER)
+		return false;
+	cqe->res = res;
+	return true;
 }

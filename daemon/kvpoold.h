@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "backend.h"
+#include "jobs.h"
 #include "kvcore.h"
 #include "../uapi/kvpool.h"
 
@@ -23,11 +25,17 @@ struct kvpd_pool {
 	uint32_t sequences; /* open, over all clients */
 	uint32_t *mark;     /* per block: last stats epoch that counted it */
 	uint32_t mark_epoch;
+	struct kvpd_kv_layout layout; /* slot_bytes 0: the pool holds no KV */
+	void *mem;          /* the backend's pool memory */
+	uint32_t inflight;  /* data-path jobs using its blocks */
 };
 
 /* A sequence handle: generation << 32 | slot. Slots are per client. */
+struct kvpd_seq_kv;
+
 struct kvpd_seq_slot {
 	struct kvc_seq *seq; /* NULL when free */
+	struct kvpd_seq_kv *kv; /* what WRITE_KV wrote past computed; NULL until first used */
 	uint32_t gen;
 	uint32_t next_free;
 };
@@ -41,7 +49,8 @@ struct kvpd_client {
 	bool admin;
 	bool ready;          /* setup done, rings mapped */
 	unsigned active_idx; /* in kvpd.active while ready */
-	bool dead;
+	bool dead;           /* closed, kept only until its jobs come back */
+	uint32_t inflight;   /* jobs on the workers; their completions have CQ room reserved */
 	uint64_t accepted_ns;
 	char namespace_[KVP_NAME_MAX];
 	struct kvpd_pool *pool;
@@ -78,6 +87,7 @@ struct kvpd_config {
 	unsigned spin_us;
 	unsigned budget;          /* entries per client per loop iteration */
 	unsigned max_clients;
+	unsigned threads;         /* data-path workers */
 	int verbose;
 	struct kvp_pool_params pools[KVPD_MAX_POOLS];
 	unsigned npools;
@@ -103,8 +113,13 @@ struct kvpd {
 	unsigned nactive;
 	uint64_t client_gen;
 
+	struct kvpd_workers workers;
+	const struct kvpd_backend_ops *backend;
+	uint32_t jobs_inflight;
+
 	uint64_t connected, disconnected, killed;
 	uint64_t doorbell_sink; /* where doorbell reads land; their value is never used */
+	uint64_t jobs_sink;     /* likewise for the workers' eventfd */
 	uint8_t *stats_buf;
 	size_t stats_cap;
 };
@@ -118,6 +133,7 @@ enum kvpd_event {
 	KVPD_EV_HANGUP,   /* the client's socket */
 	KVPD_EV_DOORBELL, /* the client's SQ eventfd */
 	KVPD_EV_CANCEL,
+	KVPD_EV_JOBS,     /* a worker finished a job */
 };
 
 static inline uint64_t kvpd_ev(enum kvpd_event ev, const struct kvpd_client *c)
@@ -148,6 +164,8 @@ void kvpd_pools_release(struct kvpd *d);
 int kvpd_client_accept(struct kvpd *d, int fd);
 int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c);
 void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why);
+/* The last of a closed client's jobs is back: unmap and free it. */
+void kvpd_client_free(struct kvpd_client *c);
 struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t user_data);
 int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool);
 bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid);
@@ -155,15 +173,25 @@ bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid);
 /* ring.c: returns entries consumed, or -EPROTO after disconnecting a corrupt client. */
 int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget);
 bool kvpd_ring_pending(struct kvpd_client *c);
+/* Posts a completion whose CQ room was reserved when its entry was taken. */
+void kvpd_ring_post(struct kvpd *d, struct kvpd_client *c, const struct kvp_cqe *cqe);
 void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping);
 
-/* dispatch.c */
-void kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+/* dispatch.c: false when the request went to the workers (completed later). */
+bool kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 		   struct kvp_cqe *cqe);
+
+/* kvdata.c: 0 when the job is launched, else -errno (complete at once). */
+int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe);
+int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe);
+void kvpd_jobs_complete(struct kvpd *d);
+void kvpd_seq_kv_free(struct kvpd_seq_kv *kv, uint32_t ngroups);
+void kvpd_seq_kv_reset(struct kvpd_seq_kv *kv, uint32_t ngroups);
 
 /* seqs.c: per-client handle table */
 int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle);
 struct kvc_seq *kvpd_seq_get(struct kvpd_client *c, uint64_t handle);
+struct kvpd_seq_slot *kvpd_seq_slot(struct kvpd_client *c, uint64_t handle);
 int kvpd_seq_close(struct kvpd_client *c, uint64_t handle);
 void kvpd_seqs_close_all(struct kvpd_client *c);
 

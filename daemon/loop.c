@@ -79,6 +79,17 @@ void kvpd_cancel_client(struct kvpd *d, struct kvpd_client *c)
 	io_uring_submit(&d->ring);
 }
 
+static int arm_jobs(struct kvpd *d)
+{
+	struct io_uring_sqe *sqe = get_sqe(d);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_read(sqe, d->workers.done_efd, &d->jobs_sink, sizeof(d->jobs_sink), 0);
+	io_uring_sqe_set_data64(sqe, KVPD_EV_JOBS);
+	return 0;
+}
+
 static int arm_accept(struct kvpd *d)
 {
 	struct io_uring_sqe *sqe = get_sqe(d);
@@ -121,7 +132,7 @@ int kvpd_loop_init(struct kvpd *d)
 		goto err_close_timer;
 	}
 	ret = arm_accept(d) ?: kvpd_arm_poll(d, d->signal_fd, KVPD_EV_SIGNAL, NULL, true) ?:
-	      kvpd_arm_poll(d, d->timer_fd, KVPD_EV_TIMER, NULL, true);
+	      kvpd_arm_poll(d, d->timer_fd, KVPD_EV_TIMER, NULL, true) ?: arm_jobs(d);
 	if (ret)
 		goto err_close_timer;
 	io_uring_submit(&d->ring);
@@ -228,6 +239,11 @@ static void handle_cqe(struct kvpd *d, const struct io_uring_cqe *cqe)
 		else if (kvpd_arm_doorbell(d, c))
 			kvpd_client_close(d, c, "cannot re-arm its doorbell");
 		break;
+	case KVPD_EV_JOBS:
+		/* Completions are drained every turn; this read only wakes a sleeping loop. */
+		if (arm_jobs(d))
+			kvpd_log(d, 0, "cannot re-arm the workers' eventfd");
+		break;
 	case KVPD_EV_CANCEL:
 		break;
 	}
@@ -301,11 +317,15 @@ int kvpd_loop_run(struct kvpd *d)
 		if (io_uring_sq_ready(&d->ring))
 			io_uring_submit(&d->ring);
 		done += reap_events(d);
+		if (__atomic_load_n(&d->workers.ndone, __ATOMIC_RELAXED)) {
+			kvpd_jobs_complete(d);
+			done++;
+		}
 		if (done) {
 			last_work = kvpd_now_ns();
 			continue;
 		}
-		if (d->stopping)
+		if (d->stopping && !d->jobs_inflight)
 			return 0; /* nothing left in flight */
 		if (kvpd_now_ns() - last_work < spin_budget_ns(d)) {
 			cpu_relax();

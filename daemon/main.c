@@ -26,6 +26,8 @@ static const char usage[] =
 	"                         0 sleeps at once; spinning stops when clients outnumber cores)\n"
 	"      --budget N         entries taken from one client per loop turn (default 64)\n"
 	"      --max-clients N    connections served at once (default 128)\n"
+	"  -t, --threads N        worker threads for WRITE_KV, READ_KV and ATTEND\n"
+	"                         (default: the online cores)\n"
 	"  -v, --verbose          log connections, pools and signals (twice: more)\n"
 	"  -h, --help             show this help and exit\n"
 	"\n"
@@ -149,16 +151,17 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		{ "spin-us", required_argument, NULL, OPT_SPIN },
 		{ "budget", required_argument, NULL, OPT_BUDGET },
 		{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
+		{ "threads", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	/* Command-line values win over the config file's: remember them, apply after loading. */
 	const char *socket = NULL, *group = NULL;
-	unsigned spin = ~0u, budget = 0, max_clients = 0;
+	unsigned spin = ~0u, budget = 0, max_clients = 0, threads = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "s:c:g:vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:c:g:t:vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': socket = optarg; break;
 		case 'c': *config = optarg; break;
@@ -171,6 +174,10 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 			break;
 		case OPT_BUDGET:
 			if (parse_count(optarg, 1u << 20, &budget) || !budget)
+				goto bad_value;
+			break;
+		case 't':
+			if (parse_count(optarg, 1024, &threads) || !threads)
 				goto bad_value;
 			break;
 		case OPT_MAX_CLIENTS:
@@ -195,11 +202,13 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		d->cfg.budget = budget;
 	if (max_clients)
 		d->cfg.max_clients = max_clients;
+	if (threads)
+		d->cfg.threads = threads;
 	return 0;
 
 bad_value:
 	fprintf(stderr, "kvpoold: bad value '%s' for --%s\n", optarg,
-		c == OPT_SPIN ? "spin-us" : c == OPT_BUDGET ? "budget" : "max-clients");
+		c == OPT_SPIN ? "spin-us" : c == OPT_BUDGET ? "budget" : c == 't' ? "threads" : "max-clients");
 	return -EINVAL;
 usage:
 	fputs("Try 'kvpoold --help' for more information.\n", stderr);
@@ -220,6 +229,9 @@ int main(int argc, char **argv)
 	if (ret)
 		goto out_config;
 	d.ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+	d.backend = &kvpd_host_backend;
+	if (!d.cfg.threads)
+		d.cfg.threads = d.ncpus > 0 ? (unsigned)d.ncpus : 1;
 	d.clients = calloc(d.cfg.max_clients, sizeof(*d.clients));
 	d.active = calloc(d.cfg.max_clients, sizeof(*d.active));
 	if (!d.clients || !d.active) {
@@ -239,10 +251,15 @@ int main(int argc, char **argv)
 			ret == -EADDRINUSE ? "another kvpoold is listening there" : strerror(-ret));
 		goto out_pools;
 	}
+	ret = kvpd_workers_start(&d.workers, d.cfg.threads, d.backend);
+	if (ret) {
+		fprintf(stderr, "kvpoold: worker threads: %s\n", strerror(-ret));
+		goto out_listen;
+	}
 	ret = kvpd_loop_init(&d);
 	if (ret) {
 		fprintf(stderr, "kvpoold: io_uring: %s\n", strerror(-ret));
-		goto out_listen;
+		goto out_workers;
 	}
 	kvpd_log(&d, 1, "listening on %s, %ld cores, spin %u us", d.cfg.socket_path, d.ncpus,
 		 d.cfg.spin_us);
@@ -250,6 +267,8 @@ int main(int argc, char **argv)
 	if (ret)
 		fprintf(stderr, "kvpoold: event loop: %s\n", strerror(-ret));
 	kvpd_loop_exit(&d);
+out_workers:
+	kvpd_workers_stop(&d.workers);
 out_listen:
 	close(d.listen_fd);
 	unlink(d.cfg.socket_path);

@@ -45,6 +45,34 @@ static bool valid_name(const char *name)
 	return true;
 }
 
+/* KV memory, when the pool has a geometry: all of kv_heads, head_dim and layers or none. */
+static int init_kv(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool_params *p)
+{
+	struct kvpd_kv_layout *l = &pool->layout;
+	static const enum attn_dtype dtypes[] = { [KVP_DTYPE_F32] = ATTN_F32,
+						  [KVP_DTYPE_F16] = ATTN_F16,
+						  [KVP_DTYPE_BF16] = ATTN_BF16 };
+
+	if (!p->kv_heads && !p->head_dim && !p->layers_per_group)
+		return 0;
+	if (!p->kv_heads || !p->head_dim || !p->layers_per_group || p->kv_heads > 1024 ||
+	    p->head_dim > 1024 || p->layers_per_group > 1024)
+		return -EINVAL;
+	*l = (struct kvpd_kv_layout){
+		.num_blocks = p->num_blocks,
+		.block_size = p->block_size,
+		.layers = p->layers_per_group,
+		.kv_heads = p->kv_heads,
+		.head_dim = p->head_dim,
+		.dtype = dtypes[p->dtype],
+	};
+	l->row_bytes = (size_t)l->head_dim * attn_dtype_size(l->dtype);
+	l->head_bytes = l->block_size * l->row_bytes;
+	l->layer_bytes = 2 * l->kv_heads * l->head_bytes;
+	l->slot_bytes = l->layers * l->layer_bytes;
+	return d->backend->pool_init(l, &pool->mem);
+}
+
 struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 {
 	for (unsigned i = 0; i < d->npools; i++)
@@ -78,6 +106,9 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 	pool->mark = calloc(cfg.num_blocks, sizeof(*pool->mark));
 	if (!pool->mark)
 		goto err_destroy_core;
+	ret = init_kv(d, pool, params);
+	if (ret)
+		goto err_free_mark;
 	pool->params = *params;
 	memcpy(pool->name, params->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
@@ -86,6 +117,8 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 		 cfg.num_blocks, cfg.block_size, cfg.num_groups);
 	return 0;
 
+err_free_mark:
+	free(pool->mark);
 err_destroy_core:
 	kvc_pool_destroy(pool->core);
 err_free_pool:
@@ -93,8 +126,10 @@ err_free_pool:
 	return ret;
 }
 
-static void pool_free(struct kvpd_pool *pool)
+static void pool_free(struct kvpd *d, struct kvpd_pool *pool)
 {
+	if (pool->mem)
+		d->backend->pool_fini(&pool->layout, pool->mem);
 	kvc_pool_destroy(pool->core);
 	free(pool->mark);
 	free(pool);
@@ -108,7 +143,7 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 
 	if (!pool)
 		return -ENOENT;
-	if (pool->sequences || pool->clients > (by && by->pool == pool ? 1u : 0u))
+	if (pool->sequences || pool->inflight || pool->clients > (by && by->pool == pool ? 1u : 0u))
 		return -EBUSY;
 	if (by && by->pool == pool) {
 		by->pool = NULL;
@@ -118,12 +153,12 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 		;
 	d->pools[i] = d->pools[--d->npools];
 	kvpd_log(d, 1, "pool %s destroyed", pool->name);
-	pool_free(pool);
+	pool_free(d, pool);
 	return 0;
 }
 
 void kvpd_pools_release(struct kvpd *d)
 {
 	while (d->npools)
-		pool_free(d->pools[--d->npools]);
+		pool_free(d, d->pools[--d->npools]);
 }

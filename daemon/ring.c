@@ -22,9 +22,16 @@ static inline void store_release(uint32_t *p, uint32_t v)
 	__atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
+/*
+ * Whether serving the client would take an entry: one is waiting and its
+ * completion has room. A client whose CQ is full is not pending (else the
+ * daemon would spin on it); it rings the doorbell when it reaps.
+ */
 bool kvpd_ring_pending(struct kvpd_client *c)
 {
-	return load_acquire(c->sq_tail) != c->sq_next;
+	if (load_acquire(c->sq_tail) == c->sq_next)
+		return false;
+	return c->cq_next - load_acquire(c->cq_head) + c->inflight < c->cq_entries;
 }
 
 void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping)
@@ -51,6 +58,17 @@ static int wake_client(struct kvpd *d, struct kvpd_client *c)
 	return 0;
 }
 
+/* Makes the completions written so far visible, waking the client if it sleeps. */
+static int publish_cq(struct kvpd *d, struct kvpd_client *c)
+{
+	store_release(c->cq_tail, c->cq_next);
+	/* Pairs with the client's fence between setting CQ_NEED_WAKEUP and re-checking the tail. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(c->cq_flags, __ATOMIC_RELAXED) & KVP_CQ_NEED_WAKEUP)
+		return wake_client(d, c);
+	return 0;
+}
+
 /* Atomic loads: the compiler may not re-read a field from shared memory after the check. */
 static void copy_sqe(struct kvp_sqe *dst, const struct kvp_sqe *src)
 {
@@ -66,7 +84,7 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 {
 	uint32_t tail = load_acquire(c->sq_tail);
 	uint32_t avail = tail - c->sq_next;
-	uint32_t cq_used = c->cq_next - c->cq_head_seen;
+	uint32_t cq_used = c->cq_next - c->cq_head_seen + c->inflight;
 	uint32_t n;
 
 	if (avail == 0)
@@ -84,7 +102,7 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 			return -EPROTO;
 		}
 		c->cq_head_seen = head;
-		cq_used = c->cq_next - head;
+		cq_used = c->cq_next - head + c->inflight;
 	}
 	/* Never more completions than the CQ has room for: stop taking entries instead. */
 	n = avail;
@@ -99,21 +117,19 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 		copy_sqe(&sqe, &c->sqes[c->sq_next++ & (c->sq_entries - 1)]);
 		memset(&cqe, 0, sizeof(cqe));
 		cqe.user_data = sqe.user_data;
-		kvpd_dispatch(d, c, &sqe, &cqe);
-		memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], &cqe, sizeof(cqe));
 		c->ops++;
+		/* A request handed to the workers keeps its CQ room through c->inflight. */
+		if (kvpd_dispatch(d, c, &sqe, &cqe))
+			memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], &cqe, sizeof(cqe));
 	}
 	if (n == 0)
 		return 0;
 	store_release(c->sq_head, c->sq_next);
-	store_release(c->cq_tail, c->cq_next);
-	/* Pairs with the client's fence between setting CQ_NEED_WAKEUP and re-checking the tail. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(c->cq_flags, __ATOMIC_RELAXED) & KVP_CQ_NEED_WAKEUP) {
-		int ret = wake_client(d, c);
+	return publish_cq(d, c) ?: (int)n;
+}
 
-		if (ret)
-			return ret;
-	}
-	return (int)n;
+void kvpd_ring_post(struct kvpd *d, struct kvpd_client *c, const struct kvp_cqe *cqe)
+{
+	memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], cqe, sizeof(*cqe));
+	publish_cq(d, c);
 }

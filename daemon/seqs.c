@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A client's sequence handles: generation << 32 | slot, per client, so a stale
- * handle (closed sequence) or another client's handle can never reach a
- * sequence it does not name: both get -EBADF.
+ * A client's sequence handles: client tag (24 bits) | slot generation (16) |
+ * slot (24). The tag is unique to the connection, so another client's handle
+ * never names a sequence here, and the generation makes a closed sequence's
+ * handle stale: both get -EBADF.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,6 +11,14 @@
 #include "kvpoold.h"
 
 #define SLOT_NONE UINT32_MAX
+#define SLOT_BITS 24
+#define GEN_BITS 16
+
+static uint64_t make_handle(const struct kvpd_client *c, uint32_t gen, uint32_t slot)
+{
+	return (uint64_t)(c->gen & 0xffffff) << (SLOT_BITS + GEN_BITS) |
+	       (uint64_t)(gen & 0xffff) << SLOT_BITS | slot;
+}
 
 /* Called only with no free slot left. */
 static int grow(struct kvpd_client *c)
@@ -17,7 +26,7 @@ static int grow(struct kvpd_client *c)
 	uint32_t cap = c->seqs_cap ? c->seqs_cap * 2 : 64;
 	struct kvpd_seq_slot *s;
 
-	if (c->seqs_cap >= (1u << 24))
+	if (c->seqs_cap >= (1u << SLOT_BITS))
 		return -EMFILE;
 	s = realloc(c->seqs, (size_t)cap * sizeof(*s));
 	if (!s)
@@ -44,23 +53,32 @@ int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle)
 	s->gen++;
 	c->seqs_open++;
 	c->pool->sequences++;
-	*handle = (uint64_t)s->gen << 32 | slot;
+	*handle = make_handle(c, s->gen, slot);
 	return 0;
+}
+
+struct kvpd_seq_slot *kvpd_seq_slot(struct kvpd_client *c, uint64_t handle)
+{
+	uint32_t slot = handle & ((1u << SLOT_BITS) - 1);
+
+	if (slot >= c->seqs_cap || !c->seqs[slot].seq || make_handle(c, c->seqs[slot].gen, slot) != handle)
+		return NULL;
+	return &c->seqs[slot];
 }
 
 struct kvc_seq *kvpd_seq_get(struct kvpd_client *c, uint64_t handle)
 {
-	uint32_t slot = (uint32_t)handle, gen = (uint32_t)(handle >> 32);
+	struct kvpd_seq_slot *s = kvpd_seq_slot(c, handle);
 
-	if (slot >= c->seqs_cap || !c->seqs[slot].seq || c->seqs[slot].gen != gen)
-		return NULL;
-	return c->seqs[slot].seq;
+	return s ? s->seq : NULL;
 }
 
 static void release_slot(struct kvpd_client *c, uint32_t slot)
 {
 	kvc_seq_destroy(c->seqs[slot].seq);
+	kvpd_seq_kv_free(c->seqs[slot].kv, kvc_pool_config(c->pool->core)->num_groups);
 	c->seqs[slot].seq = NULL;
+	c->seqs[slot].kv = NULL;
 	c->seqs[slot].next_free = c->seq_free_head;
 	c->seq_free_head = slot;
 	c->seqs_open--;
@@ -71,7 +89,7 @@ int kvpd_seq_close(struct kvpd_client *c, uint64_t handle)
 {
 	if (!kvpd_seq_get(c, handle))
 		return -EBADF;
-	release_slot(c, (uint32_t)handle);
+	release_slot(c, handle & ((1u << SLOT_BITS) - 1));
 	return 0;
 }
 

@@ -208,6 +208,16 @@ struct kvp_sqe *kvp_get_sqe(struct kvp_client *c)
 	return sqe;
 }
 
+/* EAGAIN means the counter is saturated: the daemon has a wake-up pending anyway. */
+static int ring_doorbell(struct kvp_client *c)
+{
+	uint64_t one = 1;
+
+	if (write(c->sq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		return -errno;
+	return 0;
+}
+
 int kvp_submit(struct kvp_client *c)
 {
 	uint32_t n = c->sq_local_tail - *c->sq_tail;
@@ -218,10 +228,10 @@ int kvp_submit(struct kvp_client *c)
 	/* Pairs with the daemon's fence between setting NEED_WAKEUP and re-checking the rings. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(c->sq_flags, __ATOMIC_RELAXED) & KVP_SQ_NEED_WAKEUP) {
-		uint64_t one = 1;
+		int ret = ring_doorbell(c);
 
-		if (write(c->sq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			return -errno;
+		if (ret)
+			return ret;
 	}
 	return (int)n;
 }
@@ -299,4 +309,14 @@ void kvp_cqe_seen(struct kvp_client *c, struct kvp_cqe *cqe)
 {
 	(void)cqe;
 	__atomic_store_n(c->cq_head, *c->cq_head + 1, __ATOMIC_RELEASE);
+	/*
+	 * Entries the daemon left in the SQ for want of CQ room wait for this
+	 * reap: if it sleeps, wake it (the fence pairs with its own between
+	 * setting NEED_WAKEUP and re-checking our CQ head).
+	 */
+	if (__atomic_load_n(c->sq_head, __ATOMIC_ACQUIRE) != *c->sq_tail) {
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(c->sq_flags, __ATOMIC_RELAXED) & KVP_SQ_NEED_WAKEUP)
+			ring_doorbell(c);
+	}
 }

@@ -121,6 +121,44 @@ int kvp_free(struct kvp_client *c, uint64_t handle);
 int kvp_get_table(struct kvp_client *c, uint64_t handle, struct kvp_block_lists *lists,
 		  size_t bytes);
 
+/*
+ * The KV data path (pools created with kv_heads, head_dim, layers_per_group).
+ * K and V are [count][kv_heads][head_dim] in the pool dtype (kvp_pool_info).
+ * Requests in flight together are not ordered: attend over positions only
+ * after the WRITE_KV of them has completed (the blocking calls do so).
+ */
+
+/*
+ * kvp_write_kv - store K and V of positions first_pos.. of a sequence in one
+ * group and layer. -EPERM below the computed count (committed KV is shared and
+ * immutable), -EINVAL at or past the allocated slots.
+ */
+int kvp_write_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t layer,
+		 uint32_t first_pos, uint32_t count, const void *k, const void *v);
+
+/* kvp_read_kv - copy K and V back out; -ENODATA if a position is not present. */
+int kvp_read_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t layer,
+		uint32_t first_pos, uint32_t count, void *k, void *v);
+
+/* One sequence's queries: positions first_pos .. first_pos + count - 1. */
+struct kvp_attend_req {
+	uint64_t handle;
+	uint32_t first_pos, count;
+	const void *q; /* [count][q_heads][head_dim], f32 with q_f32, else the pool dtype */
+	void *out;     /* same shape and dtype */
+};
+
+/*
+ * kvp_attend - causal attention of every query over its sequence's KV in one
+ * group and layer, with the group's mask (full, sliding window, R-SWA, chunked,
+ * cyclic); GQA when q_heads is a multiple of kv_heads. softcap > 0 caps the
+ * logits. -ENODATA when a mask needs a position that was dropped or never
+ * written. Many sequences per call make a decode step one request per layer.
+ */
+int kvp_attend(struct kvp_client *c, uint32_t group, uint32_t layer, uint32_t q_heads,
+	       float scale, float softcap, bool q_f32, const struct kvp_attend_req *seqs,
+	       uint32_t nseqs);
+
 /* kvp_pool_stats - the attached pool's block counts. */
 int kvp_pool_stats(struct kvp_client *c, struct kvp_pool_stats *st);
 

@@ -280,3 +280,93 @@ int kvp_check(struct kvp_client *c, char *why, size_t why_len)
 		snprintf(why, why_len, "%.*s", 255, (const char *)out_ptr(c, &call));
 	return ret;
 }
+
+static size_t dtype_bytes(uint32_t dtype)
+{
+	return dtype == KVP_DTYPE_F32 ? 4 : 2;
+}
+
+/* Bytes of K (or of V) for @count tokens of the attached pool. */
+static uint64_t kv_bytes(const struct kvp_client *c, uint32_t count)
+{
+	return (uint64_t)count * c->pool.kv_heads * c->pool.head_dim * dtype_bytes(c->pool.dtype);
+}
+
+int kvp_write_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t layer,
+		 uint32_t first_pos, uint32_t count, const void *k, const void *v)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_WRITE_KV, .handle = handle, .len = count,
+				      .arg1 = first_pos, .arg2 = KVP_KV_SEL(group, layer) } };
+	uint64_t bytes = kv_bytes(c, count);
+	int64_t off;
+
+	if (group > 0xffff || layer > 0xffff)
+		return -EINVAL;
+	off = stage(c, &call, NULL, 2 * bytes);
+	if (off < 0)
+		return (int)off;
+	memcpy(c->arena + off, k, bytes);
+	memcpy(c->arena + off + bytes, v, bytes);
+	call.sqe.addr = (uint64_t)off;
+	return run(c, &call);
+}
+
+int kvp_read_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t layer,
+		uint32_t first_pos, uint32_t count, void *k, void *v)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_READ_KV, .handle = handle, .len = count,
+				      .arg1 = first_pos, .arg2 = KVP_KV_SEL(group, layer) } };
+	uint64_t bytes = kv_bytes(c, count);
+	int ret;
+
+	if (group > 0xffff || layer > 0xffff)
+		return -EINVAL;
+	ret = reserve_out(c, &call, 2 * bytes) ?: run(c, &call);
+	if (ret == 0) {
+		memcpy(k, out_ptr(c, &call), bytes);
+		memcpy(v, (uint8_t *)out_ptr(c, &call) + bytes, bytes);
+	}
+	return ret;
+}
+
+int kvp_attend(struct kvp_client *c, uint32_t group, uint32_t layer, uint32_t q_heads,
+	       float scale, float softcap, bool q_f32, const struct kvp_attend_req *seqs,
+	       uint32_t nseqs)
+{
+	struct call call = { .sqe.opcode = KVP_OP_ATTEND };
+	size_t head_bytes = (size_t)c->pool.head_dim * (q_f32 ? 4 : dtype_bytes(c->pool.dtype));
+	uint64_t hdr = sizeof(struct kvp_attend) + (uint64_t)nseqs * sizeof(struct kvp_attend_seq);
+	struct kvp_attend *a;
+	int64_t off;
+	int ret;
+
+	if (group > 0xffff || layer > 0xffff || hdr > UINT32_MAX)
+		return -EINVAL;
+	off = stage(c, &call, NULL, hdr);
+	if (off < 0)
+		return (int)off;
+	a = (struct kvp_attend *)(c->arena + off);
+	*a = (struct kvp_attend){ .group = (uint16_t)group, .layer = (uint16_t)layer,
+				  .num_seqs = nseqs, .q_heads = q_heads,
+				  .flags = q_f32 ? KVP_ATTEND_Q_F32 : 0, .scale = scale,
+				  .softcap = softcap };
+	call.sqe.addr = (uint64_t)off;
+	call.sqe.len = (uint32_t)hdr;
+	for (uint32_t s = 0; s < nseqs; s++) {
+		uint64_t bytes = (uint64_t)seqs[s].count * q_heads * head_bytes;
+		int64_t q = stage(c, &call, seqs[s].q, bytes), out = stage(c, &call, NULL, bytes);
+
+		if (q < 0 || out < 0)
+			return -E2BIG;
+		a->seqs[s] = (struct kvp_attend_seq){ .handle = seqs[s].handle,
+						      .first_pos = seqs[s].first_pos,
+						      .count = seqs[s].count,
+						      .q_off = (uint64_t)q,
+						      .out_off = (uint64_t)out };
+	}
+	ret = run(c, &call);
+	for (uint32_t s = 0; ret == 0 && s < nseqs; s++)
+		memcpy(seqs[s].out, c->arena + a->seqs[s].out_off,
+		       (size_t)seqs[s].count * q_heads * head_bytes);
+	return ret;
+}

@@ -18,23 +18,45 @@ cat >"$dir/kvpool.ini" <<'INI'
 blocks = 512
 block_size = 16
 groups = full swa:64
+kv_heads = 2
+head_dim = 32
+dtype = bf16
+layers_per_group = 2
 INI
-echo "== kvpoold --config kvpool.ini --socket $sock (pool: 512 blocks of 16 tokens, groups full + swa:64)"
+echo "== kvpoold --config kvpool.ini --socket $sock"
+echo "   (pool: 512 blocks of 16 tokens, groups full + swa:64, 2 layers each, bf16 KV)"
 daemon/kvpoold --config "$dir/kvpool.ini" --socket "$sock" &
 daemon_pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
-engine() { tools/kvengine --socket "$sock" --name "$1" --seed "$2" --hold-ms 1500 >"$dir/$1.out" & }
-echo "== three engines, one 64-token system prompt, each its own 24-token question"
+engines=()
+engine() {
+	tools/kvengine --socket "$sock" --name "$1" --seed "$2" --hold-ms 1500 >"$dir/$1.out" &
+	engines+=($!)
+}
+# Waits until every engine named has decoded (and holds its sequence), or fails.
+await() {
+	for name in "$@"; do
+		until grep -q decoded "$dir/$name.out" 2>/dev/null; do
+			for pid in "${engines[@]}"; do
+				kill -0 "$pid" 2>/dev/null || wait "$pid" || { echo "demo: an engine failed"; exit 1; }
+			done
+			sleep 0.05
+		done
+	done
+}
+echo "== three engines, one 64-token system prompt, each its own 24-token question;"
+echo "   a 4-layer synthetic model (2 full-attention, 2 sliding-window layers) writes its KV"
+echo "   and attends through kvpoold"
 engine engine-A 1
-until grep -q decoded "$dir/engine-A.out" 2>/dev/null; do sleep 0.05; done
+await engine-A
 engine engine-B 2
 engine engine-C 3
-until [ "$(cat "$dir"/engine-*.out | grep -c decoded)" = 3 ]; do sleep 0.05; done
+await engine-B engine-C
 cat "$dir/engine-A.out" "$dir/engine-B.out" "$dir/engine-C.out"
 echo "== kvctl stats (engines holding their sequences)"
 tools/kvctl --socket "$sock" stats
-wait $(jobs -p | grep -v "^$daemon_pid$") 2>/dev/null || true
+for pid in "${engines[@]}"; do wait "$pid"; done
 echo "== kvctl stats (engines gone: their published blocks stay cached)"
 tools/kvctl --socket "$sock" stats
 kill -TERM "$daemon_pid"

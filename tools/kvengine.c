@@ -12,11 +12,15 @@
 #include <unistd.h>
 
 #include "../lib/libkvpool.h"
+#include "engine_model.h"
 
 static const char usage[] =
 	"Usage: kvengine [OPTION]...\n"
 	"Run one sequence through kvpoold as an inference engine would: prefill a\n"
-	"prompt (system prompt + question) with the prefix cache, then decode.\n"
+	"prompt (system prompt + question) with the prefix cache, then decode. When\n"
+	"the pool holds KV (kv_heads, head_dim, layers_per_group), a small synthetic\n"
+	"transformer (fixed random weights, the pool's groups as its layers) writes\n"
+	"its KV and attends through the daemon, and the generated tokens are printed.\n"
 	"\n"
 	"  -s, --socket PATH     the daemon's socket (default $KVPOOL_SOCKET, else\n"
 	"                        " KVP_DEFAULT_SOCKET ")\n"
@@ -81,31 +85,60 @@ bad:
 	return -EINVAL;
 }
 
+/* Prefill past the hit, then decode, with the model computing every token. */
+static int run_model(struct kvp_client *c, const struct engine_opts *o, uint64_t seq,
+		     uint32_t *tokens, uint32_t hit)
+{
+	unsigned len = o->system + o->question;
+	struct engine_model m;
+	uint32_t next;
+	int ret = engine_model_init(&m, kvp_pool_info(c));
+
+	if (ret)
+		return ret;
+	ret = engine_model_forward(&m, c, seq, tokens, hit, len - hit, &next) ?:
+	      kvp_commit(c, seq, len);
+	printf("%s: generated", o->name);
+	for (unsigned step = 0; step < o->decode && !ret; step++) {
+		printf(" %u", next);
+		tokens[len] = next;
+		ret = kvp_append(c, seq, &next, 1) ?: kvp_alloc(c, seq, 1, 0, false, NULL, NULL, 0) ?:
+		      engine_model_forward(&m, c, seq, tokens, len, 1, &next) ?:
+		      kvp_commit(c, seq, len + 1);
+		len++;
+	}
+	printf("\n");
+	engine_model_free(&m);
+	return ret;
+}
+
 static int run(struct kvp_client *c, const struct engine_opts *o)
 {
 	unsigned prompt_len = o->system + o->question;
-	uint32_t *prompt = calloc(prompt_len, sizeof(*prompt));
+	uint32_t *tokens = calloc(prompt_len + o->decode + 1, sizeof(*tokens));
+	bool model = kvp_pool_info(c)->kv_heads != 0;
 	uint32_t hit = 0;
 	uint64_t seq;
-	int advisory, ret;
+	int ret;
 
-	if (!prompt)
+	if (!tokens)
 		return -ENOMEM;
 	for (unsigned i = 0; i < prompt_len; i++)
-		prompt[i] = i < o->system ? 1000 + i : 100000 + o->seed * 4096 + i;
-	ret = kvp_seq_open(c, prompt, prompt_len, NULL, 0, -1, &seq);
-	free(prompt);
+		tokens[i] = i < o->system ? 1000 + i : 100000 + (o->seed * 2654435761u + i * 40503u) % 100000;
+	ret = kvp_seq_open(c, tokens, prompt_len, NULL, 0, -1, &seq);
 	if (ret)
-		return ret;
-	advisory = kvp_lookup(c, seq, NULL, 0);
-	ret = advisory < 0 ? advisory : kvp_alloc(c, seq, prompt_len, 0, true, &hit, NULL, 0);
-	/* Only the tokens past the hit need computing: the alloc asked for all, harmlessly. */
-	if (!ret)
-		ret = kvp_commit(c, seq, prompt_len);
+		goto out;
+	/* Slots for the tokens past the hit: the hit's own are shared, already computed. */
+	ret = kvp_alloc(c, seq, prompt_len, 0, true, &hit, NULL, 0);
 	if (ret)
-		return ret;
+		goto out;
 	printf("%s: prompt %u tokens (system %u), prefix-cache hit %u tokens\n", o->name, prompt_len,
 	       o->system, hit);
+	if (model) {
+		ret = run_model(c, o, seq, tokens, hit);
+		goto out_hold;
+	}
+	ret = kvp_commit(c, seq, prompt_len);
 	fflush(stdout);
 	for (unsigned step = 0; step < o->decode && !ret; step++) {
 		uint32_t token = 7 + step;
@@ -113,12 +146,16 @@ static int run(struct kvp_client *c, const struct engine_opts *o)
 		ret = kvp_append(c, seq, &token, 1) ?: kvp_alloc(c, seq, 1, 0, false, NULL, NULL, 0) ?:
 		      kvp_commit(c, seq, prompt_len + step + 1);
 	}
-	if (ret)
-		return ret;
-	printf("%s: decoded %u tokens\n", o->name, o->decode);
-	fflush(stdout);
-	usleep(o->hold_ms * 1000u);
-	return kvp_seq_close(c, seq);
+out_hold:
+	if (!ret) {
+		printf("%s: decoded %u tokens\n", o->name, o->decode);
+		fflush(stdout);
+		usleep(o->hold_ms * 1000u);
+		ret = kvp_seq_close(c, seq);
+	}
+out:
+	free(tokens);
+	return ret;
 }
 
 int main(int argc, char **argv)

@@ -78,6 +78,10 @@ struct kvp_pool_info {
 	__u32 max_len;
 	__u8 group_kind[KVP_MAX_GROUPS]; /* KVP_KIND_* */
 	__u32 group_param[KVP_MAX_GROUPS];
+	__u32 kv_heads;       /* KV geometry; 0 when the pool holds no KV */
+	__u32 head_dim;
+	__u32 dtype;          /* KVP_DTYPE_* */
+	__u32 layers_per_group;
 };
 
 struct kvp_setup_reply {
@@ -114,6 +118,12 @@ enum kvp_opcode {
 	KVP_OP_POOL_STATS,    /* out: struct kvp_pool_stats of the attached pool */
 	KVP_OP_STATS,         /* out: struct kvp_stats_header, pools, clients */
 	KVP_OP_ATTACH,        /* addr: pool name (len bytes); only with no sequence open */
+	KVP_OP_WRITE_KV,      /* handle, arg1: first position, len: tokens, arg2: KVP_KV_SEL;
+			       * addr: K then V, each [len][kv_heads][head_dim] in the pool dtype.
+			       * Only positions >= computed (-EPERM) and < allocated slots (-EINVAL) */
+	KVP_OP_READ_KV,       /* as WRITE_KV, out_addr: K then V. -ENODATA: a position not present */
+	KVP_OP_ATTEND,        /* addr: struct kvp_attend (len bytes). -ENODATA: the mask needs a
+			       * position that was dropped or never written */
 	/* Admin (KVP_FEAT_ADMIN): */
 	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params */
 	KVP_OP_POOL_DESTROY,  /* addr: pool name (len bytes); -EBUSY while in use by others */
@@ -123,6 +133,9 @@ enum kvp_opcode {
 	KVP_OP_CHECK,         /* attached pool's invariants: 0 or -EUCLEAN; out: reason text */
 	KVP_OP_LAST,
 };
+
+/* WRITE_KV / READ_KV: sqe.arg2 names the group and the layer within it. */
+#define KVP_KV_SEL(group, layer) ((__u32)(group) | (__u32)(layer) << 16)
 
 /* sqe.op_flags */
 #define KVP_OPEN_PREFIX (1u << 0)     /* SEQ_OPEN: arg1 is the R-SWA prefix length */
@@ -164,6 +177,34 @@ struct kvp_block_lists {
 	__u32 ids[];      /* sum(counts) entries; 0 = null block */
 };
 
+/* One sequence's queries in an ATTEND: positions first_pos .. first_pos + count - 1. */
+struct kvp_attend_seq {
+	__u64 handle;
+	__u32 first_pos;
+	__u32 count;
+	__u64 q_off;      /* arena: Q [count][q_heads][head_dim] */
+	__u64 out_off;    /* arena: the output, same shape and dtype as Q */
+};
+
+#define KVP_ATTEND_Q_F32 (1u << 0) /* Q and the output are f32, not the pool dtype */
+
+/*
+ * ATTEND input: causal attention of each query over its sequence's KV in one
+ * group and layer, with the group's mask. Many sequences per entry make a
+ * decode step one request per layer.
+ */
+struct kvp_attend {
+	__u16 group;
+	__u16 layer;
+	__u32 num_seqs;
+	__u32 q_heads;    /* a multiple of the pool's kv_heads */
+	__u32 flags;      /* KVP_ATTEND_* */
+	float scale;      /* multiplies q.k */
+	float softcap;    /* > 0: logits become softcap * tanh(logit / softcap) */
+	__u64 resv;
+	struct kvp_attend_seq seqs[];
+};
+
 struct kvp_pool_stats {
 	__u32 blocks_total; /* N, null block included */
 	__u32 blocks_free;
@@ -184,7 +225,7 @@ struct kvp_pool_params {
 	__u8 num_groups;
 	__u32 max_len;
 	__u32 max_step_tokens;
-	__u32 kv_heads;        /* KV geometry (the data path); 0 when unused */
+	__u32 kv_heads;        /* KV geometry (the data path); 0: no KV memory, allocation only */
 	__u32 head_dim;
 	__u32 dtype;           /* KVP_DTYPE_* */
 	__u32 layers_per_group;
@@ -226,8 +267,8 @@ struct kvp_client_entry {
 _Static_assert(sizeof(struct kvp_setup) == 128, "kvp_setup");
 _Static_assert(sizeof(struct kvp_sq_offsets) == 32, "kvp_sq_offsets");
 _Static_assert(sizeof(struct kvp_cq_offsets) == 32, "kvp_cq_offsets");
-_Static_assert(sizeof(struct kvp_pool_info) == 96, "kvp_pool_info");
-_Static_assert(sizeof(struct kvp_setup_reply) == 240, "kvp_setup_reply");
+_Static_assert(sizeof(struct kvp_pool_info) == 112, "kvp_pool_info");
+_Static_assert(sizeof(struct kvp_setup_reply) == 256, "kvp_setup_reply");
 _Static_assert(sizeof(struct kvp_sqe) == 64, "kvp_sqe");
 _Static_assert(__builtin_offsetof(struct kvp_sqe, handle) == 8, "sqe.handle");
 _Static_assert(__builtin_offsetof(struct kvp_sqe, user_data) == 16, "sqe.user_data");
@@ -241,6 +282,8 @@ _Static_assert(__builtin_offsetof(struct kvp_cqe, res) == 8, "cqe.res");
 _Static_assert(__builtin_offsetof(struct kvp_cqe, aux) == 16, "cqe.aux");
 _Static_assert(sizeof(struct kvp_block_lists) == 68, "kvp_block_lists");
 _Static_assert(sizeof(struct kvp_pool_stats) == 16, "kvp_pool_stats");
+_Static_assert(sizeof(struct kvp_attend_seq) == 32, "kvp_attend_seq");
+_Static_assert(sizeof(struct kvp_attend) == 32, "kvp_attend");
 _Static_assert(sizeof(struct kvp_pool_params) == 168, "kvp_pool_params");
 _Static_assert(sizeof(struct kvp_stats_header) == 32, "kvp_stats_header");
 _Static_assert(sizeof(struct kvp_pool_entry) == 64, "kvp_pool_entry");

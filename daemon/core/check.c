@@ -49,9 +49,9 @@ static int check_refs(const struct kvc_pool *pool, uint32_t *refs, char *why, si
 	for (uint32_t id = 1; id < n; id++) {
 		const struct kvc_block *b = &pool->blocks[id];
 
-		if (b->ref != refs[id])
-			return fail(why, len, "block %u: ref %u, referenced %u times", id, b->ref,
-				    refs[id]);
+		if (b->ref != refs[id] + b->pins)
+			return fail(why, len, "block %u: ref %u, referenced %u times, pinned %u", id,
+				    b->ref, refs[id], b->pins);
 		if (!!b->queued != (b->ref == 0))
 			return fail(why, len, "block %u: ref %u but %s the free queue", id, b->ref,
 				    b->queued ? "in" : "not in");

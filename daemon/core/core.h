@@ -14,7 +14,8 @@ struct kvc_hash {
 /* 48 bytes: one per block, plus 4 bytes of bucket head per block. */
 struct kvc_block {
 	struct kvc_hash hash;
-	uint32_t ref;
+	uint32_t ref;                    /* table references + pins */
+	uint32_t pins;
 	uint32_t q_prev, q_next;         /* free queue; sentinel is index N */
 	uint32_t bucket_next;            /* chain of the oldest block of each key */
 	uint32_t dup_prev, dup_next;     /* ring of the blocks sharing one key */

@@ -154,8 +154,8 @@ struct kvc_alloc_res {
 
 /*
  * vLLM's allocate_slots. -EINVAL for a refused request (nothing changes),
- * -ENOSPC when the pool is short (only the window drop for the current count
- * has happened). On success the new blocks of group g are the table entries
+ * -ENOSPC when the pool is short and -ENOMEM when a table cannot grow (only
+ * the window drop for the current count has happened then). On success the new blocks of group g are the table entries
  * from res->first_new[g] to the end.
  */
 int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req,
@@ -176,6 +176,17 @@ int kvc_seq_computed(struct kvc_seq *seq, uint32_t n);
 
 /* Releases every block; keeps tokens, salt and prefix (a preemption). */
 void kvc_seq_free(struct kvc_seq *seq);
+
+/*
+ * Pins keep blocks alive while data moves in or out of them outside the
+ * core's control (a worker thread writing KV, say): kvc_pin adds one reference
+ * to each listed block, which must be in use; kvc_unpin drops them again as
+ * one release, so a block its sequence let go of meanwhile returns to the free
+ * queue then. Null ids are skipped. kvc_pin returns -EINVAL (nothing pinned)
+ * for an id out of range or a block not in use.
+ */
+int kvc_pin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n);
+void kvc_unpin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n);
 
 struct kvc_seq_info {
 	uint32_t tokens;

@@ -160,3 +160,32 @@ int kvc_pool_evict(struct kvc_pool *pool, const uint32_t *ids, uint32_t n)
 	kvc_debug_check(pool);
 	return evicted;
 }
+
+int kvc_pin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] >= pool->cfg.num_blocks ||
+		    (ids[i] != KVC_NULL_BLOCK && pool->blocks[ids[i]].ref == 0))
+			return -EINVAL;
+	for (uint32_t i = 0; i < n; i++) {
+		if (ids[i] == KVC_NULL_BLOCK)
+			continue;
+		pool->blocks[ids[i]].ref++;
+		pool->blocks[ids[i]].pins++;
+	}
+	return 0;
+}
+
+void kvc_unpin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n)
+{
+	struct kvc_release rel;
+
+	kvc_release_begin(pool, &rel);
+	for (uint32_t i = 0; i < n; i++) {
+		if (ids[i] == KVC_NULL_BLOCK)
+			continue;
+		pool->blocks[ids[i]].pins--;
+		kvc_release_block(pool, &rel, ids[i]);
+	}
+	kvc_debug_check(pool);
+}

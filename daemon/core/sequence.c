@@ -278,14 +278,15 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 	ret = plan_alloc(seq, req, &plan);
 	if (ret)
 		return ret;
-	ret = reserve_tables(seq, &plan);
-	if (ret)
-		return ret;
 	drop_for(seq, plan.total);
 	if (plan.take > pool->nfree) {
 		kvc_debug_check(pool);
 		return -ENOSPC;
 	}
+	/* Only now: the request is known to fit the pool, so the tables' growth is bounded by N. */
+	ret = reserve_tables(seq, &plan);
+	if (ret)
+		return ret;
 	if (!seq->running) {
 		place_hit(seq, &plan);
 		seq->computed = plan.total;

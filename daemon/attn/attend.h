@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Decode/prefill attention over paged KV: the inner loops of the host backend.
+ *
+ * Pool memory is an array of block slots. Inside a slot, per layer, K then V,
+ * each laid out [kv_heads][block_size][head_dim] in the pool dtype; so the K
+ * rows of one kv head inside one block are contiguous. attn_keys locates the
+ * K rows of one (layer, kv head) of one sequence; the V row of the same token
+ * is v_delta bytes after its K row.
+ *
+ * One call computes, for one query position and the g query heads sharing one
+ * kv head (GQA), softmax(scale * q.K^T [soft-capped]) V over the key positions
+ * of up to two ranges, accumulating in f32 whatever the storage dtype.
+ */
+#ifndef KVPOOL_ATTEND_H
+#define KVPOOL_ATTEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum attn_dtype { ATTN_F32, ATTN_F16, ATTN_BF16 };
+
+static inline size_t attn_dtype_size(enum attn_dtype t)
+{
+	return t == ATTN_F32 ? 4 : 2;
+}
+
+struct attn_keys {
+	const uint8_t *pool;   /* base of the pool's memory */
+	size_t slot_bytes;     /* bytes per block slot */
+	size_t k_off;          /* offset, in a slot, of this layer's and kv head's K rows */
+	size_t v_delta;        /* bytes from a K row to the V row of the same token */
+	uint32_t block_size;
+	uint32_t head_dim;
+	enum attn_dtype dtype; /* storage dtype of K and V */
+	const uint32_t *ids;   /* block id of logical block first_block + i */
+	uint32_t first_block;
+	uint32_t nblocks;
+	uint32_t ring_tokens;  /* cyclic groups: position p lives at p % ring_tokens; else 0 */
+};
+
+struct attn_query {
+	const void *q;          /* [g][head_dim] in q_dtype */
+	void *out;              /* [g][head_dim] in q_dtype */
+	uint32_t lo[2], hi[2];  /* key positions [lo, hi) of each range, ascending, disjoint */
+	uint32_t nranges;       /* 1 or 2 */
+};
+
+struct attn_params {
+	uint32_t g;             /* query heads per kv head, 1..16 */
+	float scale;            /* applied to q.k */
+	float softcap;          /* > 0: s = softcap * tanh(s / softcap); 0: none */
+	enum attn_dtype q_dtype;
+};
+
+/*
+ * Computes one query position's output. The caller has checked that every key
+ * position of the ranges maps to a block in keys->ids, and that the ranges
+ * hold at least one position.
+ */
+void attn_one(const struct attn_keys *keys, const struct attn_query *q,
+	      const struct attn_params *p);
+
+/* The instruction set attn_one dispatches to on this CPU: "avx512bf16", "avx512", "avx2", "c". */
+const char *attn_isa(void);
+
+/* Conversions used by the kernels and by tests (round to nearest even). */
+float attn_f16_to_f32(uint16_t h);
+uint16_t attn_f32_to_f16(float f);
+float attn_bf16_to_f32(uint16_t h);
+uint16_t attn_f32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Inside the attention kernels: the per-ISA entry points (the tests call each
+ * one directly), the CPU probe, and the walk that turns the key ranges of a
+ * query into tiles of K row pointers.
+ */
+#ifndef KVPOOL_ATTEND_INTERNAL_H
+#define KVPOOL_ATTEND_INTERNAL_H
+
+#include <stdint.h>
+
+#include "attend.h"
+
+enum attn_level {
+	ATTN_LEVEL_C,
+	ATTN_LEVEL_AVX2,       /* AVX2 + FMA + F16C */
+	ATTN_LEVEL_AVX512,     /* AVX-512 F/BW/VL/DQ */
+	ATTN_LEVEL_AVX512BF16, /* and AVX512_BF16: vdpbf16ps for bf16 q over bf16 keys */
+	ATTN_NLEVELS
+};
+
+typedef void attn_fn(const struct attn_keys *k, const struct attn_query *q,
+		     const struct attn_params *p);
+
+attn_fn attn_one_c;
+attn_fn attn_one_avx2;
+attn_fn attn_one_avx512;
+attn_fn attn_one_avx512bf16;
+
+/* The highest level this CPU and OS support (probed every call; cheap). */
+enum attn_level attn_cpu_level(void);
+/* The kernel of a level, or NULL where the CPU lacks it. */
+attn_fn *attn_level_fn(enum attn_level l);
+/* "c", "avx2", "avx512", "avx512bf16"; NULL when out of range. */
+const char *attn_level_name(enum attn_level l);
+
+/* Keys per tile: one online-softmax step, one rescale of the accumulators. */
+#define ATTN_TILE 16
+/* Floats of scratch per array (prescaled q, accumulators) in the SIMD kernels. */
+#define ATTN_SCRATCH 4096
+
+/*
+ * The key positions of a query, in order, as row pointers. Divisions happen
+ * only where a range starts; the rest is counting rows within blocks.
+ */
+struct attn_walk {
+	const uint8_t *pool;
+	const uint32_t *ids;
+	size_t slot_bytes, k_off, row_bytes;
+	uint32_t bs, ring, first_block;
+	uint32_t lo[2], hi[2];
+	uint32_t nr, r;  /* ranges, the next one to start */
+	uint32_t left;   /* positions left in the current range */
+	uint32_t jr, lb, row;
+};
+
+static inline void attn_walk_init(struct attn_walk *w, const struct attn_keys *k,
+				  const struct attn_query *q)
+{
+	w->pool = k->pool;
+	w->ids = k->ids;
+	w->slot_bytes = k->slot_bytes;
+	w->k_off = k->k_off;
+	w->row_bytes = (size_t)k->head_dim * attn_dtype_size(k->dtype);
+	w->bs = k->block_size;
+	w->ring = k->ring_tokens;
+	w->first_block = k->first_block;
+	w->nr = q->nranges < 2 ? q->nranges : 2;
+	for (uint32_t i = 0; i < 2; i++) {
+		w->lo[i] = q->lo[i];
+		w->hi[i] = q->hi[i];
+	}
+	w->r = 0;
+	w->left = 0;
+	w->jr = w->lb = w->row = 0;
+}
+
+/* Fills rows[0..n) with the K rows of the next n <= max positions; 0 at the end. */
+static inline unsigned attn_walk_fill(struct attn_walk *w, const uint8_t **rows, unsigned max)
+{
+	unsigned n = 0;
+
+	while (n < max) {
+		const uint8_t *base;
+		uint32_t seg;
+
+		if (w->left == 0) {
+			uint32_t j;
+
+			if (w->r >= w->nr)
+				break;
+			j = w->lo[w->r];
+			w->left = w->hi[w->r] > j ? w->hi[w->r] - j : 0;
+			w->r++;
+			w->jr = w->ring ? j % w->ring : j;
+			w->lb = w->jr / w->bs;
+			w->row = w->jr % w->bs;
+			continue;
+		}
+		seg = w->bs - w->row;
+		if (seg > w->left)
+			seg = w->left;
+		if (w->ring && seg > w->ring - w->jr)
+			seg = w->ring - w->jr;
+		if (seg > max - n)
+			seg = max - n;
+		base = w->pool + (size_t)w->ids[w->lb - w->first_block] * w->slot_bytes + w->k_off +
+		       (size_t)w->row * w->row_bytes;
+		for (uint32_t i = 0; i < seg; i++)
+			rows[n++] = base + i * w->row_bytes;
+		w->left -= seg;
+		w->jr += seg;
+		w->row += seg;
+		if (w->row == w->bs) {
+			w->row = 0;
+			w->lb++;
+		}
+		if (w->ring && w->jr == w->ring) {
+			w->jr = 0;
+			w->lb = 0;
+			w->row = 0;
+		}
+	}
+	return n;
+}
+
+/*
+ * Software prefetch of the K and V rows of a tile (blocks are scattered: no
+ * hardware stream across them), every step-th line of each contiguous run of
+ * rows; hint 3: into L1, 2: into L2.
+ */
+static inline void attn_prefetch_rows(const uint8_t *const *rows, unsigned n, size_t row_bytes,
+				      size_t v_delta, unsigned step, int hint)
+{
+	unsigned i = 0;
+
+	while (i < n) {
+		uintptr_t a = (uintptr_t)rows[i] & ~(uintptr_t)63, e;
+
+		for (i++; i < n && rows[i] == rows[i - 1] + row_bytes; i++)
+			;
+		e = (uintptr_t)rows[i - 1] + row_bytes;
+		if (hint == 3) {
+			for (; a < e; a += 64 * step) {
+				__builtin_prefetch((const void *)a, 0, 3);
+				__builtin_prefetch((const void *)(a + v_delta), 0, 3);
+			}
+		} else {
+			for (; a < e; a += 64 * step) {
+				__builtin_prefetch((const void *)a, 0, 2);
+				__builtin_prefetch((const void *)(a + v_delta), 0, 2);
+			}
+		}
+	}
+}
+
+#endif

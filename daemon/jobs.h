@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Data-path requests (WRITE_KV, READ_KV, ATTEND) leave the event loop as jobs:
+ * checked, their blocks pinned and mapped, split into tasks that worker threads
+ * run in parallel. The last task hands the job back to the loop, which posts
+ * the completion and unpins. Workers touch only pool memory and the client's
+ * arena, never the core.
+ */
+#ifndef KVPOOLD_JOBS_H
+#define KVPOOLD_JOBS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "kvmask.h"
+
+enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND };
+
+/* One sequence's queries of an ATTEND. */
+struct kvpd_attend_unit {
+	struct kvpd_block_map map;
+	struct kvpd_mask mask;
+	uint32_t first_pos, count;
+	const uint8_t *q;  /* [count][q_heads][head_dim] in the query dtype */
+	uint8_t *out;
+};
+
+struct kvpd_client;
+struct kvpd_pool;
+
+struct kvpd_job {
+	struct kvpd_job *next;
+	enum kvpd_job_type type;
+	struct kvpd_client *client;
+	struct kvpd_pool *pool;
+	const struct kvpd_kv_layout *layout;
+	uint8_t *mem;
+	uint64_t user_data;
+	uint64_t handle;           /* WRITE_KV: whose positions become written */
+	uint32_t group, layer;
+
+	/* WRITE_KV / READ_KV: tokens first_pos.. of data = K then V [count][kv_heads][head_dim] */
+	struct kvpd_block_map map;
+	uint32_t first_pos, count;
+	uint8_t *data;
+
+	/* ATTEND */
+	struct attn_params params;
+	uint32_t q_heads;
+	uint32_t nunits;
+	struct kvpd_attend_unit *units;
+
+	uint32_t ntasks;
+	uint32_t next_task;        /* under the workers' lock */
+	uint32_t tasks_left;       /* atomic */
+	uint32_t *pinned;
+	uint32_t npinned;
+};
+
+struct kvpd_workers {
+	pthread_t *threads;
+	unsigned nthreads;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct kvpd_job *queue, *queue_tail;  /* jobs with tasks not yet taken */
+	struct kvpd_job *done, *done_tail;    /* finished, for the event loop */
+	uint32_t ndone;                        /* atomic: a cheap check for the spinning loop */
+	int done_efd;                          /* written when a job finishes */
+	bool stop;
+	const struct kvpd_backend_ops *backend;
+};
+
+int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads,
+		       const struct kvpd_backend_ops *backend);
+void kvpd_workers_stop(struct kvpd_workers *w);
+void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job);
+/* The finished jobs, oldest first; the caller owns them. */
+struct kvpd_job *kvpd_workers_take_done(struct kvpd_workers *w);
+
+#endif

@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * WRITE_KV, READ_KV and ATTEND on the event loop: check the request against
+ * the sequence (positions written or committed, windows, geometry), map and
+ * pin its blocks, and hand a job to the workers; when it comes back, unpin
+ * and complete. A sequence's positions at or past its computed count are
+ * readable only once a WRITE_KV of them has completed.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "kvpoold.h"
+
+/* Positions written since the last commit, for one (group, layer). */
+struct kvpd_written {
+	uint64_t *bits; /* bit k: position base + k */
+	uint32_t nwords;
+	uint32_t high;  /* one past the highest position ever written (ring coverage) */
+};
+
+struct kvpd_seq_kv {
+	uint32_t base; /* the computed count the bits start at */
+	uint32_t layers;
+	struct kvpd_written w[]; /* [group * layers + layer] */
+};
+
+void kvpd_seq_kv_free(struct kvpd_seq_kv *kv, uint32_t ngroups)
+{
+	if (!kv)
+		return;
+	for (uint32_t i = 0; i < ngroups * kv->layers; i++)
+		free(kv->w[i].bits);
+	free(kv);
+}
+
+/* After a FREE the blocks are gone: nothing written survives. */
+void kvpd_seq_kv_reset(struct kvpd_seq_kv *kv, uint32_t ngroups)
+{
+	if (!kv)
+		return;
+	for (uint32_t i = 0; i < ngroups * kv->layers; i++) {
+		if (kv->w[i].bits)
+			memset(kv->w[i].bits, 0, kv->w[i].nwords * sizeof(uint64_t));
+		kv->w[i].high = 0;
+	}
+	kv->base = 0;
+}
+
+/* Drops the bits of positions that became computed: they are present by definition now. */
+static void rebase(struct kvpd_seq_kv *kv, uint32_t ngroups, uint32_t computed)
+{
+	uint32_t shift = computed - kv->base;
+
+	if (computed <= kv->base)
+		return;
+	for (uint32_t i = 0; i < ngroups * kv->layers; i++) {
+		struct kvpd_written *w = &kv->w[i];
+		uint32_t words = shift / 64, bits = shift % 64;
+
+		for (uint32_t k = 0; k < w->nwords; k++) {
+			uint64_t lo = k + words < w->nwords ? w->bits[k + words] : 0;
+			uint64_t hi = k + words + 1 < w->nwords ? w->bits[k + words + 1] : 0;
+
+			w->bits[k] = bits ? lo >> bits | hi << (64 - bits) : lo;
+		}
+	}
+	kv->base = computed;
+}
+
+static struct kvpd_written *written(struct kvpd_seq_kv *kv, uint32_t group, uint32_t layer)
+{
+	return &kv->w[group * kv->layers + layer];
+}
+
+static bool all_written(const struct kvpd_written *w, uint32_t base, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t p = lo; p < hi; p++) {
+		uint32_t k = p - base;
+
+		if (k / 64 >= w->nwords || !(w->bits[k / 64] >> (k % 64) & 1))
+			return false;
+	}
+	return true;
+}
+
+static int mark_written(struct kvpd_written *w, uint32_t base, uint32_t lo, uint32_t hi)
+{
+	uint32_t need = (hi - base + 63) / 64;
+
+	if (need > w->nwords) {
+		uint64_t *bits = realloc(w->bits, need * sizeof(*bits));
+
+		if (!bits)
+			return -ENOMEM;
+		memset(bits + w->nwords, 0, (need - w->nwords) * sizeof(*bits));
+		w->bits = bits;
+		w->nwords = need;
+	}
+	for (uint32_t p = lo < base ? base : lo; p < hi; p++)
+		w->bits[(p - base) / 64] |= 1ull << ((p - base) % 64);
+	if (hi > w->high)
+		w->high = hi;
+	return 0;
+}
+
+/* What one request needs to know about its sequence in one group. */
+struct seq_view {
+	struct kvpd_seq_slot *slot;
+	struct kvc_seq_info info;
+	const uint32_t *table;
+	uint32_t tlen;
+	uint32_t ring;   /* cyclic: ring tokens */
+	struct kvpd_mask mask;
+};
+
+static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint32_t layer,
+		    struct seq_view *v)
+{
+	const struct kvpd_pool *pool = c->pool;
+	const struct kvc_pool_config *cfg = kvc_pool_config(pool->core);
+	struct kvpd_seq_slot *slot = kvpd_seq_slot(c, handle);
+
+	if (!slot)
+		return -EBADF;
+	if (!pool->layout.slot_bytes)
+		return -EOPNOTSUPP;
+	if (group >= cfg->num_groups || layer >= pool->layout.layers)
+		return -EINVAL;
+	if (!slot->kv) {
+		slot->kv = calloc(1, sizeof(*slot->kv) + (size_t)cfg->num_groups *
+					   pool->layout.layers * sizeof(struct kvpd_written));
+		if (!slot->kv)
+			return -ENOMEM;
+		slot->kv->layers = pool->layout.layers;
+	}
+	v->slot = slot;
+	kvc_seq_info(slot->seq, &v->info);
+	rebase(slot->kv, cfg->num_groups, v->info.computed);
+	v->table = kvc_seq_table(slot->seq, group, &v->tlen);
+	v->ring = kvc_group_ring_blocks(pool->core, group) * cfg->block_size;
+	v->mask = (struct kvpd_mask){ cfg->groups[group].kind, cfg->groups[group].param,
+				      v->info.prefix };
+	return 0;
+}
+
+/* Every position of [lo, hi) has KV this sequence may read. */
+static bool present(const struct seq_view *v, uint32_t group, uint32_t layer, uint32_t bs,
+		    uint32_t lo, uint32_t hi)
+{
+	const struct kvpd_written *w = written(v->slot->kv, group, layer);
+	uint32_t computed = v->info.computed, end = hi < computed ? hi : computed;
+
+	if (lo < end) {
+		if (v->ring) {
+			/* A ring slot holds the latest position written to it only. */
+			uint32_t newest = computed > w->high ? computed : w->high;
+
+			if ((uint64_t)lo + v->ring < newest)
+				return false;
+		}
+		for (uint32_t p = lo; p < end; p += bs - p % bs) {
+			uint32_t b = (v->ring ? p % v->ring : p) / bs;
+
+			if (b >= v->tlen || v->table[b] == KVC_NULL_BLOCK)
+				return false;
+		}
+	}
+	return all_written(w, v->slot->kv->base, lo > computed ? lo : computed, hi);
+}
+
+/* The blocks holding [lo, hi): the ring's whole table, or the table's span. */
+static void span_of(const struct seq_view *v, uint32_t bs, uint32_t lo, uint32_t hi,
+		    struct kvpd_block_map *m)
+{
+	m->ring_tokens = v->ring;
+	if (v->ring) {
+		m->first_block = 0;
+		m->nblocks = v->tlen;
+	} else {
+		m->first_block = lo / bs;
+		m->nblocks = (hi - 1) / bs - lo / bs + 1;
+	}
+}
+
+static void *arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len)
+{
+	if (off > c->arena_bytes || len > c->arena_bytes - off)
+		return NULL;
+	return c->arena + off;
+}
+
+static struct kvpd_job *new_job(struct kvpd_client *c, const struct kvp_sqe *sqe,
+				enum kvpd_job_type type, size_t units, size_t ids)
+{
+	size_t bytes = sizeof(struct kvpd_job) + units * sizeof(struct kvpd_attend_unit) +
+		       ids * sizeof(uint32_t);
+	struct kvpd_job *job = calloc(1, bytes);
+
+	if (!job)
+		return NULL;
+	job->type = type;
+	job->client = c;
+	job->pool = c->pool;
+	job->layout = &c->pool->layout;
+	job->mem = c->pool->mem;
+	job->user_data = sqe->user_data;
+	job->units = (struct kvpd_attend_unit *)(job + 1);
+	job->pinned = (uint32_t *)(job->units + units);
+	return job;
+}
+
+/* Pins the job's blocks and hands it to the workers; frees it on failure. */
+static int launch(struct kvpd *d, struct kvpd_job *job)
+{
+	int ret = kvc_pin(job->pool->core, job->pinned, job->npinned);
+
+	if (ret) {
+		free(job);
+		return ret;
+	}
+	job->client->inflight++;
+	job->pool->inflight++;
+	d->jobs_inflight++;
+	kvpd_workers_submit(&d->workers, job);
+	return 0;
+}
+
+static int copy_ids(const struct seq_view *v, struct kvpd_block_map *m, uint32_t *dst)
+{
+	if (m->first_block + m->nblocks > v->tlen)
+		return -EINVAL;
+	memcpy(dst, v->table + m->first_block, m->nblocks * sizeof(*dst));
+	m->ids = dst;
+	return 0;
+}
+
+int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	const struct kvpd_kv_layout *l = &c->pool->layout;
+	uint32_t group = sqe->arg2 & 0xffff, layer = sqe->arg2 >> 16;
+	uint32_t first = sqe->arg1, count = sqe->len, bs = l->block_size;
+	bool is_write = sqe->opcode == KVP_OP_WRITE_KV;
+	struct kvpd_block_map m;
+	struct kvpd_job *job;
+	struct seq_view v;
+	uint8_t *data;
+	int ret;
+
+	if (sqe->op_flags || count == 0 || (uint64_t)first + count > UINT32_MAX)
+		return -EINVAL;
+	ret = view_seq(c, sqe->handle, group, layer, &v);
+	if (ret)
+		return ret;
+	data = arena_range(c, is_write ? sqe->addr : sqe->out_addr,
+			   2ull * count * l->kv_heads * l->row_bytes);
+	if (!data || (!is_write && sqe->out_len < 2ull * count * l->kv_heads * l->row_bytes))
+		return -EINVAL;
+	if (is_write && first < v.info.computed)
+		return -EPERM; /* committed KV may be shared: it never changes */
+	if (is_write && first + count > v.info.allocated_slots)
+		return -EINVAL;
+	if (!is_write && !present(&v, group, layer, bs, first, first + count))
+		return -ENODATA;
+
+	span_of(&v, bs, first, first + count, &m);
+	job = new_job(c, sqe, is_write ? KVPD_JOB_WRITE : KVPD_JOB_READ, 0, m.nblocks);
+	if (!job)
+		return -ENOMEM;
+	ret = copy_ids(&v, &m, job->pinned);
+	for (uint32_t i = 0; !ret && i < m.nblocks; i++)
+		if (m.ids[i] == KVC_NULL_BLOCK && !v.ring)
+			ret = -ENODATA;
+	if (ret) {
+		free(job);
+		return ret;
+	}
+	job->npinned = m.nblocks;
+	job->map = m;
+	job->handle = sqe->handle;
+	job->group = group;
+	job->layer = layer;
+	job->first_pos = first;
+	job->count = count;
+	job->data = data;
+	job->ntasks = l->kv_heads;
+	return launch(d, job);
+}
+
+/* One sequence's ATTEND entry, checked; its block span goes to @ids when non-NULL. */
+static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
+		       const struct kvp_attend_seq *s, size_t q_row, struct kvpd_attend_unit *u,
+		       uint32_t *ids, uint32_t *nids)
+{
+	const struct kvpd_kv_layout *l = &c->pool->layout;
+	uint32_t lo[2], hi[2], n, bs = l->block_size;
+	size_t bytes = (size_t)s->count * a->q_heads * q_row;
+	struct seq_view v;
+	int ret;
+
+	if (s->count == 0 || (uint64_t)s->first_pos + s->count > UINT32_MAX)
+		return -EINVAL;
+	ret = view_seq(c, s->handle, a->group, a->layer, &v);
+	if (ret)
+		return ret;
+	u->q = arena_range(c, s->q_off, bytes);
+	u->out = arena_range(c, s->out_off, bytes);
+	if (!u->q || !u->out)
+		return -EINVAL;
+	u->mask = v.mask;
+	u->first_pos = s->first_pos;
+	u->count = s->count;
+	n = kvpd_mask_union(&v.mask, s->first_pos, s->first_pos + s->count - 1, lo, hi);
+	for (uint32_t r = 0; r < n; r++)
+		if (!present(&v, a->group, a->layer, bs, lo[r], hi[r]))
+			return -ENODATA;
+	span_of(&v, bs, lo[0], hi[n - 1], &u->map);
+	*nids = u->map.nblocks;
+	return ids ? copy_ids(&v, &u->map, ids) : 0;
+}
+
+int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	const struct kvpd_kv_layout *l = &c->pool->layout;
+	const struct kvp_attend *src = arena_range(c, sqe->addr, sqe->len);
+	struct kvp_attend *a;
+	struct kvpd_job *job;
+	size_t q_row, total_ids = 0;
+	int ret = 0;
+
+	if (!src || sqe->len < sizeof(*a) || sqe->op_flags)
+		return -EINVAL;
+	if (!c->pool->layout.slot_bytes)
+		return -EOPNOTSUPP;
+	/* One private copy: every later look at the request sees the same bytes. */
+	a = malloc(sqe->len);
+	if (!a)
+		return -ENOMEM;
+	memcpy(a, src, sqe->len);
+	if (a->num_seqs == 0 || a->resv || a->flags & ~KVP_ATTEND_Q_F32 ||
+	    (sqe->len - sizeof(*a)) / sizeof(a->seqs[0]) < a->num_seqs || !a->q_heads ||
+	    a->q_heads % l->kv_heads || a->q_heads / l->kv_heads > 16 || !(a->softcap >= 0)) {
+		ret = -EINVAL;
+		goto out_free;
+	}
+	q_row = (size_t)l->head_dim * attn_dtype_size(a->flags & KVP_ATTEND_Q_F32 ? ATTN_F32 : l->dtype);
+	for (uint32_t s = 0; s < a->num_seqs && !ret; s++) {
+		struct kvpd_attend_unit u;
+		uint32_t n;
+
+		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n);
+		total_ids += n;
+	}
+	if (ret)
+		goto out_free;
+	job = new_job(c, sqe, KVPD_JOB_ATTEND, a->num_seqs, total_ids);
+	if (!job) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (uint32_t s = 0; s < a->num_seqs && !ret; s++) {
+		uint32_t n;
+
+		ret = attend_unit(c, a, &a->seqs[s], q_row, &job->units[s], job->pinned + job->npinned, &n);
+		job->npinned += n;
+	}
+	if (ret) {
+		free(job);
+		goto out_free;
+	}
+	job->group = a->group;
+	job->layer = a->layer;
+	job->nunits = a->num_seqs;
+	job->q_heads = a->q_heads;
+	job->params = (struct attn_params){
+		.g = a->q_heads / l->kv_heads,
+		.scale = a->scale,
+		.softcap = a->softcap,
+		.q_dtype = a->flags & KVP_ATTEND_Q_F32 ? ATTN_F32 : l->dtype,
+	};
+	job->ntasks = a->num_seqs * l->kv_heads;
+	ret = launch(d, job);
+out_free:
+	free(a);
+	return ret;
+}
+
+/* Back on the event loop: unpin, note what a WRITE_KV made readable, complete. */
+void kvpd_jobs_complete(struct kvpd *d)
+{
+	struct kvpd_job *job = kvpd_workers_take_done(&d->workers);
+
+	while (job) {
+		struct kvpd_job *next = job->next;
+		struct kvpd_client *c = job->client;
+		struct kvp_cqe cqe = { .user_data = job->user_data };
+
+		kvc_unpin(job->pool->core, job->pinned, job->npinned);
+		job->pool->inflight--;
+		d->jobs_inflight--;
+		c->inflight--;
+		if (!c->dead) {
+			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);
+
+			if (job->type == KVPD_JOB_WRITE && slot && slot->kv) {
+				struct kvc_seq_info info;
+				uint32_t ngroups = kvc_pool_config(job->pool->core)->num_groups;
+
+				kvc_seq_info(slot->seq, &info);
+				rebase(slot->kv, ngroups, info.computed);
+				cqe.res = mark_written(written(slot->kv, job->group, job->layer),
+						       slot->kv->base, job->first_pos,
+						       job->first_pos + job->count);
+			}
+			kvpd_ring_post(d, c, &cqe);
+		} else if (c->inflight == 0) {
+			kvpd_client_free(c);
+		}
+		free(job);
+		job = next;
+	}
+}

@@ -1,0 +1,687 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Attention kernels (daemon/attn): attn_one under every ISA level this CPU
+ * supports (the C kernel, AVX2, AVX-512, AVX512_BF16; each called directly
+ * through attn_level_fn), against a double-precision reference.
+ *
+ * Each case builds a small pool of block slots (two layers, two kv heads; the
+ * keys live in layer 1, head 1) whose logical blocks map to shuffled,
+ * non-contiguous block ids. The pool starts as NaN everywhere; only the rows of
+ * the query's key positions get values, so a kernel that reads a wrong row (or
+ * a masked-out one) produces NaN and fails. The reference reads the same
+ * stored, already rounded K, V and q, so the tolerance only covers the
+ * kernel's f32 arithmetic (accumulation order, prescaled q, the exp2/tanh
+ * approximations) and the rounding of the output to the query dtype:
+ *
+ *   |out - ref| <= TOL_ACC * mag + tol_out(q_dtype) * |ref| + TOL_ABS
+ *
+ * where mag = sum_j w_j |V_j[d]| (the size of the terms summed; it bounds the f32
+ * error), TOL_ACC = 1e-5, tol_out = half an ulp of the output dtype relative to
+ * the value (0 for f32, 2^-11 for f16, 2^-8 for bf16: the final rounding; TOL_ACC
+ * covers a near-tie pushed to the other side) and TOL_ABS = 2^-24 (f16
+ * subnormals).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../daemon/attn/attend_internal.h"
+
+#define TOL_ACC 1e-5
+#define TOL_ABS 0x1p-24
+
+static double tol_out(enum attn_dtype t)
+{
+	return t == ATTN_F32 ? 0 : t == ATTN_F16 ? 0x1p-11 : 0x1p-8;
+}
+
+static const char *dt_name(enum attn_dtype t)
+{
+	return t == ATTN_F32 ? "f32" : t == ATTN_F16 ? "f16" : "bf16";
+}
+
+/* ---- random numbers (xorshift64*) ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static float frand(void) /* [-1, 1) */
+{
+	return (float)((double)(rnd() >> 11) * 0x1p-52 - 1.0);
+}
+
+/* ---- storage ---- */
+
+static double ld(const void *base, enum attn_dtype t, size_t i)
+{
+	if (t == ATTN_F32)
+		return ((const float *)base)[i];
+	if (t == ATTN_F16)
+		return attn_f16_to_f32(((const uint16_t *)base)[i]);
+	return attn_bf16_to_f32(((const uint16_t *)base)[i]);
+}
+
+static void st(void *base, enum attn_dtype t, size_t i, float v)
+{
+	if (t == ATTN_F32)
+		((float *)base)[i] = v;
+	else if (t == ATTN_F16)
+		((uint16_t *)base)[i] = attn_f32_to_f16(v);
+	else
+		((uint16_t *)base)[i] = attn_f32_to_bf16(v);
+}
+
+/* ---- one case ---- */
+
+struct tcase {
+	const char *what;
+	enum attn_dtype dt, qdt;
+	uint32_t g, hd, bs;
+	uint32_t nr, lo[2], hi[2];
+	uint32_t ring;
+	float scale, softcap;
+};
+
+struct tenv {
+	uint8_t *pool;
+	uint32_t *ids;
+	void *q, *out;
+	struct attn_keys keys;
+	struct attn_query query;
+	struct attn_params params;
+	double *ref, *mag;
+};
+
+static uint8_t *row_addr(const struct tenv *e, uint32_t j)
+{
+	const struct attn_keys *k = &e->keys;
+	uint32_t jr = k->ring_tokens ? j % k->ring_tokens : j;
+	uint32_t b = k->ids[jr / k->block_size - k->first_block];
+
+	return (uint8_t *)k->pool + (size_t)b * k->slot_bytes + k->k_off +
+	       (size_t)(jr % k->block_size) * k->head_dim * attn_dtype_size(k->dtype);
+}
+
+static void build(const struct tcase *t, struct tenv *e)
+{
+	size_t ds = attn_dtype_size(t->dt), row_bytes = t->hd * ds;
+	size_t head_bytes = t->bs * row_bytes, layer_bytes = 2 * 2 * head_bytes;
+	size_t slot = 2 * layer_bytes + 32, words;
+	uint32_t first, last, nblocks, pblocks, *perm;
+	uint64_t lo_min = UINT32_MAX, hi_max = 0;
+
+	for (uint32_t r = 0; r < t->nr; r++) {
+		if (t->hi[r] > t->lo[r]) {
+			lo_min = t->lo[r] < lo_min ? t->lo[r] : lo_min;
+			hi_max = t->hi[r] > hi_max ? t->hi[r] : hi_max;
+		}
+	}
+	if (t->ring) {
+		first = 0;
+		last = (t->ring - 1) / t->bs;
+	} else {
+		first = (uint32_t)(lo_min / t->bs);
+		last = (uint32_t)((hi_max - 1) / t->bs);
+	}
+	nblocks = last - first + 1;
+	pblocks = nblocks + 5;
+	perm = malloc(sizeof(*perm) * pblocks);
+	e->ids = malloc(sizeof(*e->ids) * nblocks);
+	assert_non_null(perm);
+	assert_non_null(e->ids);
+	for (uint32_t i = 0; i < pblocks; i++)
+		perm[i] = i;
+	for (uint32_t i = pblocks - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(rnd() % (i + 1)), x = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = x;
+	}
+	memcpy(e->ids, perm, sizeof(*e->ids) * nblocks);
+	free(perm);
+
+	/* NaN everywhere: a row read that the ranges don't cover poisons the output */
+	e->pool = aligned_alloc(64, (pblocks * slot + 63) & ~(size_t)63);
+	assert_non_null(e->pool);
+	words = pblocks * slot / ds;
+	for (size_t i = 0; i < words; i++) {
+		if (t->dt == ATTN_F32)
+			((uint32_t *)e->pool)[i] = 0x7fc00000u;
+		else
+			((uint16_t *)e->pool)[i] = t->dt == ATTN_F16 ? 0x7e00 : 0x7fc0;
+	}
+
+	e->keys = (struct attn_keys){
+		.pool = e->pool,
+		.slot_bytes = slot,
+		.k_off = layer_bytes + head_bytes, /* layer 1, kv head 1 */
+		.v_delta = 2 * head_bytes,
+		.block_size = t->bs,
+		.head_dim = t->hd,
+		.dtype = t->dt,
+		.ids = e->ids,
+		.first_block = first,
+		.nblocks = nblocks,
+		.ring_tokens = t->ring,
+	};
+	for (uint32_t r = 0; r < t->nr; r++) {
+		for (uint32_t j = t->lo[r]; j < t->hi[r]; j++) {
+			uint8_t *row = row_addr(e, j);
+
+			for (uint32_t d = 0; d < t->hd; d++) {
+				st(row, t->dt, d, frand());
+				st(row + e->keys.v_delta, t->dt, d, frand());
+			}
+		}
+	}
+
+	e->q = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
+	e->out = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
+	e->ref = calloc((size_t)t->g * t->hd, sizeof(double));
+	e->mag = calloc((size_t)t->g * t->hd, sizeof(double));
+	assert_non_null(e->q);
+	assert_non_null(e->out);
+	assert_non_null(e->ref);
+	assert_non_null(e->mag);
+	for (size_t i = 0; i < (size_t)t->g * t->hd; i++)
+		st(e->q, t->qdt, i, frand());
+	e->query = (struct attn_query){ .q = e->q, .out = e->out, .nranges = t->nr };
+	for (uint32_t r = 0; r < 2; r++) {
+		e->query.lo[r] = t->lo[r];
+		e->query.hi[r] = t->hi[r];
+	}
+	e->params = (struct attn_params){
+		.g = t->g, .scale = t->scale, .softcap = t->softcap, .q_dtype = t->qdt,
+	};
+}
+
+static void destroy(struct tenv *e)
+{
+	free(e->pool);
+	free(e->ids);
+	free(e->q);
+	free(e->out);
+	free(e->ref);
+	free(e->mag);
+}
+
+/* The straightforward reference, in double, on the stored values. */
+static void reference(const struct tcase *t, struct tenv *e)
+{
+	uint32_t n = 0;
+	uint32_t *pos;
+	double *s;
+
+	for (uint32_t r = 0; r < t->nr; r++)
+		n += t->hi[r] - t->lo[r];
+	pos = malloc(sizeof(*pos) * n);
+	s = malloc(sizeof(*s) * n);
+	assert_non_null(pos);
+	assert_non_null(s);
+	n = 0;
+	for (uint32_t r = 0; r < t->nr; r++)
+		for (uint32_t j = t->lo[r]; j < t->hi[r]; j++)
+			pos[n++] = j;
+	for (uint32_t h = 0; h < t->g; h++) {
+		double m = -INFINITY, l = 0;
+
+		for (uint32_t i = 0; i < n; i++) {
+			const uint8_t *row = row_addr(e, pos[i]);
+			double dot = 0;
+
+			for (uint32_t d = 0; d < t->hd; d++)
+				dot += ld(e->q, t->qdt, (size_t)h * t->hd + d) * ld(row, t->dt, d);
+			dot *= t->scale;
+			if (t->softcap > 0)
+				dot = t->softcap * tanh(dot / t->softcap);
+			s[i] = dot;
+			m = dot > m ? dot : m;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			s[i] = exp(s[i] - m);
+			l += s[i];
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			const uint8_t *v = row_addr(e, pos[i]) + e->keys.v_delta;
+
+			for (uint32_t d = 0; d < t->hd; d++) {
+				double x = ld(v, t->dt, d);
+
+				e->ref[(size_t)h * t->hd + d] += s[i] / l * x;
+				e->mag[(size_t)h * t->hd + d] += s[i] / l * fabs(x);
+			}
+		}
+	}
+	free(pos);
+	free(s);
+}
+
+static enum attn_level max_level(void)
+{
+	enum attn_level top = attn_cpu_level();
+	const char *env = getenv("KVPOOL_ATTN_ISA");
+
+	for (int l = 0; env && l < ATTN_NLEVELS; l++)
+		if (strcmp(env, attn_level_name((enum attn_level)l)) == 0 && (enum attn_level)l < top)
+			top = (enum attn_level)l;
+	return top;
+}
+
+static double worst[3]; /* largest error / tolerance seen, per q dtype */
+
+/* Compares the output with the reference; prints the first few misses. */
+static int check_out(const struct tcase *t, const struct tenv *e, const char *isa)
+{
+	int bad = 0;
+
+	for (uint32_t h = 0; h < t->g; h++) {
+		for (uint32_t d = 0; d < t->hd; d++) {
+			size_t i = (size_t)h * t->hd + d;
+			double got = ld(e->out, t->qdt, i), ref = e->ref[i];
+			double tol = TOL_ACC * e->mag[i] + tol_out(t->qdt) * fabs(ref) + TOL_ABS;
+			double err = fabs(got - ref);
+
+			if (!(err <= tol)) {
+				if (bad++ < 5)
+					print_error("%s [%s]: %s/%s g=%u hd=%u bs=%u ranges=[%u,%u)%s ring=%u "
+						    "softcap=%g: head %u dim %u: got %.9g want %.9g (err %.3g tol %.3g)\n",
+						    t->what, isa, dt_name(t->dt), dt_name(t->qdt), t->g, t->hd,
+						    t->bs, t->lo[0], t->hi[0], t->nr > 1 ? "+" : "", t->ring,
+						    (double)t->softcap, h, d, got, ref, err, tol);
+			} else if (err / tol > worst[t->qdt]) {
+				worst[t->qdt] = err / tol;
+			}
+		}
+	}
+	return bad;
+}
+
+static void run_case(const struct tcase *t)
+{
+	struct tenv e;
+	int bad = 0;
+
+	build(t, &e);
+	reference(t, &e);
+	for (int l = 0; l <= (int)max_level(); l++) {
+		attn_fn *fn = attn_level_fn((enum attn_level)l);
+
+		assert_non_null(fn);
+		memset(e.out, 0xa5, (size_t)t->g * t->hd * attn_dtype_size(t->qdt));
+		fn(&e.keys, &e.query, &e.params);
+		bad += check_out(t, &e, attn_level_name((enum attn_level)l));
+	}
+	destroy(&e);
+	if (bad)
+		fail_msg("%d output values out of tolerance", bad);
+}
+
+/* ---- the grid ---- */
+
+enum shape { SH_MID, SH_ALIGNED, SH_TWO, SH_RING, SH_ONE, SH_N };
+
+static void shape_ranges(struct tcase *t, enum shape sh)
+{
+	uint32_t bs = t->bs;
+
+	t->nr = 1;
+	t->ring = 0;
+	t->lo[1] = t->hi[1] = 0;
+	switch (sh) {
+	case SH_MID: /* starts and ends inside blocks (for bs > 1) */
+		t->what = "mid-block range";
+		t->lo[0] = 3 * bs + (bs > 1);
+		t->hi[0] = t->lo[0] + 41;
+		break;
+	case SH_ALIGNED: /* block boundaries at both ends */
+		t->what = "block-aligned range";
+		t->lo[0] = 2 * bs;
+		t->hi[0] = t->lo[0] + bs * ((35 + bs - 1) / bs);
+		break;
+	case SH_TWO: /* a sink and a window */
+		t->what = "two ranges";
+		t->nr = 2;
+		t->lo[0] = 1;
+		t->hi[0] = 7;
+		t->lo[1] = 5 * bs + 3 > 9 ? 5 * bs + 3 : 9;
+		t->hi[1] = t->lo[1] + 30;
+		break;
+	case SH_RING: /* positions past the ring wrap around to its start */
+		t->what = "ring wrap-around";
+		t->ring = bs * ((40 + bs - 1) / bs);
+		t->lo[0] = 3 * t->ring - 17;
+		t->hi[0] = 3 * t->ring + 19;
+		break;
+	default:
+		t->what = "single key";
+		t->lo[0] = 5 * bs + (bs > 2 ? 2 : 0);
+		t->hi[0] = t->lo[0] + 1;
+		break;
+	}
+}
+
+static void grid(enum attn_dtype dt, enum attn_dtype qdt)
+{
+	static const uint32_t gs[] = { 1, 2, 4, 8 }, hds[] = { 64, 128 }, bss[] = { 1, 4, 16 };
+
+	for (size_t gi = 0; gi < 4; gi++)
+		for (size_t hi = 0; hi < 2; hi++)
+			for (size_t bi = 0; bi < 3; bi++)
+				for (int sh = 0; sh < SH_N; sh++)
+					for (int cap = 0; cap < 2; cap++) {
+						struct tcase t = {
+							.dt = dt, .qdt = qdt, .g = gs[gi], .hd = hds[hi],
+							.bs = bss[bi],
+							/* scores of a few units; with the cap, beyond it */
+							.scale = (cap ? 12.0f : 4.0f) / sqrtf((float)hds[hi]),
+							.softcap = cap ? 5.0f : 0.0f,
+						};
+
+						shape_ranges(&t, (enum shape)sh);
+						run_case(&t);
+					}
+}
+
+static void test_f32(void **state)
+{
+	(void)state;
+	grid(ATTN_F32, ATTN_F32);
+}
+
+static void test_f16_f32q(void **state)
+{
+	(void)state;
+	grid(ATTN_F16, ATTN_F32);
+}
+
+static void test_f16_f16q(void **state)
+{
+	(void)state;
+	grid(ATTN_F16, ATTN_F16);
+}
+
+static void test_bf16_f32q(void **state)
+{
+	(void)state;
+	grid(ATTN_BF16, ATTN_F32);
+}
+
+static void test_bf16_bf16q(void **state)
+{
+	(void)state;
+	grid(ATTN_BF16, ATTN_BF16);
+}
+
+/* Head groups that split into several chunks (8+4+2+1...), 16 heads. */
+static void test_odd_g(void **state)
+{
+	static const uint32_t gs[] = { 3, 5, 6, 7, 12, 15, 16 };
+	static const enum attn_dtype dts[][2] = {
+		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_BF16, ATTN_BF16 }, { ATTN_BF16, ATTN_F32 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < 7; i++)
+		for (size_t d = 0; d < 4; d++)
+			for (int sh = 0; sh < SH_N; sh += 2) {
+				struct tcase t = {
+					.dt = dts[d][0], .qdt = dts[d][1], .g = gs[i], .hd = 128, .bs = 16,
+					.scale = 0.35f, .softcap = sh == SH_RING ? 5.0f : 0.0f,
+				};
+
+				shape_ranges(&t, (enum shape)sh);
+				run_case(&t);
+			}
+}
+
+/* head_dim 80 and 96 (bf16 rows not in whole 32s), 256, and 40 (no SIMD: the C kernel). */
+static void test_other_head_dims(void **state)
+{
+	static const uint32_t hds[] = { 16, 40, 80, 96, 256 };
+	static const enum attn_dtype dts[][2] = {
+		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_BF16, ATTN_BF16 }, { ATTN_BF16, ATTN_F32 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < 5; i++)
+		for (size_t d = 0; d < 4; d++)
+			for (uint32_t g = 1; g <= 8; g *= 2)
+				for (int sh = 0; sh < SH_N; sh++) {
+					struct tcase t = {
+						.dt = dts[d][0], .qdt = dts[d][1], .g = g, .hd = hds[i], .bs = 4,
+						.scale = 4.0f / sqrtf((float)hds[i]), .softcap = g == 4 ? 5.0f : 0.0f,
+					};
+
+					shape_ranges(&t, (enum shape)sh);
+					run_case(&t);
+				}
+}
+
+/* Long contexts: many tiles, many rescales; a ring that is not a multiple of the block size. */
+static void test_long(void **state)
+{
+	static const enum attn_dtype dts[][2] = {
+		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_BF16, ATTN_BF16 },
+		{ ATTN_F16, ATTN_F32 }, { ATTN_BF16, ATTN_F32 },
+	};
+
+	(void)state;
+	for (size_t d = 0; d < 5; d++) {
+		for (uint32_t g = 1; g <= 4; g *= 4) {
+			struct tcase t = {
+				.what = "long range", .dt = dts[d][0], .qdt = dts[d][1], .g = g, .hd = 128,
+				.bs = 16, .nr = 1, .lo = { 5 }, .hi = { 3001 }, .scale = 0.5f,
+			};
+
+			run_case(&t);
+			t.what = "long, sink + window";
+			t.nr = 2;
+			t.lo[0] = 0;
+			t.hi[0] = 4;
+			t.lo[1] = 1000;
+			t.hi[1] = 2500;
+			t.softcap = 8.0f;
+			run_case(&t);
+			t.what = "ring of 45 (bs 4)";
+			t.bs = 4;
+			t.nr = 1;
+			t.ring = 45;
+			t.lo[0] = 100;
+			t.hi[0] = 140;
+			t.softcap = 0;
+			run_case(&t);
+		}
+	}
+}
+
+/* ---- conversions ---- */
+
+/* r is the nearest value to f (ties to the even one) among the finite values of its format. */
+static void check_nearest(float f, uint16_t r, uint16_t inf, float (*to_f32)(uint16_t))
+{
+	uint16_t m = r & 0x7fff, sign = r & 0x8000;
+	double x = f, err = fabs(x - to_f32(r));
+
+	if (m >= inf) { /* overflow: beyond the largest finite value plus half a step */
+		double big = to_f32((uint16_t)(inf - 1)), step = big - to_f32((uint16_t)(inf - 2));
+
+		assert_true(fabs(x) >= big + step / 2);
+		return;
+	}
+	for (int dir = -1; dir <= 1; dir += 2) {
+		double nb;
+
+		if ((dir < 0 && m == 0) || (dir > 0 && m + 1 >= inf))
+			continue;
+		nb = fabs(x - to_f32((uint16_t)(sign | (m + dir))));
+		if (!(err < nb || (err == nb && (r & 1) == 0)))
+			fail_msg("%.9g -> 0x%04x: err %.3g, neighbour %+d err %.3g", x, r, err, dir, nb);
+	}
+}
+
+static void test_f16_conversions(void **state)
+{
+	(void)state;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = attn_f16_to_f32((uint16_t)h);
+
+		if (isnan(f))
+			assert_true(isnan(attn_f16_to_f32(attn_f32_to_f16(f))));
+		else
+			assert_int_equal(attn_f32_to_f16(f), h);
+	}
+	/* round to nearest even at the midpoints, subnormals, overflow */
+	assert_int_equal(attn_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);             /* tie -> even */
+	assert_int_equal(attn_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);         /* tie -> even (up) */
+	assert_int_equal(attn_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);  /* above the tie */
+	assert_int_equal(attn_f32_to_f16(0x1p-25f), 0x0000);                    /* tie -> 0 */
+	assert_int_equal(attn_f32_to_f16(0x1p-25f * 1.5f), 0x0001);
+	assert_int_equal(attn_f32_to_f16(3 * 0x1p-25f), 0x0002);                /* tie -> even */
+	assert_int_equal(attn_f32_to_f16(0x1p-14f - 0x1p-25f), 0x0400);         /* rounds up to normal */
+	assert_int_equal(attn_f32_to_f16(65504.0f), 0x7bff);
+	assert_int_equal(attn_f32_to_f16(65519.0f), 0x7bff);
+	assert_int_equal(attn_f32_to_f16(65520.0f), 0x7c00);
+	assert_int_equal(attn_f32_to_f16(-INFINITY), 0xfc00);
+	assert_int_equal(attn_f32_to_f16(-0.0f), 0x8000);
+	/* nearest, ties to even, against the neighbours, for random floats ~2^-31 .. 2^17 */
+	for (int i = 0; i < 1000000; i++) {
+		uint32_t bits = (uint32_t)rnd();
+		float f;
+
+		bits = (bits & 0x80000000u) | (0x30000000u + bits % 0x18000000u);
+		memcpy(&f, &bits, sizeof(f));
+		check_nearest(f, attn_f32_to_f16(f), 0x7c00, attn_f16_to_f32);
+	}
+}
+
+static void test_bf16_conversions(void **state)
+{
+	(void)state;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = attn_bf16_to_f32((uint16_t)h);
+
+		if (isnan(f))
+			assert_true(isnan(attn_bf16_to_f32(attn_f32_to_bf16(f))));
+		else
+			assert_int_equal(attn_f32_to_bf16(f), h);
+	}
+	assert_int_equal(attn_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie -> even */
+	assert_int_equal(attn_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie -> even (up) */
+	assert_int_equal(attn_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+	assert_int_equal(attn_f32_to_bf16(3.4e38f), 0x7f80);            /* rounds to infinity */
+	for (int i = 0; i < 1000000; i++) {
+		uint32_t bits = (uint32_t)rnd() & 0xbfffffffu; /* finite */
+		float f;
+
+		memcpy(&f, &bits, sizeof(f));
+		check_nearest(f, attn_f32_to_bf16(f), 0x7f80, attn_bf16_to_f32);
+	}
+}
+
+/* ---- the dispatch: KVPOOL_ATTN_ISA, in a child (the choice is made once per process) ---- */
+
+static int child_isa(const char *env, const char *want)
+{
+	struct tcase t = {
+		.what = "env dispatch", .dt = ATTN_BF16, .qdt = ATTN_BF16, .g = 4, .hd = 128, .bs = 16,
+		.nr = 1, .lo = { 3 }, .hi = { 100 }, .scale = 0.3f,
+	};
+	struct tenv e;
+	int bad;
+
+	if (env)
+		setenv("KVPOOL_ATTN_ISA", env, 1);
+	else
+		unsetenv("KVPOOL_ATTN_ISA");
+	if (strcmp(attn_isa(), want) != 0) {
+		fprintf(stderr, "KVPOOL_ATTN_ISA=%s: attn_isa() = %s, want %s\n", env ? env : "(unset)",
+			attn_isa(), want);
+		return 1;
+	}
+	build(&t, &e);
+	reference(&t, &e);
+	attn_one(&e.keys, &e.query, &e.params);
+	bad = check_out(&t, &e, attn_isa());
+	destroy(&e);
+	return bad != 0;
+}
+
+static void test_env_isa(void **state)
+{
+	const char *best = attn_level_name(attn_cpu_level());
+	struct {
+		const char *env, *want;
+	} cases[ATTN_NLEVELS + 3];
+	int n = 0;
+
+	(void)state;
+	for (int l = 0; l < ATTN_NLEVELS; l++) {
+		cases[n].env = attn_level_name((enum attn_level)l);
+		/* a level above the CPU's leaves the best one */
+		cases[n].want = l <= (int)attn_cpu_level() ? cases[n].env : best;
+		n++;
+	}
+	cases[n].env = NULL;
+	cases[n++].want = best;
+	cases[n].env = "sse9";
+	cases[n++].want = best;
+	cases[n].env = "";
+	cases[n++].want = best;
+	for (int i = 0; i < n; i++) {
+		int status;
+		pid_t pid;
+
+		fflush(NULL);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(child_isa(cases[i].env, cases[i].want));
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+}
+
+static void test_report(void **state)
+{
+	(void)state;
+	printf("levels run: c..%s; worst error/tolerance: f32 %.3f, f16 %.3f, bf16 %.3f\n",
+	       attn_level_name(max_level()), worst[ATTN_F32], worst[ATTN_F16], worst[ATTN_BF16]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_f16_conversions),
+		cmocka_unit_test(test_bf16_conversions),
+		cmocka_unit_test(test_f32),
+		cmocka_unit_test(test_f16_f32q),
+		cmocka_unit_test(test_f16_f16q),
+		cmocka_unit_test(test_bf16_f32q),
+		cmocka_unit_test(test_bf16_bf16q),
+		cmocka_unit_test(test_odd_g),
+		cmocka_unit_test(test_other_head_dims),
+		cmocka_unit_test(test_long),
+		cmocka_unit_test(test_env_isa),
+		cmocka_unit_test(test_report),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
