@@ -50,7 +50,8 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
 TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
 	     tools/trace_daemon.c tools/name_map.c
-BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c
+BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c \
+	     tools/bench_daemon.c tools/bench_attend.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_SRC := $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
@@ -93,7 +94,7 @@ $(BIN)/kvctl: $(BUILD)/tools/kvctl.o $(LIB_A)
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -lpthread -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)

@@ -49,6 +49,7 @@ for variant in "" asan; do
 done
 
 run "demo/make-demo" tools/demo.sh
+run "bench/release/attend" tools/kvbench attend --quick
 run "install/pkg-config" tests/install.sh
 
 if command -v clang >/dev/null; then

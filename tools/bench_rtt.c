@@ -30,51 +30,6 @@ struct rtt_opts {
 	unsigned iters;
 };
 
-/* kvpoold beside this binary (build variants), else the source tree's daemon/. */
-static void default_daemon(char *out, size_t len)
-{
-	char exe[PATH_MAX / 2];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	char *slash;
-
-	snprintf(out, len, "daemon/kvpoold");
-	if (n <= 0)
-		return;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(out, len, "%s/kvpoold", exe);
-	if (access(out, X_OK))
-		snprintf(out, len, "%s/../daemon/kvpoold", exe);
-}
-
-static pid_t start_daemon(const char *bin, const char *sock, unsigned spin_us)
-{
-	char spin[16];
-	pid_t pid;
-
-	snprintf(spin, sizeof(spin), "%u", spin_us);
-	pid = fork();
-	if (pid == 0) {
-		execl(bin, bin, "--socket", sock, "--spin-us", spin, (char *)NULL);
-		fprintf(stderr, "kvbench: exec %s: %s\n", bin, strerror(errno));
-		_exit(127);
-	}
-	for (int i = 0; pid > 0 && i < 500; i++) {
-		struct kvp_connect_opts o = { .socket_path = sock };
-		struct kvp_client *c;
-
-		if (kvp_connect(&o, &c) == 0) {
-			kvp_close(c);
-			return pid;
-		}
-		usleep(10000);
-	}
-	return -1;
-}
-
 static int make_pool(const char *sock)
 {
 	struct kvp_connect_opts o = { .socket_path = sock, .admin = true };
@@ -215,32 +170,23 @@ static int measure_alloc_batched(struct kvp_client *c, unsigned iters, struct mo
 
 static int run_mode(const struct rtt_opts *o, bool spin, struct mode_result *r)
 {
-	char dir[] = "/tmp/kvbench-XXXXXX", sock[64];
 	struct kvp_connect_opts copts = { .pool = "bench", .spin_us = spin ? 1000 : 0,
 					  .sq_entries = 256 };
 	unsigned iters = spin ? o->iters : o->iters / 10;
+	struct bench_daemon d;
 	struct kvp_client *c;
-	pid_t pid;
-	int ret, status;
+	int ret = bench_daemon_start(&d, o->daemon, spin ? 1000 : 0);
 
-	if (!mkdtemp(dir))
-		return -errno;
-	snprintf(sock, sizeof(sock), "%s/kvpool.sock", dir);
-	copts.socket_path = sock;
-	pid = start_daemon(o->daemon, sock, spin ? 1000 : 0);
-	if (pid < 0) {
-		rmdir(dir);
-		return -ECHILD;
-	}
-	ret = make_pool(sock) ?: kvp_connect(&copts, &c);
+	if (ret)
+		return ret;
+	copts.socket_path = d.socket;
+	ret = make_pool(d.socket) ?: kvp_connect(&copts, &c);
 	if (!ret) {
 		ret = measure_nop(c, iters, r) ?: measure_alloc(c, iters, r) ?:
 		      measure_alloc_batched(c, iters, r);
 		kvp_close(c);
 	}
-	kill(pid, SIGTERM);
-	waitpid(pid, &status, 0);
-	rmdir(dir);
+	bench_daemon_stop(&d);
 	return ret;
 }
 
@@ -287,7 +233,7 @@ int bench_rtt(int argc, char **argv)
 	double in_process;
 	int ret;
 
-	default_daemon(o.daemon, sizeof(o.daemon));
+	bench_default_daemon(o.daemon, sizeof(o.daemon));
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--daemon") && i + 1 < argc) {
 			snprintf(o.daemon, sizeof(o.daemon), "%s", argv[++i]);

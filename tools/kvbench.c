@@ -22,6 +22,11 @@ static const char usage[] =
 	"                      NOP and ALLOC through a kvpoold it starts (median, p99,\n"
 	"                      batched ns/op) in spin and in sleep mode, next to the\n"
 	"                      in-process ALLOC and the limits (default 20000 round trips)\n"
+	"  attend [--json] [--quick] [--daemon PATH]\n"
+	"                      decode ATTEND through a kvpoold it starts, as GB/s of KV\n"
+	"                      read, for contexts 1k..32k, 1..64 sequences, GQA 1 and 4,\n"
+	"                      f16/bf16/f32, head_dim 128, next to this machine's read\n"
+	"                      bandwidth and their ratio; --json: one object per row\n"
 	"\n"
 	"  -h, --help          show this help and exit\n";
 
@@ -52,6 +57,8 @@ int main(int argc, char **argv)
 		return bench_limits(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "rtt"))
 		return bench_rtt(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "attend"))
+		return bench_attend(argc - 1, argv + 1);
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		fputs(usage, stdout);
 		return 0;

@@ -29,7 +29,18 @@ struct bench_limits {
 int bench_measure_limits(struct bench_limits *l);
 void bench_print_limits(const struct bench_limits *l);
 
+/* bench_daemon.c: a kvpoold of the benchmark's own. */
+struct bench_daemon {
+	int pid;
+	char dir[32];
+	char socket[64];
+};
+void bench_default_daemon(char *out, size_t len);
+int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us);
+void bench_daemon_stop(struct bench_daemon *d);
+
 int bench_core(int argc, char **argv);
+int bench_attend(int argc, char **argv);
 int bench_limits(int argc, char **argv);
 int bench_rtt(int argc, char **argv);
 

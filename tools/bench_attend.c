@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvbench attend: decode ATTEND through a kvpoold it starts, as GB/s of KV
+ * read, next to this machine's read bandwidth measured in the same run. Decode
+ * attention reads every key and value of the context once per step, so memory
+ * bandwidth is its physical limit and the ratio says how close we get.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../lib/libkvpool.h"
+#include "kvbench.h"
+
+#define HEAD_DIM 128
+#define BLOCK_SIZE 16
+#define WRITE_CHUNK 4096u
+
+struct attend_opts {
+	char daemon[PATH_MAX];
+	bool json, quick;
+};
+
+struct row {
+	const char *dtype;
+	unsigned gqa, context, seqs;
+	double kv_gbps, bw_gbps;
+};
+
+/* ---- the machine's read bandwidth: threads summing disjoint parts of one buffer ---- */
+
+struct bw_part {
+	const uint64_t *p;
+	size_t n;
+	uint64_t sum;
+};
+
+static void *sum_part(void *arg)
+{
+	struct bw_part *b = arg;
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+
+	for (size_t i = 0; i + 4 <= b->n; i += 4) {
+		s0 += b->p[i];
+		s1 += b->p[i + 1];
+		s2 += b->p[i + 2];
+		s3 += b->p[i + 3];
+	}
+	b->sum = s0 + s1 + s2 + s3;
+	return NULL;
+}
+
+static double read_bandwidth(unsigned threads)
+{
+	size_t bytes = 1ull << 30, n = bytes / sizeof(uint64_t);
+	uint64_t *buf = malloc(bytes), start, best = UINT64_MAX;
+	struct bw_part parts[64];
+	pthread_t tids[64];
+
+	if (!buf)
+		return 0;
+	memset(buf, 1, bytes);
+	if (threads > 64)
+		threads = 64;
+	for (int rep = 0; rep < 3; rep++) {
+		start = bench_now_ns();
+		for (unsigned t = 0; t < threads; t++) {
+			parts[t] = (struct bw_part){ buf + n / threads * t, n / threads, 0 };
+			pthread_create(&tids[t], NULL, sum_part, &parts[t]);
+		}
+		for (unsigned t = 0; t < threads; t++)
+			pthread_join(tids[t], NULL);
+		if (bench_now_ns() - start < best)
+			best = bench_now_ns() - start;
+	}
+	free(buf);
+	return (double)bytes / (double)best;
+}
+
+/* ---- the pool: seqs sequences of max_context tokens of random KV, committed ---- */
+
+static int fill(struct kvp_client *c, uint64_t *handles, unsigned seqs, unsigned context,
+		size_t token_bytes)
+{
+	uint32_t *tokens = malloc(context * sizeof(*tokens));
+	uint8_t *kv = malloc(WRITE_CHUNK * token_bytes);
+	uint64_t seed = 88172645463325252ull;
+	int ret = tokens && kv ? 0 : -ENOMEM;
+
+	for (size_t i = 0; !ret && i < WRITE_CHUNK * token_bytes; i++) {
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+		/* Small finite values in every dtype: a sign, a small exponent, random mantissa. */
+		kv[i] = (i & 1) ? (uint8_t)(0x3c | (seed & 0x80)) : (uint8_t)seed;
+	}
+	for (unsigned s = 0; s < seqs && !ret; s++) {
+		for (unsigned t = 0; t < context; t++)
+			tokens[t] = s * context + t; /* distinct: no sequence shares a block */
+		ret = kvp_seq_open(c, tokens, context, NULL, 0, -1, &handles[s]) ?:
+		      kvp_alloc(c, handles[s], context, 0, false, NULL, NULL, 0);
+		for (unsigned t = 0; t < context && !ret; t += WRITE_CHUNK)
+			ret = kvp_write_kv(c, handles[s], 0, 0, t, WRITE_CHUNK, kv,
+					   kv + WRITE_CHUNK * token_bytes / 2);
+		ret = ret ?: kvp_commit(c, handles[s], context);
+	}
+	free(tokens);
+	free(kv);
+	return ret;
+}
+
+/* One decode step of @seqs sequences at @context, repeated for at least 0.2 s. */
+static int measure(struct kvp_client *c, const uint64_t *handles, unsigned seqs,
+		   unsigned context, unsigned gqa, size_t token_bytes, double *gbps)
+{
+	struct kvp_attend_req req[64];
+	float *q = calloc((size_t)seqs * gqa * HEAD_DIM, sizeof(float));
+	float *out = calloc((size_t)seqs * gqa * HEAD_DIM, sizeof(float));
+	uint64_t start, elapsed = 0;
+	unsigned reps = 0;
+	int ret = q && out ? 0 : -ENOMEM;
+
+	for (unsigned s = 0; s < seqs; s++)
+		req[s] = (struct kvp_attend_req){ handles[s], context - 1, 1,
+						  q + (size_t)s * gqa * HEAD_DIM,
+						  out + (size_t)s * gqa * HEAD_DIM };
+	for (unsigned i = 0; i < (size_t)seqs * gqa * HEAD_DIM; i++)
+		q[i] = (float)(i % 7) * 0.01f;
+	ret = ret ?: kvp_attend(c, 0, 0, gqa, 0.088f, 0, true, req, seqs); /* warm */
+	start = bench_now_ns();
+	while (!ret && (elapsed < 200000000ull || reps < 3)) {
+		ret = kvp_attend(c, 0, 0, gqa, 0.088f, 0, true, req, seqs);
+		reps++;
+		elapsed = bench_now_ns() - start;
+	}
+	*gbps = (double)reps * seqs * context * token_bytes / (double)elapsed;
+	free(q);
+	free(out);
+	return ret;
+}
+
+static int run_dtype(const struct attend_opts *o, const char *dtype, double bw, struct row *rows,
+		     unsigned *nrows)
+{
+	static const unsigned contexts[] = { 1024, 4096, 8192, 16384, 32768 };
+	static const unsigned seq_counts[] = { 1, 8, 64 };
+	static const unsigned gqas[] = { 1, 4 };
+	unsigned ncontexts = o->quick ? 2 : 5, nseqs = o->quick ? 2 : 3;
+	unsigned max_context = contexts[ncontexts - 1], max_seqs = seq_counts[nseqs - 1];
+	size_t dsize = strcmp(dtype, "f32") ? 2 : 4, token_bytes = 2 * HEAD_DIM * dsize;
+	char blocks[32], dt[16];
+	const char *kv[] = { blocks, "block_size=16", "groups=full", "kv_heads=1", "head_dim=128",
+			     dt, "layers_per_group=1", NULL };
+	struct kvp_connect_opts copts = { .pool = "bench", .arena_bytes = 64u << 20 };
+	struct kvp_pool_params p;
+	struct bench_daemon d;
+	struct kvp_client *c, *admin;
+	uint64_t handles[64];
+	int ret;
+
+	snprintf(blocks, sizeof(blocks), "blocks=%u", max_seqs * max_context / BLOCK_SIZE + 64);
+	snprintf(dt, sizeof(dt), "dtype=%s", dtype);
+	ret = bench_daemon_start(&d, o->daemon, 50);
+	if (ret)
+		return ret;
+	struct kvp_connect_opts aopts = { .socket_path = d.socket, .admin = true };
+
+	ret = kvp_connect(&aopts, &admin);
+	if (!ret) {
+		kvp_pool_params_init(&p, "bench");
+		for (unsigned i = 0; kv[i] && !ret; i++) {
+			char key[32];
+			const char *eq = strchr(kv[i], '=');
+
+			snprintf(key, sizeof(key), "%.*s", (int)(eq - kv[i]), kv[i]);
+			ret = kvp_pool_params_set(&p, key, eq + 1);
+		}
+		ret = ret ?: kvp_pool_create(admin, &p);
+		kvp_close(admin);
+	}
+	copts.socket_path = d.socket;
+	ret = ret ?: kvp_connect(&copts, &c);
+	if (ret)
+		goto out;
+	ret = fill(c, handles, max_seqs, max_context, token_bytes);
+	for (unsigned ci = 0; ci < ncontexts && !ret; ci++)
+		for (unsigned si = 0; si < nseqs && !ret; si++)
+			for (unsigned gi = 0; gi < 2 && !ret; gi++) {
+				struct row *r = &rows[(*nrows)++];
+
+				*r = (struct row){ dtype, gqas[gi], contexts[ci], seq_counts[si], 0, bw };
+				ret = measure(c, handles, r->seqs, r->context, r->gqa, token_bytes,
+					      &r->kv_gbps);
+			}
+	kvp_close(c);
+out:
+	bench_daemon_stop(&d);
+	return ret;
+}
+
+int bench_attend(int argc, char **argv)
+{
+	static const char *const dtypes[] = { "f16", "bf16", "f32" };
+	struct attend_opts o = { 0 };
+	struct row rows[128];
+	unsigned nrows = 0;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	double bw1, bw;
+	int ret = 0;
+
+	bench_default_daemon(o.daemon, sizeof(o.daemon));
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			o.json = true;
+		} else if (!strcmp(argv[i], "--quick")) {
+			o.quick = true;
+		} else if (!strcmp(argv[i], "--daemon") && i + 1 < argc) {
+			snprintf(o.daemon, sizeof(o.daemon), "%s", argv[++i]);
+		} else {
+			fprintf(stderr, "kvbench attend: bad argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	bw1 = read_bandwidth(1);
+	bw = read_bandwidth((unsigned)cores);
+	for (unsigned t = 0; t < (o.quick ? 1u : 3u) && !ret; t++)
+		ret = run_dtype(&o, dtypes[t], bw, rows, &nrows);
+	if (ret) {
+		fprintf(stderr, "kvbench attend: %s\n", strerror(-ret));
+		return 1;
+	}
+	if (!o.json) {
+		bench_print_machine();
+		printf("# kvbench attend: decode (1 query per sequence), head_dim %d, 1 kv head, block_size %d,\n"
+		       "# through kvpoold with its default worker threads; read bandwidth %.1f GB/s on 1 core,"
+		       " %.1f GB/s on %ld\n", HEAD_DIM, BLOCK_SIZE, bw1, bw, cores);
+		printf("%-5s %4s %8s %5s %12s %9s %6s\n", "dtype", "gqa", "context", "seqs", "kv_read_GB/s",
+		       "bw_GB/s", "ratio");
+	}
+	for (unsigned i = 0; i < nrows; i++) {
+		const struct row *r = &rows[i];
+
+		if (o.json)
+			printf("{\"context_tokens\": %u, \"seqs\": %u, \"dtype\": \"%s\", \"gqa\": %u, "
+			       "\"head_dim\": %d, \"kv_read_gbps\": %.2f, \"bw_gbps\": %.2f, \"ratio\": %.3f, "
+			       "\"cores\": %ld}\n", r->context, r->seqs, r->dtype, r->gqa, HEAD_DIM,
+			       r->kv_gbps, r->bw_gbps, r->kv_gbps / r->bw_gbps, cores);
+		else
+			printf("%-5s %4u %8u %5u %12.2f %9.2f %6.3f\n", r->dtype, r->gqa, r->context, r->seqs,
+			       r->kv_gbps, r->bw_gbps, r->kv_gbps / r->bw_gbps);
+	}
+	return 0;
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* Benchmarks that go through kvpoold start their own, on a private socket. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../lib/libkvpool.h"
+#include "kvbench.h"
+
+/* kvpoold beside this binary (build variants), else the source tree's daemon/. */
+void bench_default_daemon(char *out, size_t len)
+{
+	char exe[PATH_MAX / 2];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	snprintf(out, len, "daemon/kvpoold");
+	if (n <= 0)
+		return;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	snprintf(out, len, "%s/kvpoold", exe);
+	if (access(out, X_OK))
+		snprintf(out, len, "%s/../daemon/kvpoold", exe);
+}
+
+int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us)
+{
+	char spin[16];
+
+	strcpy(d->dir, "/tmp/kvbench-XXXXXX");
+	if (!mkdtemp(d->dir))
+		return -errno;
+	snprintf(d->socket, sizeof(d->socket), "%s/kvpool.sock", d->dir);
+	snprintf(spin, sizeof(spin), "%u", spin_us);
+	d->pid = fork();
+	if (d->pid == 0) {
+		execl(bin, bin, "--socket", d->socket, "--spin-us", spin, (char *)NULL);
+		fprintf(stderr, "kvbench: exec %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	for (int i = 0; d->pid > 0 && i < 500; i++) {
+		struct kvp_connect_opts o = { .socket_path = d->socket };
+		struct kvp_client *c;
+		int status;
+
+		if (waitpid(d->pid, &status, WNOHANG) == d->pid)
+			break;
+		if (kvp_connect(&o, &c) == 0) {
+			kvp_close(c);
+			return 0;
+		}
+		usleep(10000);
+	}
+	bench_daemon_stop(d);
+	return -ECHILD;
+}
+
+void bench_daemon_stop(struct bench_daemon *d)
+{
+	int status;
+
+	if (d->pid > 0) {
+		kill(d->pid, SIGTERM);
+		waitpid(d->pid, &status, 0);
+	}
+	d->pid = 0;
+	rmdir(d->dir);
+}
