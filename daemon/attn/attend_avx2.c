@@ -22,7 +22,11 @@
 #define UNROLL _Pragma("GCC unroll 16")
 
 #define LOG2E 1.44269504088896341f
-#define PF_TILES 1
+/* Prefetch: as in attend_avx512.c, the tile PF_TILES ahead, into L2, spread over the work. */
+#define PF_TILES 3
+#define PF(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+/* Bytes per vector of a row. */
+#define VB(dt) ((dt) == DT_F32 ? 32 : 16)
 
 enum dt { DT_F32, DT_F16, DT_BF16P };
 
@@ -32,7 +36,7 @@ struct k2 {
 	float alpha[8];
 	float *qs;            /* [heads][hd] prescaled q, in vector order */
 	float *acc;           /* [heads][hd] */
-	size_t vb;            /* bytes per vector of a row */
+	const uint8_t *const *ahead; /* K rows of the tile PF_TILES ahead */
 	size_t v_delta;
 	unsigned nv, hd;
 	float capv;           /* softcap * log2(e); 0: none */
@@ -131,15 +135,16 @@ INL T2 __m256 tanhv(__m256 t)
 
 /* ---- one tile, one chunk of G heads ---- */
 
+/* Scores of the tile; prefetches the K rows of the tile ahead (pf), a line per 64 bytes. */
 INL T2 void qk(struct k2 *c, const int dt, const int G, const uint8_t *const *rows, unsigned n,
-	       unsigned h0, __m256 *sv)
+	       unsigned h0, int pf, __m256 *sv)
 {
-	const int KB = 8 / G, U = dt == DT_BF16P ? 2 : 1;
+	const int KB = 8 / G, U = 32 / VB(dt); /* 32 bytes a step */
 	const size_t qstride = c->hd;
 	const float *qh = c->qs + h0 * qstride;
 
 	for (int sub = 0; sub < 2 * G; sub++) {
-		const uint8_t *const *r = rows + sub * KB;
+		const uint8_t *const *r = rows + sub * KB, *const *pa = c->ahead + sub * KB;
 		__m256 a[8];
 
 		if ((unsigned)(sub * KB) >= n) {
@@ -149,10 +154,12 @@ INL T2 void qk(struct k2 *c, const int dt, const int G, const uint8_t *const *ro
 		UNROLL for (int i = 0; i < 8; i++)
 			a[i] = _mm256_setzero_ps();
 		for (unsigned v = 0; v < c->nv; v += U) {
-			size_t off = v * c->vb;
+			size_t off = v * VB(dt);
 
-			UNROLL for (int u = 0; u < U; u++) {
-				UNROLL for (int kk = 0; kk < KB; kk++) {
+			UNROLL for (int kk = 0; kk < KB; kk++) {
+				if (pf && (off & 32) == 0)
+					PF(pa[kk] + off);
+				UNROLL for (int u = 0; u < U; u++) {
 					__m256 kv = ld(dt, r[kk] + off, u);
 
 					UNROLL for (int h = 0; h < G; h++)
@@ -199,9 +206,11 @@ INL T2 void softmax(struct k2 *c, const int G, __m256 *sv, unsigned n, unsigned 
  * odd (bf16 with CP 1: the odd half of a 16-dim unit).
  */
 INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int PAR,
-	       const uint8_t *const *rows, unsigned n, unsigned h0, unsigned v0)
+	       const uint8_t *const *rows, unsigned n, unsigned h0, unsigned v0, int pf)
 {
-	const size_t stride = c->hd, off = c->v_delta + (v0 - PAR) * c->vb;
+	const size_t stride = c->hd, off = c->v_delta + (v0 - PAR) * VB(dt);
+	/* the V lines of the tile ahead that start in this pass's bytes */
+	const size_t pb0 = (v0 * VB(dt) + 63) & ~(size_t)63, pb1 = (v0 + CP) * VB(dt);
 	float *acc = c->acc + h0 * stride + v0 * 8;
 	__m256 a[8];
 
@@ -215,6 +224,10 @@ INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int 
 		const uint8_t *r = rows[j] + off;
 		const float *w = c->pb + j * G;
 
+		if (pf) {
+			for (size_t b = pb0; b < pb1; b += 64)
+				PF(c->ahead[j] + c->v_delta + b);
+		}
 		UNROLL for (int cc = 0; cc < CP; cc++) {
 			__m256 x = ld(dt, r, PAR + cc);
 
@@ -230,23 +243,23 @@ INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int 
 #define PV_REM(R)                                                              \
 	case R:                                                                \
 		if ((R) < 8 / G && (dt != DT_BF16P || (R) % 2 == 0))          \
-			pv(c, dt, G, (R) < 8 / G ? (R) : 1, 0, rows, n, h0, v0); \
+			pv(c, dt, G, (R) < 8 / G ? (R) : 1, 0, rows, n, h0, v0, pf); \
 		break;
 
 INL T2 void pv_all(struct k2 *c, const int dt, const int G, const uint8_t *const *rows,
-		   unsigned n, unsigned h0)
+		   unsigned n, unsigned h0, int pf)
 {
 	unsigned v0 = 0;
 
 	if (dt == DT_BF16P && G == 8) {
 		for (; v0 < c->nv; v0 += 2) {
-			pv(c, dt, G, 1, 0, rows, n, h0, v0);
-			pv(c, dt, G, 1, 1, rows, n, h0, v0 + 1);
+			pv(c, dt, G, 1, 0, rows, n, h0, v0, pf);
+			pv(c, dt, G, 1, 1, rows, n, h0, v0 + 1, pf);
 		}
 		return;
 	}
 	for (; v0 + 8 / G <= c->nv; v0 += 8 / G)
-		pv(c, dt, G, 8 / G, 0, rows, n, h0, v0);
+		pv(c, dt, G, 8 / G, 0, rows, n, h0, v0, pf);
 	switch (c->nv - v0) {
 		PV_REM(1) PV_REM(2) PV_REM(3) PV_REM(4) PV_REM(5) PV_REM(6) PV_REM(7)
 	default:
@@ -259,9 +272,10 @@ INL T2 void pv_all(struct k2 *c, const int dt, const int G, const uint8_t *const
 			   unsigned h0)                                                    \
 	{                                                                                  \
 		__m256 sv[2 * G];                                                          \
-		qk(c, DT, G, rows, n, h0, sv);                                             \
+		int pf = ci == 0;                                                          \
+		qk(c, DT, G, rows, n, h0, pf, sv);                                         \
 		softmax(c, G, sv, n, ci);                                                  \
-		pv_all(c, DT, G, rows, n, h0);                                             \
+		pv_all(c, DT, G, rows, n, h0, pf);                                         \
 	}
 #define TILES(SFX, DT)                                                             \
 	TILE(tile_##SFX##_1, DT, 1)                                                 \
@@ -321,16 +335,15 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 	float qs[ATTN_SCRATCH] __attribute__((aligned(32)));
 	float acc[ATTN_SCRATCH] __attribute__((aligned(32)));
 	float tmp[16] __attribute__((aligned(32)));
-	const uint8_t *rows[ATTN_TILE], *prow[ATTN_TILE];
+	const uint8_t *rr[PF_TILES + 1][ATTN_TILE];
+	unsigned rn[PF_TILES + 1];
 	const unsigned hd = k->head_dim, g = p->g;
-	const size_t rb = (size_t)hd * attn_dtype_size(k->dtype);
 	struct k2 c;
 	unsigned hw;
 	float qscale;
 
 	c.nv = hd / 8;
 	c.hd = hd;
-	c.vb = k->dtype == ATTN_F32 ? 32 : 16;
 	c.v_delta = k->v_delta;
 	c.qs = qs;
 	c.acc = acc;
@@ -347,7 +360,7 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 
 	for (unsigned hs = 0; hs < g; hs += hw) {
 		unsigned gh = g - hs < hw ? g - hs : hw, nch = 0, cg[4], ch0[4];
-		struct attn_walk wk, wp;
+		struct attn_walk wk;
 		unsigned n;
 
 		for (unsigned h = 0; h < gh; h++) {
@@ -376,13 +389,19 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 		}
 
 		attn_walk_init(&wk, k, q);
-		wp = wk;
-		for (int t = 0; t < PF_TILES; t++)
-			attn_prefetch_rows(prow, attn_walk_fill(&wp, prow, ATTN_TILE), rb, k->v_delta, 1, 2);
-		while ((n = attn_walk_fill(&wk, rows, ATTN_TILE)) != 0) {
-			attn_prefetch_rows(prow, attn_walk_fill(&wp, prow, ATTN_TILE), rb, k->v_delta, 1, 2);
-			for (unsigned i = n; i < ATTN_TILE; i++)
-				rows[i] = rows[0];
+		for (unsigned t = 0; t < PF_TILES; t++) {
+			rn[t] = attn_walk_fill(&wk, rr[t], ATTN_TILE);
+			for (unsigned i = rn[t]; i < ATTN_TILE; i++)
+				rr[t][i] = rn[t] ? rr[t][0] : rr[0][0];
+		}
+		for (unsigned t = 0; (n = rn[t % (PF_TILES + 1)]) != 0; t++) {
+			const uint8_t **rows = rr[t % (PF_TILES + 1)];
+			unsigned a = (t + PF_TILES) % (PF_TILES + 1);
+
+			rn[a] = attn_walk_fill(&wk, rr[a], ATTN_TILE);
+			for (unsigned i = rn[a]; i < ATTN_TILE; i++)
+				rr[a][i] = rn[a] ? rr[a][0] : rows[0];
+			c.ahead = rr[a];
 			for (unsigned i = 0; i < nch; i++)
 				tiles[cg[i]](&c, rows, n, i, ch0[i]);
 		}

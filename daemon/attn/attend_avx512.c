@@ -34,12 +34,17 @@
 
 #define LOG2E 1.44269504088896341f
 /* Tiles prefetched ahead of the one being computed. */
-/* Tiles ahead whose rows are prefetched, and where to. */
+/*
+ * Prefetch: the rows of the tile PF_TILES ahead, into L2 (T1), a line per step of
+ * the computation (K lines during QK, V lines during PV) rather than all at a tile's
+ * start: a burst of prefetches fills the miss buffers and stalls the core. Into L1
+ * (T0) was slower, and 2-4 tiles ahead about the same (bench_kernel.c).
+ */
 #ifndef PF_TILES
-#define PF_TILES 2
+#define PF_TILES 3
 #endif
 #ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
+#define PF_HINT _MM_HINT_T1
 #endif
 
 enum dt {

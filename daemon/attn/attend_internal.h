@@ -124,34 +124,4 @@ static inline unsigned attn_walk_fill(struct attn_walk *w, const uint8_t **rows,
 	return n;
 }
 
-/*
- * Software prefetch of the K and V rows of a tile (blocks are scattered: no
- * hardware stream across them), every step-th line of each contiguous run of
- * rows; hint 3: into L1, 2: into L2.
- */
-static inline void attn_prefetch_rows(const uint8_t *const *rows, unsigned n, size_t row_bytes,
-				      size_t v_delta, unsigned step, int hint)
-{
-	unsigned i = 0;
-
-	while (i < n) {
-		uintptr_t a = (uintptr_t)rows[i] & ~(uintptr_t)63, e;
-
-		for (i++; i < n && rows[i] == rows[i - 1] + row_bytes; i++)
-			;
-		e = (uintptr_t)rows[i - 1] + row_bytes;
-		if (hint == 3) {
-			for (; a < e; a += 64 * step) {
-				__builtin_prefetch((const void *)a, 0, 3);
-				__builtin_prefetch((const void *)(a + v_delta), 0, 3);
-			}
-		} else {
-			for (; a < e; a += 64 * step) {
-				__builtin_prefetch((const void *)a, 0, 2);
-				__builtin_prefetch((const void *)(a + v_delta), 0, 2);
-			}
-		}
-	}
-}
-
 #endif

@@ -46,9 +46,14 @@ static int check_refs(const struct kvc_pool *pool, uint32_t *refs, char *why, si
 			return fail(why, len, "sequence counts %u blocks held, tables hold %u",
 				    s->held, held);
 	}
+	uint32_t in_use[KVC_MAX_GROUPS] = { 0 };
+
 	for (uint32_t id = 1; id < n; id++) {
 		const struct kvc_block *b = &pool->blocks[id];
 
+		if (b->group >= pool->cfg.num_groups)
+			return fail(why, len, "block %u taken by group %u", id, b->group);
+		in_use[b->group] += !b->queued;
 		if (b->ref != refs[id] + b->pins)
 			return fail(why, len, "block %u: ref %u, referenced %u times, pinned %u", id,
 				    b->ref, refs[id], b->pins);
@@ -56,6 +61,10 @@ static int check_refs(const struct kvc_pool *pool, uint32_t *refs, char *why, si
 			return fail(why, len, "block %u: ref %u but %s the free queue", id, b->ref,
 				    b->queued ? "in" : "not in");
 	}
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++)
+		if (in_use[g] != pool->counters.in_use[g])
+			return fail(why, len, "group %u: %u blocks in use, counted %u", g, in_use[g],
+				    pool->counters.in_use[g]);
 	return 0;
 }
 

@@ -19,7 +19,7 @@ struct kvc_block {
 	uint32_t q_prev, q_next;         /* free queue; sentinel is index N */
 	uint32_t bucket_next;            /* chain of the oldest block of each key */
 	uint32_t dup_prev, dup_next;     /* ring of the blocks sharing one key */
-	uint16_t group;                  /* group the hash belongs to */
+	uint16_t group;                  /* group that took the block last (and owns its hash) */
 	uint8_t hashed;
 	uint8_t queued;
 };
@@ -64,6 +64,8 @@ struct kvc_pool {
 	uint8_t *hash_buf; /* parent hash + one block of tokens */
 
 	struct kvc_seq_list seqs; /* every live sequence, for kvc_pool_check */
+	struct kvc_pool_counters counters;
+	kvc_hold_fn hold;
 };
 
 struct kvc_table {
@@ -87,6 +89,7 @@ struct kvc_seq {
 	bool running;
 	uint32_t computed, allocated;
 	uint32_t held;
+	void *owner;
 	struct kvc_table tables[];
 };
 
@@ -107,7 +110,8 @@ static inline uint64_t kvc_max(uint64_t a, uint64_t b)
 
 /* free_queue.c */
 void kvc_queue_init(struct kvc_pool *pool);
-uint32_t kvc_queue_pop(struct kvc_pool *pool);
+/* Takes the head block for @group (its stale cache entry, if any, is evicted). */
+uint32_t kvc_queue_pop(struct kvc_pool *pool, uint32_t group);
 void kvc_queue_remove(struct kvc_pool *pool, uint32_t id);
 
 /* One call lowering the refs of a list of blocks (vLLM's free_blocks). */

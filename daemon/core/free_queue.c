@@ -22,6 +22,7 @@ static void link_after(struct kvc_pool *pool, uint32_t after, uint32_t id)
 	pool->blocks[after].q_next = id;
 	b->queued = 1;
 	pool->nfree++;
+	pool->counters.in_use[b->group]--;
 }
 
 void kvc_queue_remove(struct kvc_pool *pool, uint32_t id)
@@ -32,6 +33,7 @@ void kvc_queue_remove(struct kvc_pool *pool, uint32_t id)
 	pool->blocks[b->q_next].q_prev = b->q_prev;
 	b->queued = 0;
 	pool->nfree--;
+	pool->counters.in_use[b->group]++;
 }
 
 void kvc_queue_init(struct kvc_pool *pool)
@@ -42,15 +44,20 @@ void kvc_queue_init(struct kvc_pool *pool)
 	pool->nfree = 0;
 	for (uint32_t id = 1; id < s; id++)
 		link_after(pool, pool->blocks[s].q_prev, id);
+	pool->counters.in_use[0] = 0; /* the blocks were never in use */
 }
 
-uint32_t kvc_queue_pop(struct kvc_pool *pool)
+uint32_t kvc_queue_pop(struct kvc_pool *pool, uint32_t group)
 {
 	uint32_t id = pool->blocks[sentinel(pool)].q_next;
 
-	kvc_queue_remove(pool, id);
-	if (pool->blocks[id].hashed)
+	/* The entry is found through its old group: evict before the block changes hands. */
+	if (pool->blocks[id].hashed) {
 		kvc_cache_remove(pool, id);
+		pool->counters.evicted_reuse++;
+	}
+	pool->blocks[id].group = (uint16_t)group;
+	kvc_queue_remove(pool, id);
 	pool->blocks[id].ref = 1;
 	return id;
 }

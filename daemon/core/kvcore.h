@@ -95,6 +95,24 @@ void kvc_pool_stats(const struct kvc_pool *pool, struct kvc_pool_stats *st);
  */
 uint32_t kvc_pool_free_queue(const struct kvc_pool *pool, uint32_t *ids, uint32_t max);
 
+/* Counters since the pool was created (for observability; exact). */
+struct kvc_pool_counters {
+	uint64_t evicted_reuse;  /* cache entries lost because their free block was reused */
+	uint64_t evicted_admin;  /* removed by kvc_pool_evict */
+	uint64_t evicted_reset;  /* removed by kvc_pool_reset */
+	uint64_t dropped[KVC_MAX_GROUPS];   /* blocks dropped by windows, per group */
+	uint32_t in_use[KVC_MAX_GROUPS];    /* blocks in use now, by the group that took them */
+};
+void kvc_pool_counters(const struct kvc_pool *pool, struct kvc_pool_counters *c);
+
+/*
+ * Tells the owner of a sequence (kvc_seq_set_owner) each time one of its
+ * tables gains (held = true) or loses a block, so that a caller can charge
+ * owners for distinct blocks. Called synchronously, from inside core calls.
+ */
+typedef void (*kvc_hold_fn)(void *owner, uint32_t block, bool held);
+void kvc_pool_set_hold_hook(struct kvc_pool *pool, kvc_hold_fn fn);
+
 /* Clears every cache hash if no block is in use: 0, else -EBUSY. */
 int kvc_pool_reset(struct kvc_pool *pool);
 
@@ -121,6 +139,9 @@ int kvc_pool_check(const struct kvc_pool *pool, char *why, size_t why_len);
 int kvc_seq_create(struct kvc_pool *pool, const uint32_t *tokens, uint32_t n,
 		   const void *salt, size_t salt_len, int64_t prefix,
 		   struct kvc_seq **out);
+
+/* The owner passed to the pool's hold hook for this sequence's blocks (default NULL). */
+void kvc_seq_set_owner(struct kvc_seq *seq, void *owner);
 
 /* Frees the sequence's blocks (as kvc_seq_free) and forgets it. */
 void kvc_seq_destroy(struct kvc_seq *seq);

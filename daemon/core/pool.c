@@ -135,10 +135,21 @@ uint32_t kvc_pool_free_queue(const struct kvc_pool *pool, uint32_t *ids, uint32_
 	return pool->nfree;
 }
 
+void kvc_pool_counters(const struct kvc_pool *pool, struct kvc_pool_counters *c)
+{
+	*c = pool->counters;
+}
+
+void kvc_pool_set_hold_hook(struct kvc_pool *pool, kvc_hold_fn fn)
+{
+	pool->hold = fn;
+}
+
 int kvc_pool_reset(struct kvc_pool *pool)
 {
 	if (pool->nfree != pool->cfg.num_blocks - 1)
 		return -EBUSY;
+	pool->counters.evicted_reset += pool->ncached;
 	kvc_cache_clear(pool);
 	kvc_debug_check(pool);
 	return 0;
@@ -157,6 +168,7 @@ int kvc_pool_evict(struct kvc_pool *pool, const uint32_t *ids, uint32_t n)
 		kvc_cache_remove(pool, ids[i]);
 		evicted++;
 	}
+	pool->counters.evicted_admin += (uint64_t)evicted;
 	kvc_debug_check(pool);
 	return evicted;
 }

@@ -89,11 +89,11 @@ static void chain_replace(struct kvc_pool *pool, uint32_t id, uint32_t with)
 	}
 }
 
+/* The block keeps its group: it is also the group that holds it (per-group use counts). */
 static void forget_hash(struct kvc_block *b)
 {
 	b->hashed = 0;
 	b->hash = (struct kvc_hash){ 0, 0 };
-	b->group = 0;
 	b->bucket_next = KVC_BUCKET_END;
 	b->dup_prev = b->dup_next = 0;
 }

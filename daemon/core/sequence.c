@@ -10,6 +10,13 @@
 
 #include "core.h"
 
+static inline void held(struct kvc_seq *seq, uint32_t id, bool gained)
+{
+	seq->held += gained ? 1 : -1;
+	if (seq->pool->hold)
+		seq->pool->hold(seq->owner, id, gained);
+}
+
 static int reserve_u32(uint32_t **arr, uint32_t *cap, uint64_t need)
 {
 	uint64_t new_cap = *cap ? *cap : 16;
@@ -91,6 +98,11 @@ err_free_seq:
 	return ret;
 }
 
+void kvc_seq_set_owner(struct kvc_seq *seq, void *owner)
+{
+	seq->owner = owner;
+}
+
 void kvc_seq_destroy(struct kvc_seq *seq)
 {
 	if (!seq)
@@ -129,9 +141,10 @@ static void drop_group(struct kvc_seq *seq, uint32_t g, uint32_t computed)
 	kvc_release_begin(seq->pool, &rel);
 	/* Everything below a null position was dropped already. */
 	for (uint32_t p = last; p-- > first && t->ids[p] != KVC_NULL_BLOCK;) {
+		held(seq, t->ids[p], false);
 		kvc_release_block(seq->pool, &rel, t->ids[p]);
 		t->ids[p] = KVC_NULL_BLOCK;
-		seq->held--;
+		seq->pool->counters.dropped[g]++;
 	}
 }
 
@@ -261,7 +274,7 @@ static void place_hit(struct kvc_seq *seq, const struct alloc_plan *plan)
 				id = pool->hit_ids[g][p];
 			if (id != KVC_NULL_BLOCK) {
 				kvc_touch(pool, id);
-				seq->held++;
+				held(seq, id, true);
 			}
 			t->ids[p] = id;
 		}
@@ -295,9 +308,10 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 		struct kvc_table *t = &seq->tables[g];
 
 		res->first_new[g] = t->len;
-		for (uint32_t k = 0; k < plan.take_new[g]; k++)
-			t->ids[t->len++] = kvc_queue_pop(pool);
-		seq->held += plan.take_new[g];
+		for (uint32_t k = 0; k < plan.take_new[g]; k++) {
+			t->ids[t->len] = kvc_queue_pop(pool, g);
+			held(seq, t->ids[t->len++], true);
+		}
 	}
 	res->hit_tokens = plan.hit_blocks * pool->cfg.block_size;
 	seq->running = true;
@@ -331,12 +345,14 @@ void kvc_seq_free(struct kvc_seq *seq)
 		struct kvc_release rel;
 
 		kvc_release_begin(pool, &rel);
-		for (uint32_t p = t->len; p-- > 0;)
-			if (t->ids[p] != KVC_NULL_BLOCK)
-				kvc_release_block(pool, &rel, t->ids[p]);
+		for (uint32_t p = t->len; p-- > 0;) {
+			if (t->ids[p] == KVC_NULL_BLOCK)
+				continue;
+			held(seq, t->ids[p], false);
+			kvc_release_block(pool, &rel, t->ids[p]);
+		}
 		t->len = t->published = 0;
 	}
-	seq->held = 0;
 	seq->running = false;
 	seq->computed = seq->allocated = 0;
 	kvc_debug_check(pool);
