@@ -103,7 +103,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
 		$(BUILD)/tests/integration/harness.o $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
 # The debug + sanitizer core on its own, for building a single unit test by hand.
 build/libkvcore-debug.a: FORCE

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "kvpoold.h"
+#include "probes.h"
 
 /* Ring indices each get a cache line: the two sides write different ones. */
 enum {
@@ -104,6 +105,7 @@ int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name)
 	c->pool = pool;
 	if (pool)
 		pool->clients++;
+	c->touched_pool = true;
 	return 0;
 }
 
@@ -201,10 +203,12 @@ static int map_rings(struct kvpd_client *c, const struct kvp_setup *s,
 	return 0;
 }
 
-static int send_reply(struct kvpd_client *c, const struct kvp_setup_reply *r, bool with_fds)
+static int send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup_reply *r,
+		      bool with_fds)
 {
 	int fds[KVP_NUM_FDS] = { [KVP_FD_MEM] = c->mem_fd, [KVP_FD_SQ_DOORBELL] = c->sq_efd,
-				 [KVP_FD_CQ_EVENT] = c->cq_efd };
+				 [KVP_FD_CQ_EVENT] = c->cq_efd, [KVP_FD_STATS] = d->stats.fd };
+	size_t nfds = r->features & KVP_FEAT_STATS_PAGE ? KVP_NUM_FDS : KVP_FD_STATS;
 	union {
 		char buf[CMSG_SPACE(sizeof(fds))];
 		struct cmsghdr align;
@@ -217,12 +221,12 @@ static int send_reply(struct kvpd_client *c, const struct kvp_setup_reply *r, bo
 
 		memset(&ctl, 0, sizeof(ctl));
 		msg.msg_control = ctl.buf;
-		msg.msg_controllen = sizeof(ctl.buf);
+		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
 		cm = CMSG_FIRSTHDR(&msg);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(fds));
-		memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	}
 	/* A fresh connection's send buffer is empty: MSG_DONTWAIT never leaves us waiting. */
 	if (sendmsg(c->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(*r))
@@ -249,6 +253,8 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 		return ret;
 	r->client_id = c->gen;
 	r->features = s->features & KVP_FEATURES_SUPPORTED & (c->admin ? ~0ull : ~KVP_FEAT_ADMIN);
+	if (r->features & KVP_FEAT_STATS_PAGE)
+		r->stats_bytes = d->stats.bytes;
 	fill_pool_info(c, &r->pool);
 	return 0;
 }
@@ -269,7 +275,7 @@ int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
 	}
 	ret = setup_session(d, c, &s, &r);
 	r.result = ret;
-	if (send_reply(c, &r, ret == 0) || ret) {
+	if (send_reply(d, c, &r, ret == 0) || ret) {
 		kvpd_client_close(d, c, ret ? strerror(-ret) : "setup reply failed");
 		return ret ? ret : -EIO;
 	}
@@ -277,6 +283,11 @@ int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
 	c->active_idx = d->nactive;
 	d->active[d->nactive++] = c;
 	d->connected++;
+	kvpd_stats_begin(d);
+	d->stats.page->clients_connected = d->connected;
+	kvpd_stats_client(d, c);
+	kvpd_stats_end(d);
+	KVPD_PROBE(client_connect, c->gen, (int32_t)c->pid, (uint32_t)c->uid);
 	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
 		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
 		 c->admin ? " admin" : "");
@@ -310,14 +321,23 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		d->killed += killed;
 		d->active[c->active_idx] = d->active[--d->nactive];
 		d->active[c->active_idx]->active_idx = c->active_idx;
+		KVPD_PROBE(client_disconnect, c->gen, (int32_t)c->pid, (uint32_t)killed, c->seqs_open);
 	}
 	kvpd_log(d, 1, "client %u (pid %d) %s: %s; %u sequences closed", c->gen, (int)c->pid,
 		 c->ready ? "disconnected" : "refused", why, c->seqs_open);
 	kvpd_cancel_client(d, c);
+	kvpd_stats_begin(d);
 	if (c->pool) {
 		kvpd_seqs_close_all(c);
 		c->pool->clients--;
+		kvpd_stats_pool(d, c->pool, c);
 	}
+	if (c->ready) {
+		d->stats.page->clients_disconnected = d->disconnected;
+		d->stats.page->clients_killed = d->killed;
+		kvpd_stats_client_remove(d, c);
+	}
+	kvpd_stats_end(d);
 	close_fd(&c->sock);
 	close_fd(&c->mem_fd);
 	close_fd(&c->sq_efd);
@@ -332,6 +352,7 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 
 void kvpd_client_free(struct kvpd_client *c)
 {
+	kvpd_charge_release(&c->charge);
 	free(c->seqs);
 	if (c->map)
 		munmap(c->map, c->map_bytes);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvpoold.h"
+#include "probes.h"
 
 #define MAX_SALT 256
 /* dispatch()'s answer for a request the workers complete: no result is an INT_MIN. */
@@ -101,18 +102,30 @@ static int op_seq_open(struct kvpd_client *c, const struct kvp_sqe *sqe, struct 
 	ret = kvpd_seq_put(c, seq, &cqe->aux);
 	if (ret)
 		kvc_seq_destroy(seq);
+	else
+		KVPD_PROBE(seq_open, c->gen, (uint64_t)cqe->aux, sqe->len);
 	return ret;
 }
 
-static int op_lookup(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe,
-		     struct kvp_cqe *cqe)
+static struct kvp_stats_pool *pool_stats(struct kvpd *d, const struct kvpd_client *c)
+{
+	return &d->stats.pools[c->pool->stat_idx];
+}
+
+static int op_lookup(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
+		     const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
 {
 	uint32_t counts[KVC_MAX_GROUPS];
+	struct kvc_seq_info info;
 	struct kvc_hit hit;
 	int ret = kvc_lookup(seq, &hit);
 
 	if (ret)
 		return ret;
+	kvc_seq_info(seq, &info);
+	pool_stats(d, c)->lookup_queries_tokens += info.tokens;
+	pool_stats(d, c)->lookup_hits_tokens += hit.tokens;
+	KVPD_PROBE(lookup, c->gen, info.tokens, hit.tokens);
 	if (sqe->out_len) {
 		for (uint32_t g = 0; g < ngroups(c); g++)
 			counts[g] = hit.blocks;
@@ -123,8 +136,51 @@ static int op_lookup(struct kvpd_client *c, struct kvc_seq *seq, const struct kv
 	return (int)hit.tokens;
 }
 
-static int op_alloc(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe,
-		    struct kvp_cqe *cqe)
+/*
+ * The blocks an ALLOC took: what the sequence holds now, plus what its windows
+ * dropped meanwhile, minus what it held before.
+ */
+static uint32_t blocks_taken(const struct kvpd_client *c, const struct kvc_seq_info *before,
+			     const struct kvc_pool_counters *drops_before, struct kvc_seq *seq)
+{
+	struct kvc_pool_counters now;
+	struct kvc_seq_info after;
+	uint64_t dropped = 0;
+
+	kvc_seq_info(seq, &after);
+	kvc_pool_counters(c->pool->core, &now);
+	for (uint32_t g = 0; g < KVC_MAX_GROUPS; g++)
+		dropped += now.dropped[g] - drops_before->dropped[g];
+	return (uint32_t)(after.blocks_held + dropped - before->blocks_held);
+}
+
+static void alloc_accounting(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
+			     const struct kvc_alloc_req *req, uint64_t handle, int ret,
+			     const struct kvc_alloc_res *res, const struct kvc_seq_info *before,
+			     const struct kvc_pool_counters *drops_before)
+{
+	if (ret == -ENOSPC) {
+		pool_stats(d, c)->nospace++;
+		if (KVPD_PROBE_ENABLED(nospace)) {
+			struct kvc_pool_stats st;
+
+			kvc_pool_stats(c->pool->core, &st);
+			KVPD_PROBE(nospace, c->gen, (uint32_t)kvc_alloc_cost(seq, req), st.free);
+		}
+	}
+	if (ret == 0 && req->use_cache) {
+		/* As vLLM counts: the tokens offered to the cache, and the hit, at admission. */
+		pool_stats(d, c)->prefix_queries_tokens += before->tokens;
+		pool_stats(d, c)->prefix_hits_tokens += res->hit_tokens;
+		KVPD_PROBE(prefix_admit, c->gen, before->tokens, res->hit_tokens);
+	}
+	KVPD_PROBE(alloc, c->gen, handle, req->new_tokens,
+		   ret ? 0u : blocks_taken(c, before, drops_before, seq), ret,
+		   kvpd_now_ns() - d->taken_ns);
+}
+
+static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
+		    const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
 {
 	struct kvc_alloc_req req = {
 		.new_tokens = sqe->len,
@@ -137,9 +193,16 @@ static int op_alloc(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp
 	__u64 needed;
 	int ret;
 
+	struct kvc_pool_counters drops_before;
+	struct kvc_seq_info before;
+
 	if (sqe->op_flags & ~KVP_ALLOC_USE_CACHE)
 		return -EINVAL;
+	kvc_seq_info(seq, &before);
+	if (KVPD_PROBE_ENABLED(alloc))
+		kvc_pool_counters(c->pool->core, &drops_before);
 	ret = kvc_alloc(seq, &req, &res);
+	alloc_accounting(d, c, seq, &req, sqe->handle, ret, &res, &before, &drops_before);
 	if (ret)
 		return ret;
 	cqe->aux = res.hit_tokens;
@@ -169,8 +232,10 @@ static int op_get_table(struct kvpd_client *c, struct kvc_seq *seq, const struct
 }
 
 /* Operations on one of the client's sequences. */
-static int seq_op(struct kvpd_client *c, const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
+static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+		  struct kvp_cqe *cqe)
 {
+	struct kvc_seq_info info;
 	struct kvc_seq *seq;
 	const uint32_t *tokens;
 
@@ -184,14 +249,17 @@ static int seq_op(struct kvpd_client *c, const struct kvp_sqe *sqe, struct kvp_c
 		tokens = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
 		return tokens ? kvc_seq_append(seq, tokens, sqe->len) : -EINVAL;
 	case KVP_OP_LOOKUP:
-		return op_lookup(c, seq, sqe, cqe);
+		return op_lookup(d, c, seq, sqe, cqe);
 	case KVP_OP_ALLOC:
-		return op_alloc(c, seq, sqe, cqe);
+		return op_alloc(d, c, seq, sqe, cqe);
 	case KVP_OP_COMMIT:
 		return kvc_seq_computed(seq, sqe->len);
 	case KVP_OP_FREE:
+		kvc_seq_info(seq, &info);
 		kvc_seq_free(seq);
+		kvpd_seq_slot(c, sqe->handle)->epoch++;
 		kvpd_seq_kv_reset(kvpd_seq_slot(c, sqe->handle)->kv, ngroups(c));
+		KVPD_PROBE(seq_free, c->gen, sqe->handle, info.blocks_held);
 		return 0;
 	case KVP_OP_GET_TABLE:
 		return op_get_table(c, seq, sqe, cqe);
@@ -262,6 +330,7 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	}
 	if (!c->pool)
 		return -ENODEV;
+	c->touched_pool = true;
 	switch (sqe->opcode) {
 	case KVP_OP_EVICT:
 		return op_evict(c, sqe);
@@ -302,6 +371,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return -ENODEV;
 	switch (sqe->opcode) {
 	case KVP_OP_SEQ_OPEN:
+		c->touched_pool = true;
 		return op_seq_open(c, sqe, cqe);
 	case KVP_OP_SEQ_CLOSE:
 	case KVP_OP_APPEND_TOKENS:
@@ -310,7 +380,8 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_COMMIT:
 	case KVP_OP_FREE:
 	case KVP_OP_GET_TABLE:
-		return seq_op(c, sqe, cqe);
+		c->touched_pool = true;
+		return seq_op(d, c, sqe, cqe);
 	case KVP_OP_WRITE_KV:
 	case KVP_OP_READ_KV:
 		return kvpd_kv_io(d, c, sqe) ?: KVPD_LATER;

@@ -25,6 +25,7 @@ struct kvpd_attend_unit {
 	uint32_t first_pos, count;
 	const uint8_t *q;  /* [count][q_heads][head_dim] in the query dtype */
 	uint8_t *out;
+	uint64_t keys;     /* key positions its queries read, summed */
 };
 
 struct kvpd_client;
@@ -38,7 +39,11 @@ struct kvpd_job {
 	const struct kvpd_kv_layout *layout;
 	uint8_t *mem;
 	uint64_t user_data;
-	uint64_t handle;           /* WRITE_KV: whose positions become written */
+	uint64_t handle;           /* WRITE_KV: whose positions become written... */
+	uint32_t epoch;            /* ...unless the sequence was freed since (its epoch moved) */
+	uint64_t start_ns;         /* when its entry was taken */
+	uint64_t bytes;            /* KV moved or read, for the probes */
+	uint8_t opcode;
 	uint32_t group, layer;
 
 	/* WRITE_KV / READ_KV: tokens first_pos.. of data = K then V [count][kv_heads][head_dim] */

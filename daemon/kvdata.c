@@ -12,6 +12,7 @@
 
 #include "jobs.h"
 #include "kvpoold.h"
+#include "probes.h"
 
 /* Positions written since the last commit, for one (group, layer). */
 struct kvpd_written {
@@ -203,6 +204,7 @@ static struct kvpd_job *new_job(struct kvpd_client *c, const struct kvp_sqe *sqe
 	job->type = type;
 	job->client = c;
 	job->pool = c->pool;
+	job->opcode = sqe->opcode;
 	job->layout = &c->pool->layout;
 	job->mem = c->pool->mem;
 	job->user_data = sqe->user_data;
@@ -223,6 +225,7 @@ static int launch(struct kvpd *d, struct kvpd_job *job)
 	job->client->inflight++;
 	job->pool->inflight++;
 	d->jobs_inflight++;
+	job->start_ns = d->taken_ns;
 	kvpd_workers_submit(&d->workers, job);
 	return 0;
 }
@@ -279,12 +282,14 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 	job->npinned = m.nblocks;
 	job->map = m;
 	job->handle = sqe->handle;
+	job->epoch = v.slot->epoch;
 	job->group = group;
 	job->layer = layer;
 	job->first_pos = first;
 	job->count = count;
 	job->data = data;
 	job->ntasks = l->kv_heads;
+	job->bytes = 2ull * count * l->kv_heads * l->row_bytes;
 	return launch(d, job);
 }
 
@@ -311,6 +316,13 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 	u->mask = v.mask;
 	u->first_pos = s->first_pos;
 	u->count = s->count;
+	u->keys = 0;
+	for (uint32_t i = 0; i < s->count; i++) {
+		uint32_t qlo[2], qhi[2], qn = kvpd_mask_ranges(&v.mask, s->first_pos + i, qlo, qhi);
+
+		for (uint32_t r = 0; r < qn; r++)
+			u->keys += qhi[r] - qlo[r];
+	}
 	n = kvpd_mask_union(&v.mask, s->first_pos, s->first_pos + s->count - 1, lo, hi);
 	for (uint32_t r = 0; r < n; r++)
 		if (!present(&v, a->group, a->layer, bs, lo[r], hi[r]))
@@ -380,6 +392,8 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		.q_dtype = a->flags & KVP_ATTEND_Q_F32 ? ATTN_F32 : l->dtype,
 	};
 	job->ntasks = a->num_seqs * l->kv_heads;
+	for (uint32_t s = 0; s < a->num_seqs; s++)
+		job->bytes += job->units[s].keys * 2 * l->kv_heads * l->row_bytes;
 	ret = launch(d, job);
 out_free:
 	free(a);
@@ -387,10 +401,25 @@ out_free:
 }
 
 /* Back on the event loop: unpin, note what a WRITE_KV made readable, complete. */
+static void probe_job(const struct kvpd_job *job, uint64_t ns)
+{
+	uint32_t client = job->client->gen;
+
+	if (job->type == KVPD_JOB_WRITE)
+		KVPD_PROBE(write_kv, client, job->bytes, ns);
+	else if (job->type == KVPD_JOB_READ)
+		KVPD_PROBE(read_kv, client, job->bytes, ns);
+	else
+		KVPD_PROBE(attend, client, job->bytes, ns, job->nunits);
+}
+
 void kvpd_jobs_complete(struct kvpd *d)
 {
 	struct kvpd_job *job = kvpd_workers_take_done(&d->workers);
 
+	if (!job)
+		return;
+	kvpd_stats_begin(d);
 	while (job) {
 		struct kvpd_job *next = job->next;
 		struct kvpd_client *c = job->client;
@@ -403,7 +432,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 		if (!c->dead) {
 			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);
 
-			if (job->type == KVPD_JOB_WRITE && slot && slot->kv) {
+			if (job->type == KVPD_JOB_WRITE && slot && slot->kv && slot->epoch == job->epoch) {
 				struct kvc_seq_info info;
 				uint32_t ngroups = kvc_pool_config(job->pool->core)->num_groups;
 
@@ -414,10 +443,18 @@ void kvpd_jobs_complete(struct kvpd *d)
 						       job->first_pos + job->count);
 			}
 			kvpd_ring_post(d, c, &cqe);
+			uint64_t ns = kvpd_now_ns() - job->start_ns;
+
+			kvpd_stats_op(d, c, job->opcode, cqe.res, ns);
+			probe_job(job, ns);
+			kvpd_stats_pool(d, job->pool, c);
+			kvpd_stats_client(d, c);
 		} else if (c->inflight == 0) {
+			kvpd_stats_pool(d, job->pool, NULL);
 			kvpd_client_free(c);
 		}
 		free(job);
 		job = next;
 	}
+	kvpd_stats_end(d);
 }

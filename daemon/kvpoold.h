@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "charge.h"
 #include "jobs.h"
 #include "kvcore.h"
 #include "../uapi/kvpool.h"
@@ -28,6 +29,8 @@ struct kvpd_pool {
 	struct kvpd_kv_layout layout; /* slot_bytes 0: the pool holds no KV */
 	void *mem;          /* the backend's pool memory */
 	uint32_t inflight;  /* data-path jobs using its blocks */
+	unsigned stat_idx;  /* its entry in the stats page */
+	struct kvc_pool_counters seen; /* the core's counters when last published */
 };
 
 /* A sequence handle: generation << 32 | slot. Slots are per client. */
@@ -36,6 +39,7 @@ struct kvpd_seq_kv;
 struct kvpd_seq_slot {
 	struct kvc_seq *seq; /* NULL when free */
 	struct kvpd_seq_kv *kv; /* what WRITE_KV wrote past computed; NULL until first used */
+	uint32_t epoch;         /* bumped by FREE: a write from before lands in blocks now gone */
 	uint32_t gen;
 	uint32_t next_free;
 };
@@ -73,6 +77,8 @@ struct kvpd_client {
 	struct kvpd_seq_slot *seqs;
 	uint32_t seqs_cap, seqs_open, seq_free_head;
 	uint64_t ops;
+	struct kvpd_charge charge; /* distinct blocks its sequences hold */
+	bool touched_pool;         /* this batch changed its pool: republish it */
 };
 
 struct kvpd_namespace {
@@ -96,6 +102,16 @@ struct kvpd_config {
 	char *strings;            /* storage for the config file's strings */
 };
 
+struct kvpd_statpage {
+	int fd;
+	size_t bytes;
+	struct kvp_stats_page *page;
+	struct kvp_stats_pool *pools;
+	struct kvp_stats_client *clients;
+	struct kvp_stats_op *ops;
+	unsigned depth;            /* nested writers: the seqlock moves at the outermost */
+};
+
 /* The daemon: every piece of mutable state lives here. */
 struct kvpd {
 	struct kvpd_config cfg;
@@ -116,6 +132,8 @@ struct kvpd {
 	struct kvpd_workers workers;
 	const struct kvpd_backend_ops *backend;
 	uint32_t jobs_inflight;
+	struct kvpd_statpage stats;
+	uint64_t taken_ns; /* when the entry being dispatched was taken */
 
 	uint64_t connected, disconnected, killed;
 	uint64_t doorbell_sink; /* where doorbell reads land; their value is never used */
@@ -197,6 +215,20 @@ void kvpd_seqs_close_all(struct kvpd_client *c);
 
 /* stats.c */
 int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed);
+
+/* statpage.c */
+int kvpd_statpage_init(struct kvpd *d);
+void kvpd_statpage_fini(struct kvpd *d);
+void kvpd_stats_begin(struct kvpd *d);
+void kvpd_stats_end(struct kvpd *d);
+void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_t res,
+		   uint64_t ns);
+void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_client *c);
+void kvpd_stats_pool_add(struct kvpd *d, struct kvpd_pool *pool);
+void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool);
+void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c);
+void kvpd_stats_client_remove(struct kvpd *d, struct kvpd_client *c);
+void kvpd_stats_fragmentation(struct kvpd *d);
 
 /* loop.c */
 int kvpd_loop_init(struct kvpd *d);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "kvpoold.h"
+#include "probes.h"
 
 #define SETUP_TIMEOUT_NS (5ull * 1000000000ull)
 
@@ -185,6 +186,7 @@ static void housekeeping(struct kvpd *d)
 		if (c && !c->ready && now - c->accepted_ns > SETUP_TIMEOUT_NS)
 			kvpd_client_close(d, c, "no setup message within 5 s");
 	}
+	kvpd_stats_fragmentation(d);
 }
 
 static void handle_signal(struct kvpd *d)
@@ -335,8 +337,12 @@ int kvpd_loop_run(struct kvpd *d)
 		/* Pairs with the client's fence between publishing its tail and reading our flag. */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		if (!any_pending(d)) {
-			int ret = io_uring_submit_and_wait(&d->ring, 1);
+			uint64_t slept = kvpd_now_ns();
+			int ret;
 
+			KVPD_PROBE(ring_sleep, d->nactive);
+			ret = io_uring_submit_and_wait(&d->ring, 1);
+			KVPD_PROBE(ring_wake, kvpd_now_ns() - slept);
 			if (ret < 0 && ret != -EINTR)
 				return ret;
 		}

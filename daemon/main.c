@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 	struct kvpd d = {
 		.cfg = { .socket_path = KVP_DEFAULT_SOCKET, .spin_us = 50, .budget = 64,
 			 .max_clients = 128 },
-		.listen_fd = -1, .signal_fd = -1, .timer_fd = -1,
+		.listen_fd = -1, .signal_fd = -1, .timer_fd = -1, .stats.fd = -1,
 	};
 	const char *config = NULL;
 	int ret;
@@ -237,6 +237,11 @@ int main(int argc, char **argv)
 	if (!d.clients || !d.active) {
 		ret = -ENOMEM;
 		goto out_config;
+	}
+	ret = kvpd_statpage_init(&d);
+	if (ret) {
+		fprintf(stderr, "kvpoold: stats page: %s\n", strerror(-ret));
+		goto out_clients;
 	}
 	for (unsigned i = 0; i < d.cfg.npools; i++) {
 		ret = kvpd_pool_create(&d, &d.cfg.pools[i]);
@@ -274,6 +279,8 @@ out_listen:
 	unlink(d.cfg.socket_path);
 out_pools:
 	kvpd_pools_release(&d);
+	kvpd_statpage_fini(&d);
+out_clients:
 	free(d.clients);
 	free(d.active);
 out_config:

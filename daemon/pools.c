@@ -112,7 +112,9 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 	pool->params = *params;
 	memcpy(pool->name, params->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
+	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
 	d->pools[d->npools++] = pool;
+	kvpd_stats_pool_add(d, pool);
 	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups", pool->name,
 		 cfg.num_blocks, cfg.block_size, cfg.num_groups);
 	return 0;
@@ -149,6 +151,7 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 		by->pool = NULL;
 		pool->clients--;
 	}
+	kvpd_stats_pool_remove(d, pool);
 	for (i = 0; d->pools[i] != pool; i++)
 		;
 	d->pools[i] = d->pools[--d->npools];

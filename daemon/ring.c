@@ -110,20 +110,34 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 		n = c->cq_entries - cq_used;
 	if (n > budget)
 		n = budget;
+	if (n == 0)
+		return 0;
+	/* One clock read per entry: each entry's time runs from the previous one's end. */
+	uint64_t t = kvpd_now_ns();
+
+	kvpd_stats_begin(d);
+	c->touched_pool = false;
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvp_sqe sqe;
 		struct kvp_cqe cqe;
+		uint64_t done;
 
 		copy_sqe(&sqe, &c->sqes[c->sq_next++ & (c->sq_entries - 1)]);
 		memset(&cqe, 0, sizeof(cqe));
 		cqe.user_data = sqe.user_data;
-		c->ops++;
+		d->taken_ns = t;
 		/* A request handed to the workers keeps its CQ room through c->inflight. */
-		if (kvpd_dispatch(d, c, &sqe, &cqe))
-			memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], &cqe, sizeof(cqe));
+		if (!kvpd_dispatch(d, c, &sqe, &cqe))
+			continue;
+		memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], &cqe, sizeof(cqe));
+		done = kvpd_now_ns();
+		kvpd_stats_op(d, c, sqe.opcode, cqe.res, done - t);
+		t = done;
 	}
-	if (n == 0)
-		return 0;
+	if (c->touched_pool && c->pool)
+		kvpd_stats_pool(d, c->pool, c);
+	kvpd_stats_client(d, c);
+	kvpd_stats_end(d);
 	store_release(c->sq_head, c->sq_next);
 	return publish_cq(d, c) ?: (int)n;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "kvpoold.h"
+#include "probes.h"
 
 #define SLOT_NONE UINT32_MAX
 #define SLOT_BITS 24
@@ -50,6 +51,7 @@ int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle)
 	s = &c->seqs[slot];
 	c->seq_free_head = s->next_free;
 	s->seq = seq;
+	kvc_seq_set_owner(seq, &c->charge);
 	s->gen++;
 	c->seqs_open++;
 	c->pool->sequences++;
@@ -75,6 +77,12 @@ struct kvc_seq *kvpd_seq_get(struct kvpd_client *c, uint64_t handle)
 
 static void release_slot(struct kvpd_client *c, uint32_t slot)
 {
+	if (KVPD_PROBE_ENABLED(seq_close)) {
+		struct kvc_seq_info info;
+
+		kvc_seq_info(c->seqs[slot].seq, &info);
+		KVPD_PROBE(seq_close, c->gen, make_handle(c, c->seqs[slot].gen, slot), info.blocks_held);
+	}
 	kvc_seq_destroy(c->seqs[slot].seq);
 	kvpd_seq_kv_free(c->seqs[slot].kv, kvc_pool_config(c->pool->core)->num_groups);
 	c->seqs[slot].seq = NULL;

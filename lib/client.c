@@ -28,8 +28,9 @@ static int recv_reply(int sock, struct kvp_setup_reply *r, int fds[KVP_NUM_FDS])
 	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
 		size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
-		if (nfds == KVP_NUM_FDS)
-			memcpy(fds, CMSG_DATA(cm), sizeof(int) * KVP_NUM_FDS);
+		/* The stats page's descriptor comes only when that feature was agreed. */
+		if (nfds == KVP_FD_STATS || nfds == KVP_NUM_FDS)
+			memcpy(fds, CMSG_DATA(cm), sizeof(int) * nfds);
 		else
 			for (size_t i = 0; i < nfds; i++)
 				close(((int *)CMSG_DATA(cm))[i]);
@@ -98,6 +99,22 @@ static int map_rings(struct kvp_client *c, const struct kvp_setup_reply *r)
 	return 0;
 }
 
+/* Read-only: the daemon sealed it F_SEAL_FUTURE_WRITE, a writable mapping would fail. */
+static int map_stats(struct kvp_client *c, const struct kvp_setup_reply *r)
+{
+	void *m;
+
+	if (c->stats_fd < 0 || !(r->features & KVP_FEAT_STATS_PAGE) ||
+	    r->stats_bytes < sizeof(struct kvp_stats_page))
+		return -EPROTO;
+	m = mmap(NULL, r->stats_bytes, PROT_READ, MAP_SHARED, c->stats_fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	c->stats_map = m;
+	c->stats_bytes = r->stats_bytes;
+	return 0;
+}
+
 int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 {
 	struct kvp_connect_opts defaults = { 0 };
@@ -107,7 +124,7 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 		.features = KVP_FEAT_SPIN_WAKEUP,
 	};
 	struct kvp_setup_reply r;
-	int fds[KVP_NUM_FDS] = { -1, -1, -1 };
+	int fds[KVP_NUM_FDS] = { -1, -1, -1, -1 };
 	struct kvp_client *c;
 	const char *path;
 	int ret;
@@ -121,13 +138,15 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 	s.arena_bytes = opts->arena_bytes ? opts->arena_bytes : 1u << 20;
 	if (opts->admin)
 		s.features |= KVP_FEAT_ADMIN;
+	if (opts->stats_page)
+		s.features |= KVP_FEAT_STATS_PAGE;
 	ret = copy_name(s.pool, opts->pool) ?: copy_name(s.namespace_, opts->namespace_);
 	if (ret)
 		return ret;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->mem_fd = c->sq_efd = c->cq_efd = -1;
+	c->mem_fd = c->sq_efd = c->cq_efd = c->stats_fd = -1;
 	c->spin_us = opts->spin_us;
 
 	c->sock = dial(path);
@@ -143,6 +162,7 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 	c->mem_fd = fds[KVP_FD_MEM];
 	c->sq_efd = fds[KVP_FD_SQ_DOORBELL];
 	c->cq_efd = fds[KVP_FD_CQ_EVENT];
+	c->stats_fd = fds[KVP_FD_STATS];
 	if (!ret)
 		ret = r.result;
 	if (!ret && (c->mem_fd < 0 || c->sq_efd < 0 || c->cq_efd < 0))
@@ -151,6 +171,8 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 		ret = -EPERM;
 	if (!ret)
 		ret = map_rings(c, &r);
+	if (!ret && opts->stats_page)
+		ret = map_stats(c, &r);
 	if (ret)
 		goto err_close;
 	*out = c;
@@ -170,10 +192,40 @@ void kvp_close(struct kvp_client *c)
 		return;
 	if (c->map)
 		munmap(c->map, c->map_bytes);
-	for (int *fd = &c->sock; fd <= &c->cq_efd; fd++)
+	if (c->stats_map)
+		munmap(c->stats_map, c->stats_bytes);
+	for (int *fd = &c->sock; fd <= &c->stats_fd; fd++)
 		if (*fd >= 0)
 			close(*fd);
 	free(c);
+}
+
+int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes)
+{
+	const struct kvp_stats_page *page = c->stats_map;
+
+	if (!page)
+		return -ENODEV;
+	if (bytes < c->stats_bytes)
+		return -EOVERFLOW;
+	for (int attempt = 0; attempt < 10000; attempt++) {
+		uint32_t seq = __atomic_load_n(&page->seq, __ATOMIC_ACQUIRE);
+
+		if (seq & 1) {
+			kvp_cpu_relax();
+			continue;
+		}
+		memcpy(buf, page, c->stats_bytes);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == seq)
+			return (int)c->stats_bytes;
+	}
+	return -EAGAIN;
+}
+
+size_t kvp_stats_bytes(const struct kvp_client *c)
+{
+	return c->stats_map ? c->stats_bytes : 0;
 }
 
 const struct kvp_pool_info *kvp_pool_info(const struct kvp_client *c)

@@ -9,7 +9,7 @@
 #include "libkvpool.h"
 
 struct kvp_client {
-	int sock, mem_fd, sq_efd, cq_efd; /* kept in this order: kvp_close walks them */
+	int sock, mem_fd, sq_efd, cq_efd, stats_fd; /* kept in this order: kvp_close walks them */
 	void *map;
 	size_t map_bytes;
 	uint32_t *sq_head, *sq_tail, *sq_flags;
@@ -25,6 +25,8 @@ struct kvp_client {
 	unsigned spin_us;
 	uint64_t next_user_data;
 	struct kvp_pool_info pool;
+	void *stats_map;
+	size_t stats_bytes;
 };
 
 static inline uint64_t kvp_now_ns(void)

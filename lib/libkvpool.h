@@ -31,6 +31,7 @@ struct kvp_connect_opts {
 	unsigned spin_us;        /* how long kvp_wait_cqe spins before sleeping, while the
 				  * daemon spins too; 0: sleep at once */
 	bool admin;              /* ask for KVP_FEAT_ADMIN */
+	bool stats_page;         /* map the daemon's read-only stats page */
 };
 
 /*
@@ -52,8 +53,9 @@ uint64_t kvp_features(const struct kvp_client *c);
 
 /*
  * kvp_arena - the shared data arena: requests name their inputs and outputs
- * by offsets into it. The blocking calls below use it from offset 0, so
- * callers that mix both levels keep their own data above kvp_arena_reserved().
+ * by offsets into it. The blocking calls below stage their data from offset
+ * 0, so a caller mixing both levels must not expect its own arena data to
+ * survive a blocking call.
  */
 void *kvp_arena(const struct kvp_client *c, uint64_t *bytes);
 
@@ -171,6 +173,16 @@ int kvp_stats(struct kvp_client *c, void *buf, size_t bytes);
 
 /* kvp_attach - attach the connection to pool @name (no sequence may be open). */
 int kvp_attach(struct kvp_client *c, const char *name);
+
+/*
+ * kvp_stats_snapshot - a consistent copy of the daemon's stats page (struct
+ * kvp_stats_page and the arrays its offsets name) into @buf, read under the
+ * page's seqlock without asking the daemon anything. Returns the bytes
+ * copied; -ENODEV unless connected with .stats_page; -EOVERFLOW if @bytes is
+ * less than kvp_stats_bytes().
+ */
+int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes);
+size_t kvp_stats_bytes(const struct kvp_client *c);
 
 /* Admin calls (connect with .admin = true; -EPERM otherwise). */
 

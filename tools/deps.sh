@@ -4,7 +4,7 @@
 set -eu
 packages=(
 	build-essential make pkg-config clang
-	libxxhash-dev libcmocka-dev liburing-dev libinih-dev libjson-c-dev
+	libxxhash-dev libcmocka-dev liburing-dev libinih-dev libjson-c-dev systemtap-sdt-dev
 )
 missing=()
 for p in "${packages[@]}"; do

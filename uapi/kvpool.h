@@ -34,7 +34,8 @@
 /* Feature bits, agreed at setup: reply.features = request.features & supported. */
 #define KVP_FEAT_SPIN_WAKEUP (1ull << 0) /* NEED_WAKEUP flags on both rings */
 #define KVP_FEAT_ADMIN (1ull << 1)       /* admin opcodes (granted to root / the daemon's uid) */
-#define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN)
+#define KVP_FEAT_STATS_PAGE (1ull << 2)  /* a 4th descriptor: the read-only stats page */
+#define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE)
 
 struct kvp_setup {
 	__u32 magic;           /* KVP_MAGIC */
@@ -96,11 +97,12 @@ struct kvp_setup_reply {
 	__u64 arena_off;       /* offset of the data arena in the memfd */
 	__u64 arena_bytes;
 	struct kvp_pool_info pool; /* zero when attached to none */
-	__u64 resv[4];
+	__u64 stats_bytes;     /* with KVP_FEAT_STATS_PAGE: size of the stats page */
+	__u64 resv[3];
 };
 
-/* Descriptors passed with the reply, in this order. */
-enum { KVP_FD_MEM, KVP_FD_SQ_DOORBELL, KVP_FD_CQ_EVENT, KVP_NUM_FDS };
+/* Descriptors passed with the reply, in this order (the stats page only when agreed). */
+enum { KVP_FD_MEM, KVP_FD_SQ_DOORBELL, KVP_FD_CQ_EVENT, KVP_FD_STATS, KVP_NUM_FDS };
 
 enum kvp_opcode {
 	KVP_OP_NOP = 0,
@@ -264,6 +266,88 @@ struct kvp_client_entry {
 	__u64 ops;           /* requests completed */
 };
 
+/*
+ * The stats page: a sealed memfd (F_SEAL_FUTURE_WRITE: readers can only map it
+ * read-only) where the daemon keeps its counters as it serves, so reading them
+ * never costs the daemon anything. Writes are bracketed by a seqlock: read
+ * seq (retry while odd), copy what you need, read seq again, retry if it moved.
+ */
+#define KVP_STATS_MAGIC 0x6b767374u /* "kvst" */
+#define KVP_STATS_VERSION 1
+#define KVP_HIST_BUCKETS 40  /* bucket b: latencies in [2^b, 2^(b+1)) ns (b = 0: also 0) */
+#define KVP_STATS_OPS 256    /* per-opcode entries, indexed by opcode */
+
+struct kvp_stats_op {
+	__u64 count;
+	__u64 errors;       /* completions with res < 0 */
+	__u64 sum_ns;
+	__u64 hist[KVP_HIST_BUCKETS];
+};
+
+struct kvp_stats_group {
+	__u32 kind;         /* KVP_KIND_* */
+	__u32 param;
+	__u64 blocks_held;  /* blocks in use now that this group took */
+	__u64 window_drops; /* blocks its windows dropped, total */
+	__u64 tokens_held;  /* fragmentation: token slots of the blocks sequences hold... */
+	__u64 tokens_needed;/* ...and the tokens their masks need now (refreshed every second) */
+};
+
+struct kvp_stats_pool {
+	__u32 in_use;       /* 0: an unused entry */
+	__u32 block_size;
+	char name[KVP_NAME_MAX];
+	__u32 blocks_total; /* N, null block included */
+	__u32 blocks_free;
+	__u32 blocks_used;
+	__u32 blocks_cached;
+	__u32 num_groups;
+	__u32 clients;
+	__u32 sequences;
+	__u32 resv;
+	__u64 prefix_queries_tokens; /* at admission: ALLOC with the prefix cache */
+	__u64 prefix_hits_tokens;
+	__u64 lookup_queries_tokens; /* advisory LOOKUPs */
+	__u64 lookup_hits_tokens;
+	__u64 evictions_reuse;       /* a cached free block taken for new data */
+	__u64 evictions_evict;       /* admin EVICT */
+	__u64 evictions_reset;       /* admin RESET */
+	__u64 nospace;               /* ALLOCs refused for want of blocks */
+	struct kvp_stats_group groups[KVP_MAX_GROUPS];
+};
+
+struct kvp_stats_client {
+	__u32 in_use;
+	__u32 client_id;
+	__s32 pid;
+	__u32 uid;
+	char namespace_[KVP_NAME_MAX];
+	char pool[KVP_NAME_MAX];
+	__u32 sequences;
+	__u32 resv;
+	__u64 blocks_held;  /* distinct blocks its sequences hold (the charging rule) */
+	__u64 ops;          /* requests completed */
+};
+
+struct kvp_stats_page {
+	__u32 magic;        /* KVP_STATS_MAGIC */
+	__u32 version;
+	__u32 seq;          /* seqlock: odd while the daemon writes */
+	__u32 max_pools;
+	__u32 max_clients;
+	__u32 hist_buckets;
+	__u64 page_bytes;
+	__u64 pools_off;    /* struct kvp_stats_pool[max_pools] */
+	__u64 clients_off;  /* struct kvp_stats_client[max_clients] */
+	__u64 ops_off;      /* struct kvp_stats_op[KVP_STATS_OPS] */
+	__u64 start_realtime_ns;
+	__u64 update_ns;    /* CLOCK_MONOTONIC of the last update */
+	__u64 clients_connected;
+	__u64 clients_disconnected;
+	__u64 clients_killed; /* hung up with sequences open */
+	__u64 resv[5];
+};
+
 _Static_assert(sizeof(struct kvp_setup) == 128, "kvp_setup");
 _Static_assert(sizeof(struct kvp_sq_offsets) == 32, "kvp_sq_offsets");
 _Static_assert(sizeof(struct kvp_cq_offsets) == 32, "kvp_cq_offsets");
@@ -288,5 +372,10 @@ _Static_assert(sizeof(struct kvp_pool_params) == 168, "kvp_pool_params");
 _Static_assert(sizeof(struct kvp_stats_header) == 32, "kvp_stats_header");
 _Static_assert(sizeof(struct kvp_pool_entry) == 64, "kvp_pool_entry");
 _Static_assert(sizeof(struct kvp_client_entry) == 96, "kvp_client_entry");
+_Static_assert(sizeof(struct kvp_stats_op) == 344, "kvp_stats_op");
+_Static_assert(sizeof(struct kvp_stats_group) == 40, "kvp_stats_group");
+_Static_assert(sizeof(struct kvp_stats_pool) == 776, "kvp_stats_pool");
+_Static_assert(sizeof(struct kvp_stats_client) == 104, "kvp_stats_client");
+_Static_assert(sizeof(struct kvp_stats_page) == 136, "kvp_stats_page");
 
 #endif

@@ -240,18 +240,13 @@ INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int 
 			_mm256_storeu_ps(acc + h * stride + cc * 8, a[h * CP + cc]);
 }
 
-#define PV_REM(R)                                                              \
-	case R:                                                                \
-		if ((R) < 8 / G && (dt != DT_BF16P || (R) % 2 == 0))          \
-			pv(c, dt, G, (R) < 8 / G ? (R) : 1, 0, rows, n, h0, v0, pf); \
-		break;
-
+/* PV over all of head_dim: passes of 8/G vectors, then what is left in halving sizes. */
 INL T2 void pv_all(struct k2 *c, const int dt, const int G, const uint8_t *const *rows,
 		   unsigned n, unsigned h0, int pf)
 {
 	unsigned v0 = 0;
 
-	if (dt == DT_BF16P && G == 8) {
+	if (dt == DT_BF16P && G == 8) { /* one vector a pass: the even, then the odd dims */
 		for (; v0 < c->nv; v0 += 2) {
 			pv(c, dt, G, 1, 0, rows, n, h0, v0, pf);
 			pv(c, dt, G, 1, 1, rows, n, h0, v0 + 1, pf);
@@ -260,11 +255,15 @@ INL T2 void pv_all(struct k2 *c, const int dt, const int G, const uint8_t *const
 	}
 	for (; v0 + 8 / G <= c->nv; v0 += 8 / G)
 		pv(c, dt, G, 8 / G, 0, rows, n, h0, v0, pf);
-	switch (c->nv - v0) {
-		PV_REM(1) PV_REM(2) PV_REM(3) PV_REM(4) PV_REM(5) PV_REM(6) PV_REM(7)
-	default:
-		break;
+	if (8 / G > 4 && v0 + 4 <= c->nv) {
+		pv(c, dt, G, 8 / G > 4 ? 4 : 1, 0, rows, n, h0, v0, pf);
+		v0 += 4;
 	}
+	if (8 / G > 2 && v0 + 2 <= c->nv) {
+		pv(c, dt, G, 8 / G > 2 ? 2 : 1, 0, rows, n, h0, v0, pf);
+		v0 += 2;
+	}
+	/* nv = head_dim / 8 is even: nothing is left */
 }
 
 #define TILE(NAME, DT, G)                                                                  \

@@ -325,12 +325,10 @@ INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP,
 			_mm512_storeu_ps(acc + h * stride + cc * 16, a[h * CP + cc]);
 }
 
-#define PV_REM(R)                                                                  \
-	case R:                                                                    \
-		if ((R) < 16 / G && (dt != DT_BF16P || (R) % 2 == 0))              \
-			pv(c, dt, G, (R) < 16 / G ? (R) : 1, rows, n, h0, v0, pf); \
-		break;
-
+/*
+ * PV over all of head_dim: passes of 16/G vectors (16 accumulators), then what is left
+ * in passes of halving sizes (head_dim 80, 96, 112...).
+ */
 INL T512 void pv_all(struct k512 *c, const int dt, const int G, const uint8_t *const *rows,
 		     unsigned n, unsigned h0, int pf)
 {
@@ -338,12 +336,20 @@ INL T512 void pv_all(struct k512 *c, const int dt, const int G, const uint8_t *c
 
 	for (; v0 + 16 / G <= c->nv; v0 += 16 / G)
 		pv(c, dt, G, 16 / G, rows, n, h0, v0, pf);
-	switch (c->nv - v0) {
-		PV_REM(1) PV_REM(2) PV_REM(3) PV_REM(4) PV_REM(5) PV_REM(6) PV_REM(7) PV_REM(8)
-		PV_REM(9) PV_REM(10) PV_REM(11) PV_REM(12) PV_REM(13) PV_REM(14) PV_REM(15)
-	default:
-		break;
+	if (16 / G > 8 && v0 + 8 <= c->nv) {
+		pv(c, dt, G, 16 / G > 8 ? 8 : 1, rows, n, h0, v0, pf);
+		v0 += 8;
 	}
+	if (16 / G > 4 && v0 + 4 <= c->nv) {
+		pv(c, dt, G, 16 / G > 4 ? 4 : 1, rows, n, h0, v0, pf);
+		v0 += 4;
+	}
+	if (16 / G > 2 && v0 + 2 <= c->nv) {
+		pv(c, dt, G, 16 / G > 2 ? 2 : 1, rows, n, h0, v0, pf);
+		v0 += 2;
+	}
+	if (dt != DT_BF16P && v0 < c->nv) /* BF16P: nv is even */
+		pv(c, dt, G, 1, rows, n, h0, v0, pf);
 }
 
 #define TILE(NAME, TGT, DT, G, QK)                                                        \

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The charging rule: a client is charged one block for each distinct block its
+ * sequences hold; a block two of its sequences share counts once, and one
+ * shared with another client counts for both. Kept exact, incrementally, from
+ * the core's hold hook: per client, a map block -> how many of its table
+ * entries name it.
+ */
+#ifndef KVPOOLD_CHARGE_H
+#define KVPOOLD_CHARGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct kvpd_charge {
+	uint32_t *keys;   /* block id + 1; 0 = empty slot */
+	uint32_t *counts;
+	uint32_t cap, len;
+	uint64_t blocks;  /* distinct blocks: the charge */
+	bool failed;      /* out of memory once: the charge is no longer exact */
+};
+
+/* The kvc_hold_fn of every pool; the owner of a sequence is its client's charge. */
+void kvpd_charge_hold(void *owner, uint32_t block, bool held);
+void kvpd_charge_release(struct kvpd_charge *ch);
+
+#endif

@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The stats page: the daemon's counters live in a sealed memfd that clients
+ * map read-only (F_SEAL_FUTURE_WRITE), so reading stats costs serving nothing.
+ * The event loop is the only writer; a seqlock brackets each batch of updates.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvpoold.h"
+#include "probes.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+int kvpd_statpage_init(struct kvpd *d)
+{
+	struct kvpd_statpage *sp = &d->stats;
+	struct timespec rt;
+	size_t pools_off = sizeof(struct kvp_stats_page);
+	size_t clients_off = pools_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_pool);
+	size_t ops_off = clients_off + d->cfg.max_clients * sizeof(struct kvp_stats_client);
+	uint8_t *m;
+	int ret;
+
+	sp->bytes = (ops_off + KVP_STATS_OPS * sizeof(struct kvp_stats_op) + 4095) & ~(size_t)4095;
+	sp->fd = memfd_create("kvpool-stats", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (sp->fd < 0)
+		return -errno;
+	if (ftruncate(sp->fd, (off_t)sp->bytes))
+		goto err_close;
+	m = mmap(NULL, sp->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sp->fd, 0);
+	if (m == MAP_FAILED)
+		goto err_close;
+	/* Our mapping stays writable; every later one can only read. */
+	if (fcntl(sp->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)) {
+		munmap(m, sp->bytes);
+		goto err_close;
+	}
+	sp->page = (struct kvp_stats_page *)m;
+	sp->pools = (struct kvp_stats_pool *)(m + pools_off);
+	sp->clients = (struct kvp_stats_client *)(m + clients_off);
+	sp->ops = (struct kvp_stats_op *)(m + ops_off);
+	clock_gettime(CLOCK_REALTIME, &rt);
+	*sp->page = (struct kvp_stats_page){
+		.magic = KVP_STATS_MAGIC,
+		.version = KVP_STATS_VERSION,
+		.max_pools = KVPD_MAX_POOLS,
+		.max_clients = d->cfg.max_clients,
+		.hist_buckets = KVP_HIST_BUCKETS,
+		.page_bytes = sp->bytes,
+		.pools_off = pools_off,
+		.clients_off = clients_off,
+		.ops_off = ops_off,
+		.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec,
+	};
+	return 0;
+
+err_close:
+	ret = -errno;
+	close(sp->fd);
+	sp->fd = -1;
+	return ret;
+}
+
+void kvpd_statpage_fini(struct kvpd *d)
+{
+	if (d->stats.page)
+		munmap(d->stats.page, d->stats.bytes);
+	if (d->stats.fd >= 0)
+		close(d->stats.fd);
+	d->stats.page = NULL;
+	d->stats.fd = -1;
+}
+
+/* Writers nest; only the outermost pair moves the sequence number. */
+void kvpd_stats_begin(struct kvpd *d)
+{
+	if (d->stats.depth++ == 0) {
+		__atomic_store_n(&d->stats.page->seq, d->stats.page->seq + 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+	}
+}
+
+void kvpd_stats_end(struct kvpd *d)
+{
+	if (--d->stats.depth == 0) {
+		d->stats.page->update_ns = kvpd_now_ns();
+		__atomic_store_n(&d->stats.page->seq, d->stats.page->seq + 1, __ATOMIC_RELEASE);
+	}
+}
+
+static unsigned bucket_of(uint64_t ns)
+{
+	unsigned b = ns ? 63u - (unsigned)__builtin_clzll(ns) : 0;
+
+	return b < KVP_HIST_BUCKETS ? b : KVP_HIST_BUCKETS - 1;
+}
+
+void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_t res,
+		   uint64_t ns)
+{
+	struct kvp_stats_op *op = &d->stats.ops[opcode];
+
+	op->count++;
+	op->errors += res < 0;
+	op->sum_ns += ns;
+	op->hist[bucket_of(ns)]++;
+	c->ops++;
+	d->stats.clients[c->slot].ops = c->ops;
+	KVPD_PROBE(op, c->gen, opcode, res, ns);
+}
+
+/* Copies the core's view of @pool into its entry; probes what changed, charged to @c. */
+void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_client *c)
+{
+	struct kvp_stats_pool *e = &d->stats.pools[pool->stat_idx];
+	uint32_t client = c ? c->gen : 0, groups = pool->params.num_groups;
+	struct kvc_pool_counters now;
+	struct kvc_pool_stats st;
+
+	kvc_pool_stats(pool->core, &st);
+	kvc_pool_counters(pool->core, &now);
+	e->blocks_free = st.free;
+	e->blocks_used = st.used;
+	e->blocks_cached = st.cached;
+	e->clients = pool->clients;
+	e->sequences = pool->sequences;
+	e->evictions_reuse = now.evicted_reuse;
+	e->evictions_evict = now.evicted_admin;
+	e->evictions_reset = now.evicted_reset;
+	for (uint32_t g = 0; g < groups; g++) {
+		e->groups[g].blocks_held = now.in_use[g];
+		e->groups[g].window_drops = now.dropped[g];
+		if (now.dropped[g] != pool->seen.dropped[g])
+			KVPD_PROBE(window_drop, client, g,
+				   (uint32_t)(now.dropped[g] - pool->seen.dropped[g]));
+	}
+	if (now.evicted_reuse != pool->seen.evicted_reuse)
+		KVPD_PROBE(cache_evict, client, 0u, (uint32_t)(now.evicted_reuse - pool->seen.evicted_reuse));
+	if (now.evicted_admin != pool->seen.evicted_admin)
+		KVPD_PROBE(cache_evict, client, 1u, (uint32_t)(now.evicted_admin - pool->seen.evicted_admin));
+	if (now.evicted_reset != pool->seen.evicted_reset)
+		KVPD_PROBE(cache_evict, client, 2u, (uint32_t)(now.evicted_reset - pool->seen.evicted_reset));
+	pool->seen = now;
+}
+
+void kvpd_stats_pool_add(struct kvpd *d, struct kvpd_pool *pool)
+{
+	struct kvp_stats_pool *e;
+	unsigned i;
+
+	for (i = 0; i < KVPD_MAX_POOLS && d->stats.pools[i].in_use; i++)
+		;
+	pool->stat_idx = i; /* a free entry exists: there are at most KVPD_MAX_POOLS pools */
+	e = &d->stats.pools[i];
+	kvpd_stats_begin(d);
+	memset(e, 0, sizeof(*e));
+	e->in_use = 1;
+	e->block_size = pool->params.block_size;
+	memcpy(e->name, pool->name, sizeof(e->name));
+	e->blocks_total = pool->params.num_blocks;
+	e->num_groups = pool->params.num_groups;
+	for (uint32_t g = 0; g < pool->params.num_groups; g++) {
+		e->groups[g].kind = pool->params.group_kind[g];
+		e->groups[g].param = pool->params.group_param[g];
+	}
+	kvpd_stats_pool(d, pool, NULL);
+	kvpd_stats_end(d);
+}
+
+void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool)
+{
+	kvpd_stats_begin(d);
+	memset(&d->stats.pools[pool->stat_idx], 0, sizeof(struct kvp_stats_pool));
+	kvpd_stats_end(d);
+}
+
+/* The client's entry; probes its charge when it changed. */
+void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
+{
+	struct kvp_stats_client *e = &d->stats.clients[c->slot];
+
+	if (!e->in_use) {
+		e->in_use = 1;
+		e->client_id = c->gen;
+		e->pid = c->pid;
+		e->uid = c->uid;
+		memcpy(e->namespace_, c->namespace_, sizeof(e->namespace_));
+	}
+	memset(e->pool, 0, sizeof(e->pool));
+	if (c->pool)
+		memcpy(e->pool, c->pool->name, sizeof(e->pool));
+	e->sequences = c->seqs_open;
+	e->ops = c->ops;
+	if (e->blocks_held != c->charge.blocks) {
+		e->blocks_held = c->charge.blocks;
+		KVPD_PROBE(blocks_held, c->gen, (uint64_t)c->charge.blocks);
+	}
+}
+
+void kvpd_stats_client_remove(struct kvpd *d, struct kvpd_client *c)
+{
+	memset(&d->stats.clients[c->slot], 0, sizeof(struct kvp_stats_client));
+}
+
+/*
+ * Fragmentation: per group, the token slots of the blocks running sequences
+ * hold against the tokens their masks need for the next query (padding in
+ * partial blocks, R-SWA's extra token, window alignment). O(sequences).
+ */
+void kvpd_stats_fragmentation(struct kvpd *d)
+{
+	kvpd_stats_begin(d);
+	for (unsigned p = 0; p < d->npools; p++) {
+		struct kvp_stats_pool *e = &d->stats.pools[d->pools[p]->stat_idx];
+
+		for (uint32_t g = 0; g < KVP_MAX_GROUPS; g++)
+			e->groups[g].tokens_held = e->groups[g].tokens_needed = 0;
+	}
+	for (unsigned i = 0; i < d->nactive; i++) {
+		struct kvpd_client *c = d->active[i];
+		const struct kvc_pool_config *cfg;
+		struct kvp_stats_pool *e;
+
+		if (!c->pool)
+			continue;
+		cfg = kvc_pool_config(c->pool->core);
+		e = &d->stats.pools[c->pool->stat_idx];
+		for (uint32_t s = 0; s < c->seqs_cap; s++) {
+			struct kvc_seq_info info;
+
+			if (!c->seqs[s].seq)
+				continue;
+			kvc_seq_info(c->seqs[s].seq, &info);
+			for (uint32_t g = 0; info.running && g < cfg->num_groups; g++) {
+				struct kvpd_mask m = { cfg->groups[g].kind, cfg->groups[g].param, info.prefix };
+				uint32_t len, lo[2], hi[2], n = kvpd_mask_ranges(&m, info.computed, lo, hi);
+				const uint32_t *ids = kvc_seq_table(c->seqs[s].seq, g, &len);
+
+				for (uint32_t k = 0; k < len; k++)
+					e->groups[g].tokens_held += ids[k] != KVC_NULL_BLOCK ? cfg->block_size : 0;
+				for (uint32_t r = 0; r < n; r++)
+					if (lo[r] < info.computed)
+						e->groups[g].tokens_needed +=
+							(hi[r] < info.computed ? hi[r] : info.computed) - lo[r];
+			}
+		}
+	}
+	kvpd_stats_end(d);
+}

@@ -1,0 +1,675 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ATTEND through the real daemon against a double-precision reference, for
+ * every mask kind (full, swa W, rswa W with the default prefix and explicit
+ * ones, chunked C, cyclic W with the sequence several times longer than its
+ * ring), every pool dtype (f32, f16, bf16; head_dim a multiple of 16 for the
+ * SIMD kernels and not, for the portable one), queries in f32 and in the pool
+ * dtype, GQA ratios 1, 2 and 4, softcap on and off, and every query position
+ * (so every block boundary) of five sequences advancing in uneven steps. The
+ * matrix runs on the best kernel level the CPU has, then again (the pools the
+ * SIMD kernels take) with each lower level forced by KVPOOL_ATTN_ISA, each
+ * time on a fresh daemon.
+ *
+ * The reference reads K and V as stored: the test converts its f32 values to
+ * the pool dtype itself (round to nearest even, checked against known
+ * encodings), READ_KV must return those bits unchanged, and the reference
+ * decodes them back. Masks are kvmask.h's definitions, written out here.
+ *
+ * Tolerances (outputs are convex combinations of V values in [-1, 1]):
+ *   f32 output:      |out - ref| <= TOL_F32 = 1e-5 (relative to that unit scale)
+ *   f16/bf16 output: |out - ref| <= TOL_F32 + 1 ulp(ref) in the output dtype (the
+ *                    kernel works in f32, then rounds once to nearest even: half an
+ *                    ulp of the result, at most one ulp of the reference)
+ */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define TOL_F32 1e-5
+
+/* ---- dtypes: the test's own conversions (round to nearest even) ---- */
+
+static double pow2i(int e) /* 2^e, -1022 <= e <= 1023 */
+{
+	uint64_t b = (uint64_t)(e + 1023) << 52;
+	double d;
+
+	memcpy(&d, &b, sizeof(d));
+	return d;
+}
+
+/* x rounded to an integer, ties to even (|x| < 2^51; the default rounding mode). */
+static double rne(double x)
+{
+	volatile double t = (x < 0 ? -x : x) + 0x1p52;
+
+	t -= 0x1p52;
+	return x < 0 ? -t : t;
+}
+
+static int f32_exponent(float f)
+{
+	uint32_t b;
+
+	memcpy(&b, &f, sizeof(b));
+	return (int)((b >> 23) & 0xff) - 127;
+}
+
+static uint16_t sign_of(float f)
+{
+	uint32_t b;
+
+	memcpy(&b, &f, sizeof(b));
+	return (uint16_t)(b >> 16 & 0x8000);
+}
+
+static uint16_t to_f16(float f)
+{
+	uint16_t sign = sign_of(f);
+	double a = f < 0 ? -(double)f : (double)f, m;
+	int e;
+
+	if (a != a)
+		return sign | 0x7e00;
+	if (a >= 65520.0)
+		return sign | 0x7c00;
+	if (a < 0x1p-14) /* subnormal: units of 2^-24 (1024 of them is the smallest normal) */
+		return sign | (uint16_t)rne(a * 0x1p24);
+	e = f32_exponent((float)a);
+	m = rne(a * pow2i(10 - e)); /* 1024 .. 2048 */
+	if (m == 2048) {
+		m = 1024;
+		e++;
+	}
+	if (e > 15)
+		return sign | 0x7c00;
+	return sign | (uint16_t)((e + 15) << 10) | (uint16_t)(m - 1024);
+}
+
+static uint16_t to_bf16(float f)
+{
+	uint16_t sign = sign_of(f);
+	double a = f < 0 ? -(double)f : (double)f, m;
+	int e;
+
+	if (a != a)
+		return sign | 0x7fc0;
+	if (a < 0x1p-126) /* f32 subnormal: units of 2^-133 */
+		return sign | (uint16_t)rne(a * 0x1p133);
+	e = f32_exponent((float)a);
+	m = rne(a * pow2i(7 - e)); /* 128 .. 256 */
+	if (m == 256) {
+		m = 128;
+		e++;
+	}
+	if (e > 127)
+		return sign | 0x7f80;
+	return sign | (uint16_t)((e + 127) << 7) | (uint16_t)(m - 128);
+}
+
+static double f16_value(uint16_t h)
+{
+	int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+	double v = e == 0 ? m * 0x1p-24 : (1024 + m) * pow2i(e - 25);
+
+	CHECK(e != 0x1f); /* no infinity or NaN is ever stored here */
+	return h & 0x8000 ? -v : v;
+}
+
+static double bf16_value(uint16_t h)
+{
+	uint32_t b = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &b, sizeof(f));
+	return f;
+}
+
+static size_t dtype_size(uint32_t t)
+{
+	return t == KVP_DTYPE_F32 ? 4 : 2;
+}
+
+static void store_elem(void *base, uint32_t t, size_t i, float v)
+{
+	if (t == KVP_DTYPE_F32)
+		((float *)base)[i] = v;
+	else
+		((uint16_t *)base)[i] = t == KVP_DTYPE_F16 ? to_f16(v) : to_bf16(v);
+}
+
+static double load_elem(const void *base, uint32_t t, size_t i)
+{
+	if (t == KVP_DTYPE_F32)
+		return ((const float *)base)[i];
+	if (t == KVP_DTYPE_F16)
+		return f16_value(((const uint16_t *)base)[i]);
+	return bf16_value(((const uint16_t *)base)[i]);
+}
+
+/* The value the pool holds once @v is stored in dtype @t. */
+static double as_stored(uint32_t t, float v)
+{
+	uint8_t b[4];
+
+	store_elem(b, t, 0, v);
+	return load_elem(b, t, 0);
+}
+
+/* One unit in the last place of dtype @t at magnitude |r|. */
+static double ulp_of(uint32_t t, double r)
+{
+	int e;
+
+	if (r < 0)
+		r = -r;
+	e = r >= 0x1p-126 ? f32_exponent((float)r) : -126;
+	if (t == KVP_DTYPE_F16)
+		return pow2i((e < -14 ? -14 : e) - 10);
+	if (t == KVP_DTYPE_BF16)
+		return pow2i(e - 7);
+	return pow2i(e - 23);
+}
+
+/* ---- exp and tanh in double (the integration tests link no libm) ---- */
+
+static double ref_exp(double x)
+{
+	static const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+	double k, r, term = 1, sum = 1;
+
+	if (x < -700)
+		return 0;
+	k = rne(x / 0.69314718055994530942);
+	r = x - k * ln2_hi - k * ln2_lo; /* |r| <= ln2 / 2 */
+	for (int n = 1; n <= 17; n++) { /* the remainder is below 2^-70 */
+		term *= r / n;
+		sum += term;
+	}
+	return sum * pow2i((int)k);
+}
+
+static double ref_tanh(double x)
+{
+	double a = x < 0 ? -x : x, t = ref_exp(-2 * a), y = (1 - t) / (1 + t);
+
+	return x < 0 ? -y : y;
+}
+
+static bool close_rel(double a, double b, double rel)
+{
+	double d = a - b;
+
+	return (d < 0 ? -d : d) <= rel * (b < 0 ? -b : b);
+}
+
+/* The reference's own pieces against known values. */
+static void self_check(void)
+{
+	CHECK_EQ(to_f16(1.0f / 3), 0x3555);
+	CHECK_EQ(to_f16(0.1f), 0x2e66);
+	CHECK_EQ(to_f16(-2.0f), 0xc000);
+	CHECK_EQ(to_f16(65504.0f), 0x7bff);
+	CHECK_EQ(to_f16(65520.0f), 0x7c00);
+	CHECK_EQ(to_f16(2049.0f), 0x6800); /* tie: to the even 2048 */
+	CHECK_EQ(to_f16(2051.0f), 0x6802); /* tie: to the even 2052 */
+	CHECK_EQ(to_f16(0x1p-24f), 0x0001);
+	CHECK_EQ(to_f16(0x1.8p-24f), 0x0002); /* tie between subnormals 1 and 2 */
+	CHECK_EQ(to_f16(0x1p-25f), 0x0000);   /* tie: to the even 0 */
+	CHECK_EQ(to_f16(0x1.ffcp-15f), 0x0400); /* rounds up into the normals */
+	CHECK_EQ(to_bf16(1.0f / 3), 0x3eab);
+	CHECK_EQ(to_bf16(1.00390625f), 0x3f80);   /* tie: to the even 1.0 */
+	CHECK_EQ(to_bf16(1.01171875f), 0x3f82);   /* tie: to the even 1 + 2^-6 */
+	CHECK_EQ(to_bf16(-0.5f), 0xbf00);
+	CHECK_EQ(to_bf16(0x1.ffp127f), 0x7f80);
+	CHECK(f16_value(0x3555) == 0x1.554p-2);
+	CHECK(f16_value(0x0001) == 0x1p-24);
+	CHECK(bf16_value(0x3eab) == 0x1.56p-2);
+	CHECK(ulp_of(KVP_DTYPE_F16, 1.0) == 0x1p-10 && ulp_of(KVP_DTYPE_F16, 0.75) == 0x1p-11);
+	CHECK(ulp_of(KVP_DTYPE_BF16, -0.3) == 0x1p-9 && ulp_of(KVP_DTYPE_F16, 1e-6) == 0x1p-24);
+	CHECK(close_rel(ref_exp(1), 2.718281828459045, 1e-15));
+	CHECK(close_rel(ref_exp(-10), 4.5399929762484854e-05, 1e-14));
+	CHECK(close_rel(ref_exp(-0.1), 0.9048374180359595, 1e-15));
+	CHECK(close_rel(ref_tanh(0.5), 0.46211715726000974, 1e-15));
+	CHECK(close_rel(ref_tanh(-3), -0.99505475368673046, 1e-15));
+}
+
+/* ---- deterministic K, V and Q ---- */
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* A multiple of 2^-23 in [-1, 1): exact in f32. */
+static float unit(uint64_t h)
+{
+	return (float)((int32_t)(h >> 40) - (1 << 23)) * 0x1p-23f;
+}
+
+enum { WHICH_K, WHICH_V, WHICH_Q };
+
+static float val(uint64_t seed, uint32_t which, uint32_t group, uint32_t layer, uint32_t pos,
+		 uint32_t head, uint32_t d)
+{
+	uint64_t h = mix(seed);
+
+	h = mix(h ^ ((uint64_t)which << 48 | (uint64_t)group << 32 | layer));
+	h = mix(h ^ ((uint64_t)pos << 32 | (uint64_t)head << 16 | d));
+	return unit(h);
+}
+
+/* ---- the masks (kvmask.h) ---- */
+
+struct mask {
+	uint32_t kind, param, prefix;
+};
+
+static bool sees(const struct mask *m, uint32_t i, uint32_t j)
+{
+	if (j > i)
+		return false;
+	switch (m->kind) {
+	case KVP_KIND_FULL:
+		return true;
+	case KVP_KIND_SWA:
+	case KVP_KIND_CYCLIC:
+		return (uint64_t)j + m->param > i;
+	case KVP_KIND_RSWA:
+		return j < m->prefix || (uint64_t)j + m->param > i;
+	case KVP_KIND_CHUNKED:
+		return j / m->param == i / m->param;
+	}
+	CHECK(!"unknown kind");
+	return false;
+}
+
+/* ---- the pools ---- */
+
+#define KV_HEADS 2
+#define LAYERS 2
+#define BS 4
+#define STEP 4 /* max_step_tokens */
+#define MAX_HD 32
+#define MAX_G 4
+#define MAX_Q_HEADS (KV_HEADS * MAX_G)
+#define NGROUPS 8
+#define LEN 31 /* tokens per sequence: nearly 4 times the smallest ring */
+#define NSEQS 5
+#define SOFTCAP 1.25f
+
+static const char GROUPS[] = "groups=full swa:6 swa:9 rswa:5 chunked:8 chunked:6 cyclic:5 cyclic:6";
+static const uint32_t group_kind[NGROUPS] = {
+	KVP_KIND_FULL,    KVP_KIND_SWA,     KVP_KIND_SWA,    KVP_KIND_RSWA,
+	KVP_KIND_CHUNKED, KVP_KIND_CHUNKED, KVP_KIND_CYCLIC, KVP_KIND_CYCLIC,
+};
+static const uint32_t group_param[NGROUPS] = { 0, 6, 9, 5, 8, 6, 5, 6 };
+
+struct pool_def {
+	const char *name;
+	uint32_t dtype;
+	uint32_t head_dim;
+	float scale;
+};
+
+static const struct pool_def pools[] = {
+	{ "f32", KVP_DTYPE_F32, 16, 0.5f },  { "f32c", KVP_DTYPE_F32, 8, 0.7f },
+	{ "f16", KVP_DTYPE_F16, 32, 0.35f }, { "f16c", KVP_DTYPE_F16, 24, 0.4f },
+	{ "bf16", KVP_DTYPE_BF16, 16, 0.5f }, { "bf16c", KVP_DTYPE_BF16, 24, 0.4f },
+};
+
+/* Each sequence: its prompt, its R-SWA prefix (-1: the prompt length) and its step sizes. */
+struct seq_def {
+	uint32_t prompt;
+	int64_t prefix;
+	uint32_t steps[5];
+	uint32_t nsteps;
+};
+
+static const struct seq_def seq_defs[NSEQS] = {
+	{ 7, -1, { 4, 3, 1, 2 }, 4 },      /* default prefix 7 */
+	{ LEN, 6, { 3, 4, 2, 1 }, 4 },     /* prefix inside a block */
+	{ LEN, 0, { 1, 4, 4, 3, 2 }, 5 },  /* no prefix: rswa is swa */
+	{ 3, -1, { 2, 1, 4, 4, 3 }, 5 },   /* default prefix 3 */
+	{ 13, 8, { 4, 4, 1, 3, 2 }, 5 },   /* prefix on a block boundary */
+};
+
+struct seq {
+	uint64_t h;
+	uint64_t seed;
+	uint32_t index;
+	uint32_t ntokens, computed, step;
+	struct mask rswa; /* the rswa mask with this sequence's prefix */
+};
+
+/* K and V as the pool stores them, decoded: what the reference reads. */
+static double kv_table[NSEQS][NGROUPS][LAYERS][LEN][KV_HEADS][2][MAX_HD];
+
+static struct daemon dmn;
+static struct daemon *g_daemon;
+static pid_t g_main;
+static uint64_t n_attends, n_values;
+static double worst[3]; /* per output dtype: the largest |out - ref| / tolerance seen */
+
+static void cleanup(void)
+{
+	if (g_daemon && getpid() == g_main) {
+		kill(g_daemon->pid, SIGKILL);
+		waitpid(g_daemon->pid, NULL, 0);
+		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
+	}
+}
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "test_kv_masks: timed out\n";
+
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1) < 0)
+		_exit(2);
+	if (g_daemon)
+		kill(g_daemon->pid, SIGKILL);
+	_exit(1);
+}
+
+static void create_pool(const struct pool_def *p)
+{
+	char dtype[32], hd[32];
+	const char *kv[] = { "blocks=512",    "block_size=4",  GROUPS,    "kv_heads=2", hd,
+			     dtype,           "layers_per_group=2", "max_step_tokens=4", NULL };
+
+	snprintf(dtype, sizeof(dtype), "dtype=%s",
+		 p->dtype == KVP_DTYPE_F32 ? "f32" : p->dtype == KVP_DTYPE_F16 ? "f16" : "bf16");
+	snprintf(hd, sizeof(hd), "head_dim=%u", p->head_dim);
+	create_pool_or_die(&dmn, p->name, kv);
+}
+
+static void check_info(const struct kvp_pool_info *info, const struct pool_def *p)
+{
+	CHECK_EQ(info->block_size, BS);
+	CHECK_EQ(info->num_groups, NGROUPS);
+	for (uint32_t g = 0; g < NGROUPS; g++) {
+		CHECK_EQ(info->group_kind[g], group_kind[g]);
+		CHECK_EQ(info->group_param[g], group_param[g]);
+	}
+	CHECK_EQ(info->kv_heads, KV_HEADS);
+	CHECK_EQ(info->head_dim, p->head_dim);
+	CHECK_EQ(info->dtype, p->dtype);
+	CHECK_EQ(info->layers_per_group, LAYERS);
+}
+
+static struct mask group_mask(const struct seq *s, uint32_t g)
+{
+	if (group_kind[g] == KVP_KIND_RSWA)
+		return s->rswa;
+	return (struct mask){ group_kind[g], group_param[g], 0 };
+}
+
+/* WRITE_KV of the step's positions in every group and layer, then READ_KV of them: the same bits. */
+static void write_step(struct kvp_client *c, const struct pool_def *p, const struct seq *s)
+{
+	static uint8_t k[STEP * KV_HEADS * MAX_HD * 4], v[sizeof(k)], rk[sizeof(k)], rv[sizeof(k)];
+	uint32_t hd = p->head_dim;
+	size_t bytes = (size_t)s->step * KV_HEADS * hd * dtype_size(p->dtype);
+
+	for (uint32_t g = 0; g < NGROUPS; g++) {
+		for (uint32_t l = 0; l < LAYERS; l++) {
+			for (uint32_t t = 0; t < s->step; t++)
+				for (uint32_t kh = 0; kh < KV_HEADS; kh++)
+					for (uint32_t d = 0; d < hd; d++) {
+						size_t i = ((size_t)t * KV_HEADS + kh) * hd + d;
+						uint32_t pos = s->computed + t;
+
+						store_elem(k, p->dtype, i, val(s->seed, WHICH_K, g, l, pos, kh, d));
+						store_elem(v, p->dtype, i, val(s->seed, WHICH_V, g, l, pos, kh, d));
+					}
+			CHECK_EQ(kvp_write_kv(c, s->h, g, l, s->computed, s->step, k, v), 0);
+			memset(rk, 0xa5, bytes);
+			memset(rv, 0x5a, bytes);
+			CHECK_EQ(kvp_read_kv(c, s->h, g, l, s->computed, s->step, rk, rv), 0);
+			CHECK(memcmp(k, rk, bytes) == 0);
+			CHECK(memcmp(v, rv, bytes) == 0);
+		}
+	}
+}
+
+/* softmax(scale q.K^T, capped) V over the positions the mask lets query @i see. */
+static void reference(const struct pool_def *p, const struct seq *s, uint32_t g, uint32_t l,
+		      uint32_t i, uint32_t kh, const double *q, float softcap, double *out)
+{
+	const struct mask m = group_mask(s, g);
+	double logit[LEN], mx = -1e300, sum = 0;
+	uint32_t hd = p->head_dim, seen = 0;
+
+	for (uint32_t j = 0; j <= i; j++) {
+		double x = 0;
+
+		if (!sees(&m, i, j))
+			continue;
+		for (uint32_t d = 0; d < hd; d++)
+			x += q[d] * kv_table[s->index][g][l][j][kh][WHICH_K][d];
+		x *= (double)p->scale;
+		if (softcap > 0)
+			x = softcap * ref_tanh(x / softcap);
+		logit[j] = x;
+		mx = x > mx ? x : mx;
+		seen++;
+	}
+	CHECK(seen > 0);
+	for (uint32_t d = 0; d < hd; d++)
+		out[d] = 0;
+	for (uint32_t j = 0; j <= i; j++) {
+		double w;
+
+		if (!sees(&m, i, j))
+			continue;
+		w = ref_exp(logit[j] - mx);
+		sum += w;
+		for (uint32_t d = 0; d < hd; d++)
+			out[d] += w * kv_table[s->index][g][l][j][kh][WHICH_V][d];
+	}
+	for (uint32_t d = 0; d < hd; d++)
+		out[d] /= sum;
+}
+
+/* One ATTEND of the step's queries of every active sequence, checked against the reference. */
+static void attend_step(struct kvp_client *c, const struct pool_def *p, struct seq *seqs,
+			uint32_t g, uint32_t l, uint32_t ratio, bool q_f32, float softcap,
+			uint32_t rot)
+{
+	static uint8_t qbuf[NSEQS][STEP * MAX_Q_HEADS * MAX_HD * 4];
+	static uint8_t obuf[NSEQS][STEP * MAX_Q_HEADS * MAX_HD * 4];
+	struct kvp_attend_req reqs[NSEQS];
+	uint32_t hd = p->head_dim, qh_n = KV_HEADS * ratio, n = 0, order[NSEQS];
+	uint32_t qdt = q_f32 ? KVP_DTYPE_F32 : p->dtype;
+
+	/* The sequences in a rotating order: each entry must get its own sequence's answer. */
+	for (uint32_t k = 0; k < NSEQS; k++) {
+		uint32_t si = (k + rot) % NSEQS;
+		struct seq *s = &seqs[si];
+
+		if (!s->step)
+			continue;
+		for (uint32_t t = 0; t < s->step; t++)
+			for (uint32_t qh = 0; qh < qh_n; qh++)
+				for (uint32_t d = 0; d < hd; d++)
+					store_elem(qbuf[si], qdt, ((size_t)t * qh_n + qh) * hd + d,
+						   val(s->seed, WHICH_Q, g, l, s->computed + t, qh, d));
+		memset(obuf[si], 0xee, sizeof(obuf[si]));
+		reqs[n] = (struct kvp_attend_req){ .handle = s->h, .first_pos = s->computed,
+						   .count = s->step, .q = qbuf[si], .out = obuf[si] };
+		order[n++] = si;
+	}
+	if (n == 0)
+		return;
+	CHECK_EQ(kvp_attend(c, g, l, qh_n, p->scale, softcap, q_f32, reqs, n), 0);
+	n_attends++;
+
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t si = order[k];
+		const struct seq *s = &seqs[si];
+
+		for (uint32_t t = 0; t < s->step; t++) {
+			for (uint32_t qh = 0; qh < qh_n; qh++) {
+				double q[MAX_HD], ref[MAX_HD];
+				size_t row = ((size_t)t * qh_n + qh) * hd;
+
+				for (uint32_t d = 0; d < hd; d++)
+					q[d] = load_elem(qbuf[si], qdt, row + d);
+				reference(p, s, g, l, s->computed + t, qh / ratio, q, softcap, ref);
+				for (uint32_t d = 0; d < hd; d++) {
+					double o = load_elem(obuf[si], qdt, row + d), err = o - ref[d];
+					double tol = TOL_F32 + (qdt == KVP_DTYPE_F32 ? 0 : ulp_of(qdt, ref[d]));
+
+					err = err < 0 ? -err : err;
+					if (!(err <= tol)) {
+						fprintf(stderr,
+							"pool %s group %u (kind %u param %u prefix %u) layer %u seq %u "
+							"pos %u q head %u of %u dim %u q_f32 %d softcap %g: "
+							"out %.9g, reference %.9g, |diff| %.3g > tolerance %.3g\n",
+							p->name, g, group_kind[g], group_param[g], s->rswa.prefix, l,
+							si, s->computed + t, qh, qh_n, d, q_f32, (double)softcap, o,
+							ref[d], err, tol);
+						exit(1);
+					}
+					if (err / tol > worst[qdt])
+						worst[qdt] = err / tol;
+					n_values++;
+				}
+			}
+		}
+	}
+}
+
+static void run_pool(const struct pool_def *p, uint64_t seed)
+{
+	struct kvp_client *c = connect_or_die(&dmn, p->name, "", false);
+	struct seq seqs[NSEQS];
+	struct kvp_pool_stats st;
+	uint32_t round = 0, active = NSEQS;
+
+	check_info(kvp_pool_info(c), p);
+	for (uint32_t si = 0; si < NSEQS; si++) {
+		const struct seq_def *sd = &seq_defs[si];
+		uint32_t tokens[LEN];
+
+		for (uint32_t t = 0; t < LEN; t++)
+			tokens[t] = 1000 * si + t + 1;
+		seqs[si] = (struct seq){ .seed = mix(seed + si), .index = si, .ntokens = sd->prompt };
+		for (uint32_t g = 0; g < NGROUPS; g++)
+			for (uint32_t l = 0; l < LAYERS; l++)
+				for (uint32_t pos = 0; pos < LEN; pos++)
+					for (uint32_t kh = 0; kh < KV_HEADS; kh++)
+						for (uint32_t w = WHICH_K; w <= WHICH_V; w++)
+							for (uint32_t d = 0; d < p->head_dim; d++)
+								kv_table[si][g][l][pos][kh][w][d] = as_stored(
+									p->dtype, val(seqs[si].seed, w, g, l, pos, kh, d));
+		CHECK_EQ(kvp_seq_open(c, tokens, sd->prompt, NULL, 0, sd->prefix, &seqs[si].h), 0);
+		seqs[si].rswa = (struct mask){ KVP_KIND_RSWA, group_param[3],
+					       sd->prefix < 0 ? sd->prompt : (uint32_t)sd->prefix };
+	}
+	while (active) {
+		/* Allocate and write the next step of every sequence not done. */
+		for (uint32_t si = 0; si < NSEQS; si++) {
+			struct seq *s = &seqs[si];
+			const struct seq_def *sd = &seq_defs[si];
+			uint32_t step = sd->steps[round % sd->nsteps];
+
+			if (s->computed + step > LEN)
+				step = LEN - s->computed;
+			s->step = step;
+			if (!step)
+				continue;
+			if (s->computed + step > s->ntokens) { /* decode: the tokens come first */
+				uint32_t tokens[STEP];
+				uint32_t add = s->computed + step - s->ntokens;
+
+				for (uint32_t t = 0; t < add; t++)
+					tokens[t] = 1000 * si + s->ntokens + t + 1;
+				CHECK_EQ(kvp_append(c, s->h, tokens, add), 0);
+				s->ntokens += add;
+			}
+			CHECK_EQ(kvp_alloc(c, s->h, step, 0, false, NULL, NULL, 0), 0);
+			write_step(c, p, s);
+		}
+		/*
+		 * Every group and layer, each with 2 of the 12 combinations of GQA ratio,
+		 * query dtype and softcap, rotating so that each meets all 12 (every 6 rounds).
+		 */
+		for (uint32_t g = 0; g < NGROUPS; g++) {
+			for (uint32_t l = 0; l < LAYERS; l++) {
+				for (uint32_t k = 0; k < 2; k++) {
+					uint32_t combo = (round * 2 + k + g + 5 * l) % 12;
+					static const uint32_t ratios[3] = { 1, 2, 4 };
+
+					attend_step(c, p, seqs, g, l, ratios[combo % 3], combo / 3 % 2,
+						    combo / 6 ? SOFTCAP : 0.0f, round + g);
+				}
+			}
+		}
+		active = 0;
+		for (uint32_t si = 0; si < NSEQS; si++) {
+			struct seq *s = &seqs[si];
+
+			if (!s->step)
+				continue;
+			s->computed += s->step;
+			CHECK_EQ(kvp_commit(c, s->h, s->computed), 0);
+			active += s->computed < LEN;
+		}
+		round++;
+	}
+	for (uint32_t si = 0; si < NSEQS; si++)
+		CHECK_EQ(kvp_seq_close(c, seqs[si].h), 0);
+	kvp_close(c);
+	check_pool_or_die(&dmn, p->name, &st);
+	CHECK_EQ(st.blocks_used, 0);
+	CHECK_EQ(st.blocks_free, 511);
+}
+
+int main(void)
+{
+	/* NULL: the best level the CPU has; then each lower level forced (or the best, if absent). */
+	static const char *const isas[] = { NULL, "avx512", "avx2", "c" };
+
+	g_main = getpid();
+	atexit(cleanup);
+	signal(SIGALRM, on_alarm);
+	alarm(60);
+	self_check();
+
+	for (uint32_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+		if (isas[i])
+			CHECK_EQ(setenv("KVPOOL_ATTN_ISA", isas[i], 1), 0);
+		else
+			CHECK_EQ(unsetenv("KVPOOL_ATTN_ISA"), 0);
+		CHECK_EQ(daemon_start(&dmn, NULL), 0);
+		g_daemon = &dmn;
+		for (uint32_t pi = 0; pi < sizeof(pools) / sizeof(pools[0]); pi++)
+			create_pool(&pools[pi]);
+		/*
+		 * Forced levels: only the pools whose head_dim the SIMD kernels take (the
+		 * others get the portable kernel at any level); avx512 differs from
+		 * avx512bf16 only for bf16 queries over bf16 keys.
+		 */
+		for (uint32_t pi = 0; pi < sizeof(pools) / sizeof(pools[0]); pi++)
+			if (!isas[i] || (pools[pi].head_dim % 16 == 0 &&
+					 (strcmp(isas[i], "avx512") || pools[pi].dtype == KVP_DTYPE_BF16)))
+				run_pool(&pools[pi], 1000 * i + pi);
+		g_daemon = NULL;
+		CHECK_EQ(daemon_stop(&dmn), 0);
+	}
+	printf("test_kv_masks: %llu attends, %llu values checked; worst |error| / tolerance: "
+	       "f32 %.3f, f16 %.3f, bf16 %.3f\n", (unsigned long long)n_attends,
+	       (unsigned long long)n_values, worst[KVP_DTYPE_F32], worst[KVP_DTYPE_F16],
+	       worst[KVP_DTYPE_BF16]);
+	return 0;
+}
