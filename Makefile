@@ -88,9 +88,13 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(LIB_A
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-$(BIN)/kvctl: $(BUILD)/tools/kvctl.o $(LIB_A)
+include tools/bpf/bpf.mk
+
+KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_snapshot.o kvctl_render.o kvctl_top.o)
+
+$(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lbpf -lelf -lz -o $@
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)

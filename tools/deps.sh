@@ -5,6 +5,7 @@ set -eu
 packages=(
 	build-essential make pkg-config clang
 	libxxhash-dev libcmocka-dev liburing-dev libinih-dev libjson-c-dev systemtap-sdt-dev
+	libbpf-dev libelf-dev zlib1g-dev llvm bpftool bpftrace jq prometheus
 )
 missing=()
 for p in "${packages[@]}"; do

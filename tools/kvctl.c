@@ -2,21 +2,30 @@
 /* kvctl: operate a running kvpoold (stats, pools). */
 #include <errno.h>
 #include <getopt.h>
-#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/libkvpool.h"
+#include "kvctl.h"
 
 static const char usage[] =
 	"Usage: kvctl [--socket PATH] COMMAND [ARG]...\n"
 	"Inspect and operate a running kvpoold.\n"
 	"\n"
 	"Commands:\n"
-	"  stats [--json]                  pools (blocks total/free/used/cached, usage) and\n"
-	"                                  connected clients (pid, uid, namespace, pool,\n"
-	"                                  sequences, distinct blocks held, requests)\n"
+	"  stats [--json | --prometheus]   per pool: blocks total/free/used/cached, usage,\n"
+	"                                  prefix-cache queries and hits (tokens, at admission\n"
+	"                                  and in lookups), evictions by cause, nospace; per\n"
+	"                                  group: blocks held, window drops, fragmentation;\n"
+	"                                  clients; operations with p50/p99 latency\n"
+	"  clients [--json]                per client: id, pid, uid, namespace, pool,\n"
+	"                                  sequences, blocks held (distinct), requests\n"
+	"  top [--json] [--interval MS] [--count N]\n"
+	"                                  the same, refreshed (default every 1000 ms); q quits\n"
+	"  acct [--json] [--pid PID] [--interval SEC] [--count N]\n"
+	"                                  per-client accounting by a BPF program attached to\n"
+	"                                  the daemon's probes: blocks held, block-seconds,\n"
+	"                                  operations, latency, evictions caused (root)\n"
 	"  pool create NAME KEY=VALUE...   create a pool (admin); keys: blocks, block_size,\n"
 	"                                  groups (e.g. \"full swa:128\"), caching=on|off,\n"
 	"                                  free_order=split|append, publish=commit|alloc,\n"
@@ -29,127 +38,14 @@ static const char usage[] =
 	"                      " KVP_DEFAULT_SOCKET ")\n"
 	"  -h, --help          show this help and exit\n"
 	"\n"
-	"Admin commands need root or the daemon's uid. Exit status: 0 on success,\n"
-	"1 when the daemon refuses or cannot be reached, 2 for a usage error.\n";
-
-struct snapshot {
-	struct kvp_stats_header h;
-	const struct kvp_pool_entry *pools;
-	const struct kvp_client_entry *clients;
-	void *buf;
-};
-
-static int fetch(struct kvp_client *c, struct snapshot *s)
-{
-	uint64_t arena;
-
-	kvp_arena(c, &arena);
-	for (size_t bytes = 64 << 10; bytes <= arena; bytes *= 2) {
-		int ret;
-
-		free(s->buf);
-		s->buf = malloc(bytes);
-		if (!s->buf)
-			return -ENOMEM;
-		ret = kvp_stats(c, s->buf, bytes);
-		if (ret == -EOVERFLOW || ret == -E2BIG)
-			continue;
-		if (ret < 0)
-			return ret;
-		memcpy(&s->h, s->buf, sizeof(s->h));
-		s->pools = (const void *)((char *)s->buf + sizeof(s->h));
-		s->clients = (const void *)(s->pools + s->h.num_pools);
-		return 0;
-	}
-	return -EOVERFLOW;
-}
-
-static double usage_of(const struct kvp_pool_stats *st)
-{
-	return st->blocks_total > 1 ? (double)st->blocks_used / (st->blocks_total - 1) : 0.0;
-}
-
-static void print_table(const struct snapshot *s)
-{
-	printf("%-20s %6s %9s %9s %9s %9s %7s %7s %5s\n", "POOL", "BLOCK", "TOTAL", "FREE", "USED",
-	       "CACHED", "USAGE", "CLIENTS", "SEQS");
-	for (uint32_t i = 0; i < s->h.num_pools; i++) {
-		const struct kvp_pool_entry *p = &s->pools[i];
-
-		printf("%-20.*s %6u %9u %9u %9u %9u %6.1f%% %7u %5u\n", KVP_NAME_MAX, p->name,
-		       p->block_size, p->stats.blocks_total, p->stats.blocks_free, p->stats.blocks_used,
-		       p->stats.blocks_cached, 100.0 * usage_of(&p->stats), p->clients, p->sequences);
-	}
-	printf("\n%-8s %8s %6s %-16s %-20s %5s %9s %10s\n", "CLIENT", "PID", "UID", "NAMESPACE",
-	       "POOL", "SEQS", "BLOCKS", "OPS");
-	for (uint32_t i = 0; i < s->h.num_clients; i++) {
-		const struct kvp_client_entry *c = &s->clients[i];
-
-		printf("%-8u %8d %6u %-16.*s %-20.*s %5u %9llu %10llu\n", c->client_id, c->pid, c->uid,
-		       KVP_NAME_MAX, c->namespace_, KVP_NAME_MAX, c->pool, c->sequences,
-		       (unsigned long long)c->blocks_held, (unsigned long long)c->ops);
-	}
-	printf("\nclients: %llu connected, %llu disconnected, %llu killed with sequences open\n",
-	       (unsigned long long)s->h.clients_connected,
-	       (unsigned long long)s->h.clients_disconnected,
-	       (unsigned long long)s->h.clients_killed);
-}
-
-static json_object *json_name(const char *name)
-{
-	return json_object_new_string_len(name, (int)strnlen(name, KVP_NAME_MAX));
-}
-
-static void print_json(const struct snapshot *s)
-{
-	json_object *root = json_object_new_object(), *pools = json_object_new_array(),
-		    *clients = json_object_new_array();
-
-	for (uint32_t i = 0; i < s->h.num_pools; i++) {
-		const struct kvp_pool_entry *p = &s->pools[i];
-		json_object *o = json_object_new_object();
-
-		json_object_object_add(o, "name", json_name(p->name));
-		json_object_object_add(o, "block_size", json_object_new_int64(p->block_size));
-		json_object_object_add(o, "blocks_total", json_object_new_int64(p->stats.blocks_total));
-		json_object_object_add(o, "blocks_free", json_object_new_int64(p->stats.blocks_free));
-		json_object_object_add(o, "blocks_used", json_object_new_int64(p->stats.blocks_used));
-		json_object_object_add(o, "blocks_cached", json_object_new_int64(p->stats.blocks_cached));
-		json_object_object_add(o, "usage", json_object_new_double(usage_of(&p->stats)));
-		json_object_object_add(o, "clients", json_object_new_int64(p->clients));
-		json_object_object_add(o, "sequences", json_object_new_int64(p->sequences));
-		json_object_array_add(pools, o);
-	}
-	for (uint32_t i = 0; i < s->h.num_clients; i++) {
-		const struct kvp_client_entry *c = &s->clients[i];
-		json_object *o = json_object_new_object();
-
-		json_object_object_add(o, "client_id", json_object_new_int64(c->client_id));
-		json_object_object_add(o, "pid", json_object_new_int64(c->pid));
-		json_object_object_add(o, "uid", json_object_new_int64(c->uid));
-		json_object_object_add(o, "namespace", json_name(c->namespace_));
-		json_object_object_add(o, "pool", json_name(c->pool));
-		json_object_object_add(o, "sequences", json_object_new_int64(c->sequences));
-		json_object_object_add(o, "blocks_held", json_object_new_int64((int64_t)c->blocks_held));
-		json_object_object_add(o, "ops", json_object_new_int64((int64_t)c->ops));
-		json_object_array_add(clients, o);
-	}
-	json_object_object_add(root, "pools", pools);
-	json_object_object_add(root, "clients", clients);
-	json_object_object_add(root, "clients_connected",
-			       json_object_new_int64((int64_t)s->h.clients_connected));
-	json_object_object_add(root, "clients_disconnected",
-			       json_object_new_int64((int64_t)s->h.clients_disconnected));
-	json_object_object_add(root, "clients_killed",
-			       json_object_new_int64((int64_t)s->h.clients_killed));
-	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
-	json_object_put(root);
-}
+	"stats, clients and top read the daemon's read-only stats page: they never slow\n"
+	"it down. Admin commands need root or the daemon's uid. Exit status: 0 on\n"
+	"success, 1 when the daemon refuses or cannot be reached, 2 for a usage error.\n";
 
 static int connect_to(const char *socket, bool admin, struct kvp_client **c)
 {
-	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin,
-					 .arena_bytes = 4u << 20 };
+	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin, .stats_page = !admin,
+					 .sq_entries = 4, .arena_bytes = 4096 };
 	int ret = kvp_connect(&opts, c);
 
 	if (ret)
@@ -158,31 +54,75 @@ static int connect_to(const char *socket, bool admin, struct kvp_client **c)
 	return ret;
 }
 
-static int cmd_stats(const char *socket, int argc, char **argv)
+static int usage_error(const char *msg)
 {
+	fprintf(stderr, "kvctl: usage: %s\nTry 'kvctl --help' for more information.\n", msg);
+	return 2;
+}
+
+static int parse_uint(const char *s, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v > 1000000000ul)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* stats, clients, top: all views of one stats-page snapshot. */
+static int cmd_view(const char *socket, int argc, char **argv)
+{
+	enum { STATS, CLIENTS, TOP } cmd = !strcmp(argv[0], "stats") ? STATS :
+					   !strcmp(argv[0], "clients") ? CLIENTS : TOP;
+	bool json = false, prom = false;
+	unsigned interval = 1000, count = 0;
 	struct snapshot s = { 0 };
 	struct kvp_client *c;
-	bool json = argc == 2 && !strcmp(argv[1], "--json");
 	int ret;
 
-	if (argc > 2 || (argc == 2 && !json)) {
-		fputs("kvctl: usage: kvctl stats [--json]\n", stderr);
-		return 2;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = true;
+		else if (cmd == STATS && !strcmp(argv[i], "--prometheus"))
+			prom = true;
+		else if (cmd == TOP && !strcmp(argv[i], "--interval") && i + 1 < argc &&
+			 !parse_uint(argv[i + 1], &interval) && interval)
+			i++;
+		else if (cmd == TOP && !strcmp(argv[i], "--count") && i + 1 < argc &&
+			 !parse_uint(argv[i + 1], &count))
+			i++;
+		else
+			return usage_error(cmd == STATS ? "kvctl stats [--json | --prometheus]" :
+					   cmd == CLIENTS ? "kvctl clients [--json]" :
+					   "kvctl top [--json] [--interval MS] [--count N]");
 	}
+	if (json && prom)
+		return usage_error("kvctl stats [--json | --prometheus]");
 	if (connect_to(socket, false, &c))
 		return 1;
-	ret = fetch(c, &s);
+	if (cmd == TOP) {
+		ret = kvctl_top(c, json, interval, count);
+	} else {
+		ret = snapshot_take(c, &s);
+		if (!ret && prom)
+			print_prometheus(&s);
+		else if (!ret && json)
+			print_stats_json(&s, cmd == CLIENTS);
+		else if (!ret && cmd == CLIENTS)
+			print_clients_table(&s);
+		else if (!ret)
+			print_stats_table(&s);
+		snapshot_release(&s);
+	}
 	kvp_close(c);
 	if (ret) {
-		fprintf(stderr, "kvctl: stats: %s\n", strerror(-ret));
-		free(s.buf);
+		fprintf(stderr, "kvctl: %s: %s\n", argv[0], strerror(-ret));
 		return 1;
 	}
-	if (json)
-		print_json(&s);
-	else
-		print_table(&s);
-	free(s.buf);
 	return 0;
 }
 
@@ -256,8 +196,11 @@ int main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
-	if (argc >= 1 && !strcmp(argv[0], "stats"))
-		return cmd_stats(socket, argc, argv);
+	if (argc >= 1 && (!strcmp(argv[0], "stats") || !strcmp(argv[0], "clients") ||
+			  !strcmp(argv[0], "top")))
+		return cmd_view(socket, argc, argv);
+	if (argc >= 1 && !strcmp(argv[0], "acct"))
+		return kvctl_acct(argc, argv, socket);
 	if (argc >= 1 && !strcmp(argv[0], "pool"))
 		return cmd_pool(socket, argc, argv);
 	fprintf(stderr, argc ? "kvctl: unknown command '%s'\n" : "kvctl: no command%s\n",

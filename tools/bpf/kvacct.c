@@ -185,7 +185,10 @@ __u64 kvacct_hist_quantile(const __u64 *hist, unsigned slots, double q)
 		total += hist[s];
 	if (!total)
 		return 0;
-	rank = (__u64)(q * (double)total + 0.999999);
+	/* The smallest rank with at least q of the samples at or below it. */
+	rank = (__u64)(q * (double)total);
+	if ((double)rank < q * (double)total)
+		rank++;
 	if (rank < 1)
 		rank = 1;
 	if (rank > total)

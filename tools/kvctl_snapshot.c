@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvctl.h"
+
+static const char *const opcode_names[KVP_STATS_OPS] = {
+	[KVP_OP_NOP] = "NOP",           [KVP_OP_SEQ_OPEN] = "SEQ_OPEN",
+	[KVP_OP_SEQ_CLOSE] = "SEQ_CLOSE", [KVP_OP_APPEND_TOKENS] = "APPEND_TOKENS",
+	[KVP_OP_LOOKUP] = "LOOKUP",     [KVP_OP_ALLOC] = "ALLOC",
+	[KVP_OP_COMMIT] = "COMMIT",     [KVP_OP_FREE] = "FREE",
+	[KVP_OP_GET_TABLE] = "GET_TABLE", [KVP_OP_POOL_STATS] = "POOL_STATS",
+	[KVP_OP_STATS] = "STATS",       [KVP_OP_ATTACH] = "ATTACH",
+	[KVP_OP_WRITE_KV] = "WRITE_KV", [KVP_OP_READ_KV] = "READ_KV",
+	[KVP_OP_ATTEND] = "ATTEND",     [KVP_OP_POOL_CREATE] = "POOL_CREATE",
+	[KVP_OP_POOL_DESTROY] = "POOL_DESTROY", [KVP_OP_EVICT] = "EVICT",
+	[KVP_OP_RESET] = "RESET",       [KVP_OP_DUMP_FREEQ] = "DUMP_FREEQ",
+	[KVP_OP_CHECK] = "CHECK",
+};
+
+const char *opcode_name(unsigned opcode)
+{
+	return opcode < KVP_STATS_OPS && opcode_names[opcode] ? opcode_names[opcode] : "UNKNOWN";
+}
+
+const char *kind_name(unsigned kind)
+{
+	static const char *const kinds[] = { "full", "swa", "rswa", "chunked", "cyclic" };
+
+	return kind < 5 ? kinds[kind] : "unknown";
+}
+
+uint64_t hist_percentile(const __u64 *hist, unsigned buckets, double p)
+{
+	uint64_t total = 0, seen = 0;
+
+	for (unsigned b = 0; b < buckets; b++)
+		total += hist[b];
+	for (unsigned b = 0; b < buckets && total; b++) {
+		seen += hist[b];
+		if ((double)seen >= p * (double)total)
+			return 2ull << b;
+	}
+	return 0;
+}
+
+/* The page is the daemon's: still, check its offsets before following them. */
+static int validate(struct snapshot *s)
+{
+	const struct kvp_stats_page *pg = s->buf;
+	uint64_t pools_end, clients_end, ops_end;
+
+	if (s->bytes < sizeof(*pg) || pg->magic != KVP_STATS_MAGIC || pg->version != KVP_STATS_VERSION)
+		return -EPROTO;
+	pools_end = pg->pools_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_pool);
+	clients_end = pg->clients_off + (uint64_t)pg->max_clients * sizeof(struct kvp_stats_client);
+	ops_end = pg->ops_off + KVP_STATS_OPS * sizeof(struct kvp_stats_op);
+	if (pools_end > s->bytes || clients_end > s->bytes || ops_end > s->bytes ||
+	    pg->hist_buckets != KVP_HIST_BUCKETS)
+		return -EPROTO;
+	s->page = pg;
+	s->pools = (const void *)((const char *)s->buf + pg->pools_off);
+	s->clients = (const void *)((const char *)s->buf + pg->clients_off);
+	s->ops = (const void *)((const char *)s->buf + pg->ops_off);
+	return 0;
+}
+
+int snapshot_take(struct kvp_client *c, struct snapshot *s)
+{
+	struct timespec ts;
+	int ret;
+
+	if (!s->buf) {
+		s->bytes = kvp_stats_bytes(c);
+		s->buf = malloc(s->bytes ? s->bytes : 1);
+		if (!s->buf)
+			return -ENOMEM;
+	}
+	ret = kvp_stats_snapshot(c, s->buf, s->bytes);
+	if (ret < 0)
+		return ret;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	s->taken_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return validate(s);
+}
+
+void snapshot_release(struct snapshot *s)
+{
+	free(s->buf);
+	memset(s, 0, sizeof(*s));
+}
