@@ -275,10 +275,12 @@ int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
 	}
 	ret = setup_session(d, c, &s, &r);
 	r.result = ret;
-	if (send_reply(d, c, &r, ret == 0) || ret) {
-		kvpd_client_close(d, c, ret ? strerror(-ret) : "setup reply failed");
-		return ret ? ret : -EIO;
+	if (ret) {
+		send_reply(d, c, &r, false);
+		kvpd_client_close(d, c, strerror(-ret));
+		return ret;
 	}
+	/* Counted and published before the reply: a client sees itself in the stats at once. */
 	c->ready = true;
 	c->active_idx = d->nactive;
 	d->active[d->nactive++] = c;
@@ -288,6 +290,10 @@ int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
 	kvpd_stats_client(d, c);
 	kvpd_stats_end(d);
 	KVPD_PROBE(client_connect, c->gen, (int32_t)c->pid, (uint32_t)c->uid);
+	if (send_reply(d, c, &r, true)) {
+		kvpd_client_close(d, c, "setup reply failed");
+		return -EIO;
+	}
 	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
 		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
 		 c->admin ? " admin" : "");
@@ -335,6 +341,8 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	if (c->ready) {
 		d->stats.page->clients_disconnected = d->disconnected;
 		d->stats.page->clients_killed = d->killed;
+		if (c->charge.blocks != d->stats.clients[c->slot].blocks_held || killed)
+			KVPD_PROBE(blocks_held, c->gen, (uint64_t)c->charge.blocks);
 		kvpd_stats_client_remove(d, c);
 	}
 	kvpd_stats_end(d);

@@ -113,7 +113,7 @@ void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_
 	op->hist[bucket_of(ns)]++;
 	c->ops++;
 	d->stats.clients[c->slot].ops = c->ops;
-	KVPD_PROBE(op, c->gen, opcode, res, ns);
+	KVPD_PROBE(op, c->gen, (uint32_t)opcode, res, ns);
 }
 
 /* Copies the core's view of @pool into its entry; probes what changed, charged to @c. */

@@ -42,6 +42,9 @@ for variant in "" asan; do
 	daemon=${variant:+build/$variant/bin/kvpoold}
 	daemon=${daemon:-daemon/kvpoold}
 	run "daemon/$tag/traces" tests/daemon_traces.sh "$daemon" "$bin/kvtrace"
+	run "stats/$tag/json" tests/stats_json.sh "$daemon" "$bin/kvctl" "$bin/kvengine"
+	run "bpf/$tag/acct" tests/bpf/test_acct.sh "$daemon" "$bin/kvctl"
+	run "bpf/$tag/bpftrace" tests/bpf/test_bpftrace.sh "$daemon" "$bin/kvctl"
 	for t in "$dir"/tests/integration/*; do
 		[ -x "$t" ] && run "integration/$tag/${t##*/}" env KVPOOLD="$daemon" "$t"
 	done

@@ -117,7 +117,7 @@ static int run(struct kvp_client *c, const struct engine_opts *o)
 	unsigned prompt_len = o->system + o->question;
 	uint32_t *tokens = calloc(prompt_len + o->decode + 1, sizeof(*tokens));
 	bool model = kvp_pool_info(c)->kv_heads != 0;
-	uint32_t hit = 0;
+	uint32_t hit = 0, hint;
 	uint64_t seq;
 	int ret;
 
@@ -128,8 +128,18 @@ static int run(struct kvp_client *c, const struct engine_opts *o)
 	ret = kvp_seq_open(c, tokens, prompt_len, NULL, 0, -1, &seq);
 	if (ret)
 		goto out;
-	/* Slots for the tokens past the hit: the hit's own are shared, already computed. */
-	ret = kvp_alloc(c, seq, prompt_len, 0, true, &hit, NULL, 0);
+	/*
+	 * Slots for the tokens past the hit only: the hit's are shared and computed.
+	 * The LOOKUP is advisory; the ALLOC takes the hit atomically, and if
+	 * another client's eviction made it shorter, a second ALLOC covers the rest.
+	 */
+	ret = kvp_lookup(c, seq, NULL, 0);
+	if (ret < 0)
+		goto out;
+	hint = (uint32_t)ret;
+	ret = kvp_alloc(c, seq, prompt_len - hint, 0, true, &hit, NULL, 0);
+	if (!ret && hit < hint)
+		ret = kvp_alloc(c, seq, prompt_len - hit, 0, false, NULL, NULL, 0);
 	if (ret)
 		goto out;
 	printf("%s: prompt %u tokens (system %u), prefix-cache hit %u tokens\n", o->name, prompt_len,

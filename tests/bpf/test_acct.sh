@@ -80,8 +80,8 @@ for name in A B; do
 	engines+=($!)
 done
 for name in A B; do
-	for _ in $(seq 200); do grep -q decoded "$dir/$name.out" && break; sleep 0.01; done
-	grep -q decoded "$dir/$name.out" || { cat "$dir/$name.out"; fail "engine $name did not decode"; }
+	for _ in $(seq 200); do grep -qs decoded "$dir/$name.out" && break; sleep 0.01; done
+	grep -qs decoded "$dir/$name.out" || { cat "$dir/$name.out"; fail "engine $name did not decode"; }
 done
 # Both hold now, idle: the daemon's counters and the BPF ones must be equal.
 "$kvctl" --socket "$sock" stats --json >"$dir/stats.json" || fail "kvctl stats"
@@ -148,8 +148,8 @@ echo "kvtrace client $(jq .client_id <<<"$row"): evictions reuse 1, evict 2, res
 	--hold-ms 20000 >"$dir/C.out" 2>&1 &
 victim=$!
 disown "$victim" # killed below: no "Killed" job notice
-for _ in $(seq 200); do grep -q decoded "$dir/C.out" && break; sleep 0.01; done
-grep -q decoded "$dir/C.out" || { cat "$dir/C.out"; fail "engine C did not decode"; }
+for _ in $(seq 200); do grep -qs decoded "$dir/C.out" && break; sleep 0.01; done
+grep -qs decoded "$dir/C.out" || { cat "$dir/C.out"; fail "engine C did not decode"; }
 await_reports 2
 row=$(jq -c --argjson pid "$victim" '.clients[] | select(.pid == $pid)' "$dir/acct.json" | tail -n 1)
 [ "$(jq .blocks_held <<<"$row")" -gt 0 ] || fail "engine C holds nothing: $row"

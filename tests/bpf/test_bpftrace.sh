@@ -54,7 +54,7 @@ start_bt() {
 	bpftrace -p "$daemon_pid" "tools/bpftrace/$1" >"$bt_out" 2>&1 &
 	bt_pid=$!
 	for _ in $(seq 300); do
-		grep -q "Hit Ctrl-C" "$bt_out" && return 0
+		grep -qs "Hit Ctrl-C" "$bt_out" && return 0
 		kill -0 "$bt_pid" 2>/dev/null || break
 		sleep 0.05
 	done
@@ -93,8 +93,8 @@ echo "alloc_latency.bt: 9 ALLOCs, histogram total 9"
 # blocks_by_client.bt: the engine's line while it holds = kvctl stats; gone after.
 start_bt blocks_by_client.bt
 start_engine p --hold-ms 2500
-for _ in $(seq 200); do grep -q decoded "$dir/engine.out" && break; sleep 0.01; done
-grep -q decoded "$dir/engine.out" || { cat "$dir/engine.out"; fail "engine did not decode"; }
+for _ in $(seq 200); do grep -qs decoded "$dir/engine.out" && break; sleep 0.01; done
+grep -qs decoded "$dir/engine.out" || { cat "$dir/engine.out"; fail "engine did not decode"; }
 "$kvctl" --socket "$sock" stats --json >"$dir/stats.json"
 id=$(jq --argjson pid "$engine_pid" '.clients[] | select(.pid == $pid) | .client_id' "$dir/stats.json")
 held=$(jq --argjson pid "$engine_pid" '.clients[] | select(.pid == $pid) | .blocks_held' "$dir/stats.json")
@@ -136,7 +136,7 @@ echo "evictions.bt: client $ids: reuse 1, evict 2, reset 4"
 # slow_attends.bt: 18 ATTENDs of one sequence; the top 10, slowest first.
 start_bt slow_attends.bt
 start_engine m --hold-ms 300
-for _ in $(seq 300); do grep -q decoded "$dir/engine.out" && break; sleep 0.01; done
+for _ in $(seq 300); do grep -qs decoded "$dir/engine.out" && break; sleep 0.01; done
 id=$(client_of "$engine_pid")
 [ -n "$id" ] || { cat "$dir/engine.out"; fail "engine on pool m: no client id"; }
 wait "$engine_pid" || { cat "$dir/engine.out"; fail "engine on pool m"; }
