@@ -67,6 +67,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+include tools/bpf/bpf.mk
+
 $(CORE_LIB): $(CORE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -88,17 +90,15 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(LIB_A
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-include tools/bpf/bpf.mk
-
 KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_snapshot.o kvctl_render.o kvctl_top.o)
 
 $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lbpf -lelf -lz -o $@
 
-$(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
+$(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -lpthread -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -lpthread -lbpf -lelf -lz -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)

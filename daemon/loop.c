@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -311,7 +312,7 @@ static uint64_t spin_budget_ns(const struct kvpd *d)
 int kvpd_loop_run(struct kvpd *d)
 {
 	uint64_t last_work = kvpd_now_ns();
-	unsigned cursor = 0;
+	unsigned cursor = 0, spins = 0;
 
 	for (;;) {
 		unsigned done = serve_clients(d, &cursor);
@@ -330,7 +331,16 @@ int kvpd_loop_run(struct kvpd *d)
 		if (d->stopping && !d->jobs_inflight)
 			return 0; /* nothing left in flight */
 		if (kvpd_now_ns() - last_work < spin_budget_ns(d)) {
-			cpu_relax();
+			/*
+			 * A spinner that shares its core with a runnable task (a client
+			 * spinning too, a compiler) would hold it for a whole time slice:
+			 * milliseconds per round trip. Yielding now and then costs a
+			 * syscall when the core is ours alone.
+			 */
+			if (++spins % 32 == 0)
+				sched_yield();
+			else
+				cpu_relax();
 			continue;
 		}
 		set_sleeping(d, true);

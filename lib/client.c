@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* libkvpool: connecting, the rings and the wake-up protocol (the client's side). */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -325,6 +326,7 @@ static int sleep_for_cqe(struct kvp_client *c)
 int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 {
 	uint64_t deadline = 0;
+	unsigned spins = 0;
 	int ret;
 
 	for (;;) {
@@ -341,7 +343,11 @@ int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 			if (!deadline)
 				deadline = now + c->spin_us * 1000ull;
 			if (now < deadline) {
-				kvp_cpu_relax();
+				/* Never hold a shared core for a time slice: see the daemon's loop. */
+				if (++spins % 32 == 0)
+					sched_yield();
+				else
+					kvp_cpu_relax();
 				continue;
 			}
 		}

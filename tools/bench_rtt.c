@@ -16,6 +16,7 @@
 #include "../lib/libkvpool.h"
 #include "kvbench.h"
 #include "kvcore.h"
+#include "bpf/kvacct.h"
 
 #define BATCH 64
 #define TOKENS_PER_SEQ 4096
@@ -268,6 +269,82 @@ int bench_rtt(int argc, char **argv)
 		printf("%-6s %-6s %12llu %12llu %16.1f %14.1f\n", name, "ALLOC",
 		       (unsigned long long)r->alloc.median, (unsigned long long)r->alloc.p99,
 		       r->alloc_batched_ns, in_process);
+	}
+	return 0;
+}
+
+struct overhead_row {
+	double nop_ns, alloc_ns;
+};
+
+static int overhead_pass(struct kvp_client *c, unsigned iters, struct overhead_row *row)
+{
+	struct mode_result r;
+	int ret = measure_nop(c, iters, &r) ?: measure_alloc_batched(c, iters, &r);
+
+	row->nop_ns = r.nop_batched_ns;
+	row->alloc_ns = r.alloc_batched_ns;
+	return ret;
+}
+
+/*
+ * kvbench overhead: the daemon's batched throughput (NOP, decode-step ALLOC)
+ * without and with the BPF accounting program attached to its probes.
+ */
+int bench_overhead(int argc, char **argv)
+{
+	struct kvp_connect_opts copts = { .pool = "bench", .sq_entries = 256, .spin_us = 1000 };
+	struct overhead_row off[3], on[3];
+	char daemon[PATH_MAX], why[256] = "";
+	unsigned iters = 200000;
+	struct bench_daemon d;
+	struct kvacct *acct = NULL;
+	struct kvp_client *c;
+	int ret;
+
+	bench_default_daemon(daemon, sizeof(daemon));
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--daemon") && i + 1 < argc) {
+			snprintf(daemon, sizeof(daemon), "%s", argv[++i]);
+		} else if (!strcmp(argv[i], "--iters") && i + 1 < argc && atoi(argv[i + 1]) >= 1000) {
+			iters = (unsigned)atoi(argv[++i]);
+		} else {
+			fprintf(stderr, "kvbench overhead: bad argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	ret = bench_daemon_start(&d, daemon, 1000);
+	if (ret)
+		goto out_err;
+	copts.socket_path = d.socket;
+	ret = make_pool(d.socket) ?: kvp_connect(&copts, &c);
+	if (ret)
+		goto out_stop;
+	/* Alternate without and with, three times: drift on a shared machine hits both alike. */
+	for (int rep = 0; rep < 3 && !ret; rep++) {
+		ret = overhead_pass(c, iters, &off[rep]);
+		if (!ret && (ret = kvacct_open(d.pid, &acct, why, sizeof(why))) == 0) {
+			ret = overhead_pass(c, iters, &on[rep]);
+			kvacct_close(acct);
+		}
+	}
+	kvp_close(c);
+out_stop:
+	bench_daemon_stop(&d);
+	if (ret) {
+out_err:
+		fprintf(stderr, "kvbench overhead: %s%s%s\n", strerror(-ret), *why ? ": " : "", why);
+		return 1;
+	}
+	bench_print_machine();
+	printf("# kvbench overhead: batched throughput (64 per batch, spin mode, %u requests per pass),\n"
+	       "# without and with kvacct attached to every probe it uses; 3 alternating passes\n", iters);
+	printf("%-6s %-12s %14s %14s %9s\n", "pass", "op", "without_ns/op", "with_ns/op", "overhead");
+	for (int rep = 0; rep < 3; rep++) {
+		printf("%-6d %-12s %14.1f %14.1f %8.1f%%\n", rep + 1, "NOP", off[rep].nop_ns, on[rep].nop_ns,
+		       100.0 * (on[rep].nop_ns / off[rep].nop_ns - 1));
+		printf("%-6d %-12s %14.1f %14.1f %8.1f%%\n", rep + 1, "ALLOC", off[rep].alloc_ns,
+		       on[rep].alloc_ns, 100.0 * (on[rep].alloc_ns / off[rep].alloc_ns - 1));
 	}
 	return 0;
 }

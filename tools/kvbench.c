@@ -27,6 +27,10 @@ static const char usage[] =
 	"                      read, for contexts 1k..32k, 1..64 sequences, GQA 1 and 4,\n"
 	"                      f16/bf16/f32, head_dim 128, next to this machine's read\n"
 	"                      bandwidth and their ratio; --json: one object per row\n"
+	"  overhead [--iters N] [--daemon PATH]\n"
+	"                      batched NOP and ALLOC throughput through a kvpoold it\n"
+	"                      starts, without and with the BPF accounting program\n"
+	"                      (kvctl acct) attached (root)\n"
 	"\n"
 	"  -h, --help          show this help and exit\n";
 
@@ -59,6 +63,8 @@ int main(int argc, char **argv)
 		return bench_rtt(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "attend"))
 		return bench_attend(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "overhead"))
+		return bench_overhead(argc - 1, argv + 1);
 	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		fputs(usage, stdout);
 		return 0;

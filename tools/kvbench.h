@@ -41,6 +41,7 @@ void bench_daemon_stop(struct bench_daemon *d);
 
 int bench_core(int argc, char **argv);
 int bench_attend(int argc, char **argv);
+int bench_overhead(int argc, char **argv);
 int bench_limits(int argc, char **argv);
 int bench_rtt(int argc, char **argv);
 

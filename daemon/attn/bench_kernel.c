@@ -15,8 +15,13 @@
  * filled with random values; each call takes a random kv head and a run of
  * block ids from a random permutation of all blocks, so the KV it reads is
  * scattered over the pool and almost never in cache. GB/s counts the K and V
- * bytes of the context; the bandwidth line is a plain read (sum) of a 1 GiB
- * buffer on the same thread, best of 5.
+ * bytes of the context. Next to it, the read bandwidth: a plain sum of a 1 GiB
+ * buffer on the same thread. Each row alternates three bandwidth passes with
+ * three kernel runs and shows the best of each (the machine's bandwidth
+ * drifts: the percentage compares measurements taken together).
+ *
+ * BENCH_HOT=1 reuses one head and one run of blocks (in cache: the compute rate);
+ * BENCH_SEQ=1 uses block ids in order.
  */
 #include <math.h>
 #include <stdio.h>
@@ -62,29 +67,19 @@ static void *big_alloc(size_t bytes)
 	return m;
 }
 
-static double read_bandwidth(void)
+/* GB/s of one pass summing a buffer of POOL_BYTES. */
+static double read_pass(const uint64_t *b)
 {
-	size_t n = POOL_BYTES / 8;
-	uint64_t *b = big_alloc(POOL_BYTES);
-	double best = 0;
+	uint64_t s[8] = { 0 };
+	double t = now();
 
-	for (size_t i = 0; i < n; i++)
-		b[i] = i;
-	for (int r = 0; r < 5; r++) {
-		uint64_t s[8] = { 0 };
-		double t = now();
-
-		for (size_t i = 0; i < n; i += 8)
-			for (int k = 0; k < 8; k++)
-				s[k] += b[i + k];
-		t = now() - t;
-		if (s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7] == 42)
-			printf("!");
-		if (POOL_BYTES / t > best)
-			best = POOL_BYTES / t;
-	}
-	munmap(b, POOL_BYTES);
-	return best / 1e9;
+	for (size_t i = 0; i < POOL_BYTES / 8; i += 8)
+		for (int k = 0; k < 8; k++)
+			s[k] += b[i + k];
+	t = now() - t;
+	if (s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7] == 42)
+		printf("!");
+	return POOL_BYTES / t / 1e9;
 }
 
 static void fill(uint8_t *pool, enum attn_dtype dt)
@@ -108,28 +103,76 @@ static const char *dt_name(enum attn_dtype t)
 	return t == ATTN_F32 ? "f32" : t == ATTN_F16 ? "f16" : "bf16";
 }
 
+struct run {
+	uint8_t *pool;
+	const uint32_t *perm;
+	uint32_t nblocks;
+	size_t head_bytes, slot;
+	enum attn_dtype dt;
+	const void *q;
+	void *out;
+	int hot;
+};
+
+/* GB/s of KV read by decode calls over ctx positions for secs. */
+static double run_kernel(const struct run *r, uint32_t g, uint32_t ctx, double secs)
+{
+	uint32_t nb = ctx / BS;
+	struct attn_params p = {
+		.g = g, .scale = 1.0f / sqrtf(HEAD_DIM), .softcap = 0, .q_dtype = r->dt,
+	};
+	struct attn_query qq = { .q = r->q, .out = r->out, .lo = { 0 }, .hi = { ctx }, .nranges = 1 };
+	double t0 = now(), t;
+	unsigned long calls = 0;
+
+	do {
+		for (int i = 0; i < 8; i++) {
+			struct attn_keys k = {
+				.pool = r->pool, .slot_bytes = r->slot,
+				.k_off = r->hot ? 0 : (rnd() % KV_HEADS) * r->head_bytes,
+				.v_delta = KV_HEADS * r->head_bytes, .block_size = BS,
+				.head_dim = HEAD_DIM, .dtype = r->dt,
+				.ids = r->perm + (r->hot ? 0 : rnd() % (r->nblocks - nb + 1)),
+				.first_block = 0, .nblocks = nb, .ring_tokens = 0,
+			};
+
+			attn_one(&k, &qq, &p);
+			calls++;
+		}
+		t = now() - t0;
+	} while (t < secs);
+	return (double)calls * ctx * 2 * HEAD_DIM * attn_dtype_size(r->dt) / t / 1e9;
+}
+
 int main(int argc, char **argv)
 {
 	static const enum attn_dtype dts[] = { ATTN_F16, ATTN_BF16, ATTN_F32 };
 	static const uint32_t ctxs[] = { 1024, 8192, 32768 }, gs[] = { 1, 4 };
 	double secs = argc > 1 ? atof(argv[1]) : 0.3;
 	uint8_t *pool = big_alloc(POOL_BYTES);
-	double bw = read_bandwidth();
-	int hot = getenv("BENCH_HOT") != NULL; /* same head and blocks every call: compute bound */
+	uint64_t *buf = big_alloc(POOL_BYTES);
+	uint8_t q[16 * HEAD_DIM * 4], out[16 * HEAD_DIM * 4];
+	struct run r = { .pool = pool, .q = q, .out = out, .hot = getenv("BENCH_HOT") != NULL };
 
-	printf("attn_isa %s; read bandwidth (sum of 1 GiB, one thread): %.1f GB/s\n", attn_isa(), bw);
-	printf("%-5s %2s %6s %9s %8s %6s\n", "dtype", "g", "ctx", "us/call", "GB/s", "%bw");
+	for (size_t i = 0; i < POOL_BYTES / 8; i++)
+		buf[i] = i;
+	printf("attn_isa %s; one thread; head_dim %d, block_size %d, q in the pool dtype%s\n", attn_isa(),
+	       HEAD_DIM, BS, r.hot ? "; HOT (cached)" : "");
+	printf("%-5s %2s %6s %10s %12s %6s\n", "dtype", "g", "ctx", "KV GB/s", "read GB/s", "%");
 	for (size_t di = 0; di < 3; di++) {
 		enum attn_dtype dt = dts[di];
-		size_t row = HEAD_DIM * attn_dtype_size(dt), head_bytes = BS * row;
-		size_t slot = 2 * KV_HEADS * head_bytes;
-		uint32_t nblocks = (uint32_t)(POOL_BYTES / slot), *perm = malloc(sizeof(uint32_t) * nblocks);
-		uint8_t q[16 * HEAD_DIM * 4], out[16 * HEAD_DIM * 4];
+		uint32_t *perm;
 
+		r.dt = dt;
+		r.head_bytes = BS * HEAD_DIM * attn_dtype_size(dt);
+		r.slot = 2 * KV_HEADS * r.head_bytes;
+		r.nblocks = (uint32_t)(POOL_BYTES / r.slot);
+		perm = malloc(sizeof(uint32_t) * r.nblocks);
+		r.perm = perm;
 		fill(pool, dt);
-		for (uint32_t i = 0; i < nblocks; i++)
+		for (uint32_t i = 0; i < r.nblocks; i++)
 			perm[i] = i;
-		for (uint32_t i = nblocks - 1; i > 0 && !getenv("BENCH_SEQ"); i--) {
+		for (uint32_t i = r.nblocks - 1; i > 0 && !getenv("BENCH_SEQ"); i--) {
 			uint32_t j = (uint32_t)(rnd() % (i + 1)), x = perm[i];
 
 			perm[i] = perm[j];
@@ -147,32 +190,17 @@ int main(int argc, char **argv)
 		}
 		for (size_t gi = 0; gi < 2; gi++) {
 			for (size_t ci = 0; ci < 3; ci++) {
-				uint32_t ctx = ctxs[ci], nb = ctx / BS;
-				struct attn_params p = {
-					.g = gs[gi], .scale = 1.0f / sqrtf(HEAD_DIM), .softcap = 0, .q_dtype = dt,
-				};
-				struct attn_query qq = { .q = q, .out = out, .lo = { 0 }, .hi = { ctx }, .nranges = 1 };
-				double t0 = now(), t;
-				unsigned long calls = 0;
+				double kv = 0, bw = 0;
 
-				do {
-					for (int r = 0; r < 8; r++) {
-						struct attn_keys k = {
-							.pool = pool, .slot_bytes = slot,
-							.k_off = hot ? 0 : (rnd() % KV_HEADS) * head_bytes,
-							.v_delta = KV_HEADS * head_bytes, .block_size = BS,
-							.head_dim = HEAD_DIM, .dtype = dt,
-							.ids = perm + (hot ? 0 : rnd() % (nblocks - nb + 1)),
-							.first_block = 0, .nblocks = nb, .ring_tokens = 0,
-						};
+				for (int rep = 0; rep < 3; rep++) {
+					double x = read_pass(buf), y = run_kernel(&r, gs[gi], ctxs[ci], secs / 3);
 
-						attn_one(&k, &qq, &p);
-						calls++;
-					}
-					t = now() - t0;
-				} while (t < secs);
-				printf("%-5s %2u %6u %9.1f %8.2f %5.0f%%\n", dt_name(dt), gs[gi], ctx, t / (double)calls * 1e6,
-				       (double)calls * ctx * 2 * row / t / 1e9, (double)calls * ctx * 2 * row / t / 1e9 / bw * 100);
+					bw = x > bw ? x : bw;
+					kv = y > kv ? y : kv;
+				}
+				printf("%-5s %2u %6u %10.2f %12.2f %5.0f%%\n", dt_name(dt), gs[gi], ctxs[ci], kv, bw,
+				       kv / bw * 100);
+				fflush(stdout);
 			}
 		}
 		free(perm);
