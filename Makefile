@@ -54,7 +54,8 @@ BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench
 	     tools/bench_daemon.c tools/bench_attend.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
-INTEG_SRC := $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
+INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c
+INTEG_SRC := $(filter-out $(INTEG_LIB_SRC),$(wildcard tests/integration/*.c))
 INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
@@ -105,7 +106,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -lm -lpthread -o $@
 
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
-		$(BUILD)/tests/integration/harness.o $(LIB_A)
+		$(INTEG_LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
@@ -141,6 +142,8 @@ clean:
 	rm -rf build $(TOOLS) daemon/kvpoold
 
 .PHONY: FORCE
+# Objects of test and tool binaries are not throwaway intermediates: keep them for incremental builds.
+.SECONDARY:
 FORCE:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
