@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "kvref.h"
 
 #define POOL "big"
 #define NBLOCKS 1024
@@ -87,54 +87,12 @@ static uint64_t now_ns(void)
 
 /* ---- values and the reference ---- */
 
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* A multiple of 2^-23 in [-1, 1): exact in f32. which: 0 K, 1 V, 2 Q. */
-static float val(uint32_t which, uint32_t seq, uint32_t pos, uint32_t head, uint32_t d)
+static float kv_value(uint32_t which, uint32_t seq, uint32_t pos, uint32_t head, uint32_t d)
 {
 	uint64_t h = mix(mix((uint64_t)which << 32 | seq) ^ ((uint64_t)pos << 32 | head << 16 | d));
 
 	return (float)((int32_t)(h >> 40) - (1 << 23)) * 0x1p-23f;
-}
-
-static double pow2i(int e)
-{
-	uint64_t b = (uint64_t)(e + 1023) << 52;
-	double d;
-
-	memcpy(&d, &b, sizeof(d));
-	return d;
-}
-
-static double rne(double x)
-{
-	volatile double t = (x < 0 ? -x : x) + 0x1p52;
-
-	t -= 0x1p52;
-	return x < 0 ? -t : t;
-}
-
-/* exp in double (the integration tests link no libm). */
-static double ref_exp(double x)
-{
-	static const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
-	double k, r, term = 1, sum = 1;
-
-	if (x < -700)
-		return 0;
-	k = rne(x / 0.69314718055994530942);
-	r = x - k * ln2_hi - k * ln2_lo;
-	for (int n = 1; n <= 17; n++) {
-		term *= r / n;
-		sum += term;
-	}
-	return sum * pow2i((int)k);
 }
 
 /* Full causal attention of query position @i, query head @qh, of sequence @seq. */
@@ -148,7 +106,7 @@ static void reference(uint32_t seq, uint32_t i, uint32_t qh, double *out)
 		double x = 0;
 
 		for (uint32_t d = 0; d < HD; d++)
-			x += (double)val(2, seq, i, qh, d) * val(0, seq, j, kh, d);
+			x += (double)kv_value(2, seq, i, qh, d) * kv_value(0, seq, j, kh, d);
 		logit[j] = x * (double)SCALE;
 		mx = logit[j] > mx ? logit[j] : mx;
 	}
@@ -159,7 +117,7 @@ static void reference(uint32_t seq, uint32_t i, uint32_t qh, double *out)
 
 		sum += w;
 		for (uint32_t d = 0; d < HD; d++)
-			out[d] += w * val(1, seq, j, kh, d);
+			out[d] += w * kv_value(1, seq, j, kh, d);
 	}
 	for (uint32_t d = 0; d < HD; d++)
 		out[d] /= sum;
@@ -211,8 +169,8 @@ static void setup_seqs(struct kvp_client *c, uint64_t *h, uint32_t salt)
 		for (uint32_t t = 0; t < CTX; t++)
 			for (uint32_t kh = 0; kh < KV_HEADS; kh++)
 				for (uint32_t d = 0; d < HD; d++) {
-					k[((size_t)t * KV_HEADS + kh) * HD + d] = val(0, s, t, kh, d);
-					v[((size_t)t * KV_HEADS + kh) * HD + d] = val(1, s, t, kh, d);
+					k[((size_t)t * KV_HEADS + kh) * HD + d] = kv_value(0, s, t, kh, d);
+					v[((size_t)t * KV_HEADS + kh) * HD + d] = kv_value(1, s, t, kh, d);
 				}
 		CHECK_EQ(kvp_write_kv(c, h[s], 0, 0, 0, CTX, k, v), 0);
 		CHECK_EQ(kvp_commit(c, h[s], CTX), 0);
@@ -224,7 +182,7 @@ static void fill_q(uint32_t s, float *q)
 	for (uint32_t t = 0; t < NQ; t++)
 		for (uint32_t qh = 0; qh < Q_HEADS; qh++)
 			for (uint32_t d = 0; d < HD; d++)
-				q[((size_t)t * Q_HEADS + qh) * HD + d] = val(2, s, CTX - NQ + t, qh, d);
+				q[((size_t)t * Q_HEADS + qh) * HD + d] = kv_value(2, s, CTX - NQ + t, qh, d);
 }
 
 /* The blocking ATTEND of all NSEQ sequences; returns how long it took. */
@@ -518,7 +476,7 @@ static void free_behind_write(void)
 	/* In flight: the WRITE_KV's completion comes after the FREE and the new ALLOC. */
 	CHECK_EQ(kvp_alloc(c, h, CTX, 0, false, NULL, NULL, 0), 0);
 	for (uint32_t i = 0; i < CTX * KV_HEADS * HD * 2; i++)
-		((float *)(arena + RAW_MISC))[i] = val(0, 99, i, 0, 0);
+		((float *)(arena + RAW_MISC))[i] = kv_value(0, 99, i, 0, 0);
 	submit(c, (struct kvp_sqe){ .opcode = KVP_OP_WRITE_KV, .handle = h, .len = CTX, .arg1 = 0,
 				    .arg2 = KVP_KV_SEL(0, 0), .addr = RAW_MISC, .user_data = 1 });
 	submit(c, (struct kvp_sqe){ .opcode = KVP_OP_FREE, .handle = h, .user_data = 2 });
