@@ -2,11 +2,14 @@
 /*
  * The charging rule, read from the stats page: a client is charged once for
  * each distinct block its sequences hold; a block two of its own sequences
- * share counts once, one shared with another client counts for both.
+ * share counts once, one shared with another client counts for both. And the
+ * page itself is read-only for its readers.
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "../../lib/client.h"
 #include "harness.h"
 
 static char page[1 << 20];
@@ -63,6 +66,9 @@ int main(void)
 	create_pool_or_die(&d, "p", kv);
 	ro.socket_path = d.socket;
 	CHECK_EQ(kvp_connect(&ro, &reader), 0);
+	/* The page is sealed F_SEAL_FUTURE_WRITE: no reader can map it writable. */
+	CHECK(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, reader->stats_fd, 0) == MAP_FAILED);
+	CHECK_EQ(errno, EPERM);
 	a = connect_or_die(&d, "p", "", false);
 	ida = newest_client(reader);
 	b = connect_or_die(&d, "p", "", false);
