@@ -24,8 +24,6 @@ struct kvpd_pool {
 	struct kvp_pool_params params;
 	uint32_t clients;   /* attached */
 	uint32_t sequences; /* open, over all clients */
-	uint32_t *mark;     /* per block: last stats epoch that counted it */
-	uint32_t mark_epoch;
 	struct kvpd_kv_layout layout; /* slot_bytes 0: the pool holds no KV */
 	void *mem;          /* the backend's pool memory */
 	uint32_t inflight;  /* data-path jobs using its blocks */

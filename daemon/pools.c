@@ -102,13 +102,9 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 	ret = kvc_pool_create(&cfg, &pool->core);
 	if (ret)
 		goto err_free_pool;
-	ret = -ENOMEM;
-	pool->mark = calloc(cfg.num_blocks, sizeof(*pool->mark));
-	if (!pool->mark)
-		goto err_destroy_core;
 	ret = init_kv(d, pool, params);
 	if (ret)
-		goto err_free_mark;
+		goto err_destroy_core;
 	pool->params = *params;
 	memcpy(pool->name, params->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
@@ -119,8 +115,6 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 		 cfg.num_blocks, cfg.block_size, cfg.num_groups);
 	return 0;
 
-err_free_mark:
-	free(pool->mark);
 err_destroy_core:
 	kvc_pool_destroy(pool->core);
 err_free_pool:
@@ -133,7 +127,6 @@ static void pool_free(struct kvpd *d, struct kvpd_pool *pool)
 	if (pool->mem)
 		d->backend->pool_fini(&pool->layout, pool->mem);
 	kvc_pool_destroy(pool->core);
-	free(pool->mark);
 	free(pool);
 }
 

@@ -5,35 +5,6 @@
 
 #include "kvpoold.h"
 
-/* Distinct blocks held by a client's sequences: a block shared by two of them counts once. */
-static uint64_t blocks_held(struct kvpd_client *c)
-{
-	struct kvpd_pool *pool = c->pool;
-	uint32_t groups = kvc_pool_config(pool->core)->num_groups;
-	uint64_t held = 0;
-
-	if (++pool->mark_epoch == 0) {
-		memset(pool->mark, 0, kvc_pool_config(pool->core)->num_blocks * sizeof(*pool->mark));
-		pool->mark_epoch = 1;
-	}
-	for (uint32_t s = 0; s < c->seqs_cap; s++) {
-		if (!c->seqs[s].seq)
-			continue;
-		for (uint32_t g = 0; g < groups; g++) {
-			uint32_t len;
-			const uint32_t *ids = kvc_seq_table(c->seqs[s].seq, g, &len);
-
-			for (uint32_t i = 0; i < len; i++) {
-				if (ids[i] == KVC_NULL_BLOCK || pool->mark[ids[i]] == pool->mark_epoch)
-					continue;
-				pool->mark[ids[i]] = pool->mark_epoch;
-				held++;
-			}
-		}
-	}
-	return held;
-}
-
 int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed)
 {
 	struct kvp_stats_header h = {
@@ -76,7 +47,7 @@ int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed)
 		memcpy(e.namespace_, c->namespace_, sizeof(e.namespace_));
 		if (c->pool) {
 			memcpy(e.pool, c->pool->name, sizeof(e.pool));
-			e.blocks_held = blocks_held(c);
+			e.blocks_held = c->charge.blocks;
 		}
 		e.ops = c->ops;
 		memcpy(out + off, &e, sizeof(e));
