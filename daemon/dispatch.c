@@ -273,7 +273,8 @@ static int op_evict(struct kvpd_client *c, const struct kvp_sqe *sqe)
 	uint32_t *ids;
 	int ret;
 
-	if (!src || sqe->len == 0)
+	/* More ids than blocks can only repeat some: refuse, and bound the copy. */
+	if (!src || sqe->len == 0 || sqe->len > kvc_pool_config(c->pool->core)->num_blocks)
 		return -EINVAL;
 	/* The core reads the list twice (validate, then evict): give it a private copy. */
 	ids = malloc((size_t)sqe->len * sizeof(*ids));

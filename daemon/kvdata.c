@@ -12,6 +12,8 @@
 
 #include "jobs.h"
 #include "kvpoold.h"
+
+#define KVPD_MAX_ATTEND_SEQS 65536
 #include "probes.h"
 
 /* Positions written since the last commit, for one (group, layer). */
@@ -341,7 +343,9 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	size_t q_row, total_ids = 0;
 	int ret = 0;
 
-	if (!src || sqe->len < sizeof(*a) || sqe->op_flags)
+	/* The copy below is bounded: at most KVPD_MAX_ATTEND_SEQS entries. */
+	if (!src || sqe->len < sizeof(*a) || sqe->op_flags ||
+	    sqe->len > sizeof(*a) + KVPD_MAX_ATTEND_SEQS * sizeof(a->seqs[0]))
 		return -EINVAL;
 	if (!c->pool->layout.slot_bytes)
 		return -EOPNOTSUPP;
