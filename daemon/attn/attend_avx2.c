@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * AVX2 + FMA + F16C attention: the AVX-512 kernel's structure (see
- * attend_avx512.c) on 8-lane vectors. Tiles of 16 keys, chunks of G = 8, 4, 2
- * or 1 query heads; QK by 8/G keys x G heads with one accumulator per pair and
- * a transpose-and-add tree to a vector of scores (lane = G*key + head); one
- * online-softmax step per tile; PV with G heads x 8/G vectors of accumulators
- * in registers. bf16 rows are read 16 dims at a time as their even and odd
- * dims (a shift and a mask); q and the accumulators are kept in that order.
+ * AVX2 + FMA + F16C attention: the AVX-512 kernel (attend_avx512.c: tiles,
+ * head chunks, the pipelined steps, lazy rescaling, prefetching) on 8-lane
+ * vectors. QK by 8/G keys x G heads with one accumulator per pair and a
+ * transpose-and-add tree to a vector of scores (lane = G*key + head, two
+ * vectors per 16 keys and head); PV with G heads x 8/G vectors of
+ * accumulators in registers. bf16 rows are read 16 dims at a time as their
+ * even and odd dims (a shift and a mask); q and the accumulators are kept in
+ * that order.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -20,11 +21,18 @@
 #define INL static inline __attribute__((always_inline))
 #define NOINL static __attribute__((noinline))
 #define UNROLL _Pragma("GCC unroll 16")
+/*
+ * Materialises a pointer in one register: otherwise GCC keeps base and each constant
+ * offset apart, in more registers than there are, and spills them to vector registers.
+ */
+#define OPAQUE(p) __asm__("" : "+r"(p))
 
 #define LOG2E 1.44269504088896341f
-/* Prefetch: as in attend_avx512.c, the tile PF_TILES ahead, into L2, spread over the work. */
+#define TK 16
 #define PF_TILES 3
-#define PF(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#define RING (PF_TILES + 2)
+#define PF_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#define PF_L1(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 /* Bytes per vector of a row. */
 #define VB(dt) ((dt) == DT_F32 ? 32 : 16)
 
@@ -32,18 +40,23 @@ enum dt { DT_F32, DT_F16, DT_BF16P };
 
 struct k2 {
 	__m256 mv[4], lv[4];  /* per head chunk: running max and sum, lane i: head i % G */
-	float pb[ATTN_TILE * 8] __attribute__((aligned(32))); /* weights [key][head] */
-	float alpha[8];
+	/* weights [parity][h0 * TK + key * G + head of the chunk at h0], rescale [parity][head] */
+	float pb[2][TK * 16] __attribute__((aligned(32)));
+	float al[2][16];
+	int rs[2][4];         /* [parity][chunk]: al holds rescale factors */
 	float *qs;            /* [heads][hd] prescaled q, in vector order */
 	float *acc;           /* [heads][hd] */
-	const uint8_t *const *ahead; /* K rows of the tile PF_TILES ahead */
 	size_t v_delta;
 	unsigned nv, hd;
 	float capv;           /* softcap * log2(e); 0: none */
+	/* this step: QK of kq (nq keys, weights into pb[par]), PV of kp (np keys, pb[par^1]) */
+	const uint8_t *const *kq, *const *kp;
+	unsigned nq, np, par;
+	/* prefetch: K rows for QK and V rows for PV, PF_TILES ahead (L2) and next (L1) */
+	const uint8_t *const *aq, *const *ap, *const *xq, *const *xp;
 };
 
-typedef void tile_fn(struct k2 *c, const uint8_t *const *rows, unsigned n, unsigned ci,
-		     unsigned h0);
+typedef void tile_fn(struct k2 *c, unsigned ci, unsigned h0);
 
 /* ---- primitives ---- */
 
@@ -122,29 +135,33 @@ INL T2 __m256 exp2v(__m256 x)
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-INL T2 __m256 tanhv(__m256 t)
+/* s = capv * tanh(s) for the score vectors (see attend_avx512.c). */
+NOINL T2 void softcap(__m256 *sv, int ns, float capv)
 {
-	__m256 sign = _mm256_set1_ps(-0.0f);
-	__m256 a = _mm256_min_ps(_mm256_andnot_ps(sign, t), _mm256_set1_ps(9.0f));
-	__m256 e = exp2v(_mm256_mul_ps(a, _mm256_set1_ps(2.0f * LOG2E)));
-	__m256 r = _mm256_div_ps(_mm256_sub_ps(e, _mm256_set1_ps(1.0f)),
-				 _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+	const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
 
-	return _mm256_or_ps(r, _mm256_and_ps(sign, t));
+	for (int i = 0; i < ns; i++) {
+		__m256 a = _mm256_min_ps(_mm256_andnot_ps(sign, sv[i]), _mm256_set1_ps(9.0f));
+		__m256 e = exp2v(_mm256_mul_ps(a, _mm256_set1_ps(2.0f * LOG2E)));
+		__m256 r = _mm256_div_ps(_mm256_sub_ps(e, one), _mm256_add_ps(e, one));
+
+		sv[i] = _mm256_mul_ps(_mm256_set1_ps(capv), _mm256_or_ps(r, _mm256_and_ps(sign, sv[i])));
+	}
 }
 
-/* ---- one tile, one chunk of G heads ---- */
+/* ---- one step, one chunk of G heads ---- */
 
-/* Scores of the tile; prefetches the K rows of the tile ahead (pf), a line per 64 bytes. */
-INL T2 void qk(struct k2 *c, const int dt, const int G, const uint8_t *const *rows, unsigned n,
-	       unsigned h0, int pf, __m256 *sv)
+/* Scores of the QK tile: 2G vectors; pf: prefetch the K rows of the tiles ahead. */
+INL T2 void qk(struct k2 *c, const int dt, const int G, unsigned h0, int pf, __m256 *sv)
 {
 	const int KB = 8 / G, U = 32 / VB(dt); /* 32 bytes a step */
 	const size_t qstride = c->hd;
 	const float *qh = c->qs + h0 * qstride;
+	const unsigned n = c->nq;
 
 	for (int sub = 0; sub < 2 * G; sub++) {
-		const uint8_t *const *r = rows + sub * KB, *const *pa = c->ahead + sub * KB;
+		const uint8_t *const *r = c->kq + sub * KB;
+		const uint8_t *const *pa = c->aq + sub * KB, *const *px = c->xq + sub * KB;
 		__m256 a[8];
 
 		if ((unsigned)(sub * KB) >= n) {
@@ -155,12 +172,19 @@ INL T2 void qk(struct k2 *c, const int dt, const int G, const uint8_t *const *ro
 			a[i] = _mm256_setzero_ps();
 		for (unsigned v = 0; v < c->nv; v += U) {
 			size_t off = v * VB(dt);
+			/* reload the row pointers each step: hoisted, they would not fit in registers */
+			const uint8_t *const *rv = r, *const *pav = pa, *const *pxv = px;
 
+			OPAQUE(rv);
+			OPAQUE(pav);
+			OPAQUE(pxv);
 			UNROLL for (int kk = 0; kk < KB; kk++) {
-				if (pf && (off & 32) == 0)
-					PF(pa[kk] + off);
+				if (pf && (off & 32) == 0) {
+					PF_L2(pav[kk] + off);
+					PF_L1(pxv[kk] + off);
+				}
 				UNROLL for (int u = 0; u < U; u++) {
-					__m256 kv = ld(dt, r[kk] + off, u);
+					__m256 kv = ld(dt, rv[kk] + off, u);
 
 					UNROLL for (int h = 0; h < G; h++)
 						a[kk * G + h] = _mm256_fmadd_ps(
@@ -173,60 +197,77 @@ INL T2 void qk(struct k2 *c, const int dt, const int G, const uint8_t *const *ro
 	}
 }
 
-INL T2 void softmax(struct k2 *c, const int G, __m256 *sv, unsigned n, unsigned ci)
+/* One online-softmax step of chunk ci, lazy rescaling (see attend_avx512.c). */
+#define RESCALE 8.0f
+INL T2 void softmax(struct k2 *c, const int G, __m256 *sv, unsigned ci, float *pb, float *al,
+		    int *rs)
 {
 	const __m256i iota = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-	__m256 tm = _mm256_set1_ps(-INFINITY), mn, a, ls = _mm256_setzero_ps();
+	__m256 tm = _mm256_set1_ps(-INFINITY), ls = _mm256_setzero_ps();
 	__m256 km[16];
 
+	if (c->capv != 0)
+		softcap(sv, 2 * G, c->capv);
 	for (int sub = 0; sub < 2 * G; sub++) {
 		km[sub] = _mm256_castsi256_ps(
-			_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(G * n) - 8 * sub), iota));
-		if (c->capv != 0)
-			sv[sub] = _mm256_mul_ps(_mm256_set1_ps(c->capv), tanhv(sv[sub]));
+			_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(G * c->nq) - 8 * sub), iota));
 		tm = _mm256_max_ps(tm, _mm256_blendv_ps(tm, sv[sub], km[sub]));
 	}
 	tm = red_max(G, tm);
-	mn = _mm256_max_ps(c->mv[ci], tm);
-	a = exp2v(_mm256_sub_ps(c->mv[ci], mn));
-	for (int sub = 0; sub < 2 * G; sub++) {
-		__m256 pr = _mm256_and_ps(km[sub], exp2v(_mm256_sub_ps(sv[sub], mn)));
+	if (_mm256_movemask_ps(_mm256_cmp_ps(tm, _mm256_add_ps(c->mv[ci], _mm256_set1_ps(RESCALE)),
+					     _CMP_GT_OQ))) {
+		__m256 mn = _mm256_max_ps(c->mv[ci], tm);
+		__m256 a = exp2v(_mm256_sub_ps(c->mv[ci], mn));
 
-		_mm256_store_ps(c->pb + 8 * sub, pr);
+		c->lv[ci] = _mm256_mul_ps(c->lv[ci], a);
+		c->mv[ci] = mn;
+		_mm256_maskstore_ps(al, _mm256_cmpgt_epi32(_mm256_set1_epi32(G), iota), a);
+		*rs = 1;
+	}
+	for (int sub = 0; sub < 2 * G; sub++) {
+		__m256 pr = _mm256_and_ps(km[sub], exp2v(_mm256_sub_ps(sv[sub], c->mv[ci])));
+
+		_mm256_store_ps(pb + 8 * sub, pr);
 		ls = _mm256_add_ps(ls, pr);
 	}
-	ls = red_add(G, ls);
-	c->lv[ci] = _mm256_fmadd_ps(c->lv[ci], a, ls);
-	c->mv[ci] = mn;
-	_mm256_storeu_ps(c->alpha, a);
+	c->lv[ci] = _mm256_add_ps(c->lv[ci], red_add(G, ls));
 }
 
 /*
- * Accumulators of G heads x CP vectors from vector v0, over the tile's keys. PAR: v0 is
- * odd (bf16 with CP 1: the odd half of a 16-dim unit).
+ * PV of the PV tile: accumulators of G heads x CP vectors from vector v0, over its keys;
+ * prefetches the V lines of the tiles ahead that start in these bytes. PAR: v0 is odd
+ * (bf16 with CP 1: the odd half of a 16-dim unit).
  */
-INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int PAR,
-	       const uint8_t *const *rows, unsigned n, unsigned h0, unsigned v0, int pf)
+INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int PAR, unsigned h0,
+	       unsigned v0, int pf, const float *pb, const float *al, int rs)
 {
 	const size_t stride = c->hd, off = c->v_delta + (v0 - PAR) * VB(dt);
-	/* the V lines of the tile ahead that start in this pass's bytes */
 	const size_t pb0 = (v0 * VB(dt) + 63) & ~(size_t)63, pb1 = (v0 + CP) * VB(dt);
 	float *acc = c->acc + h0 * stride + v0 * 8;
+	const unsigned n = c->np;
 	__m256 a[8];
 
-	UNROLL for (int h = 0; h < G; h++) {
-		__m256 al = _mm256_set1_ps(c->alpha[h]);
-
+	UNROLL for (int h = 0; h < G; h++)
 		UNROLL for (int cc = 0; cc < CP; cc++)
-			a[h * CP + cc] = _mm256_mul_ps(_mm256_loadu_ps(acc + h * stride + cc * 8), al);
+			a[h * CP + cc] = _mm256_loadu_ps(acc + h * stride + cc * 8);
+	if (rs) {
+		UNROLL for (int h = 0; h < G; h++) {
+			__m256 s = _mm256_set1_ps(al[h]);
+
+			UNROLL for (int cc = 0; cc < CP; cc++)
+				a[h * CP + cc] = _mm256_mul_ps(a[h * CP + cc], s);
+		}
 	}
 	for (unsigned j = 0; j < n; j++) {
-		const uint8_t *r = rows[j] + off;
-		const float *w = c->pb + j * G;
+		const uint8_t *r = c->kp[j] + off;
+		const float *w = pb + j * G;
 
+		OPAQUE(r);
 		if (pf) {
-			for (size_t b = pb0; b < pb1; b += 64)
-				PF(c->ahead[j] + c->v_delta + b);
+			for (size_t b = pb0; b < pb1; b += 64) {
+				PF_L2(c->ap[j] + c->v_delta + b);
+				PF_L1(c->xp[j] + c->v_delta + b);
+			}
 		}
 		UNROLL for (int cc = 0; cc < CP; cc++) {
 			__m256 x = ld(dt, r, PAR + cc);
@@ -241,40 +282,46 @@ INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int 
 }
 
 /* PV over all of head_dim: passes of 8/G vectors, then what is left in halving sizes. */
-INL T2 void pv_all(struct k2 *c, const int dt, const int G, const uint8_t *const *rows,
-		   unsigned n, unsigned h0, int pf)
+INL T2 void pv_all(struct k2 *c, const int dt, const int G, unsigned h0, int pf, const float *pb,
+		   const float *al, int rs)
 {
 	unsigned v0 = 0;
 
 	if (dt == DT_BF16P && G == 8) { /* one vector a pass: the even, then the odd dims */
 		for (; v0 < c->nv; v0 += 2) {
-			pv(c, dt, G, 1, 0, rows, n, h0, v0, pf);
-			pv(c, dt, G, 1, 1, rows, n, h0, v0 + 1, pf);
+			pv(c, dt, G, 1, 0, h0, v0, pf, pb, al, rs);
+			pv(c, dt, G, 1, 1, h0, v0 + 1, pf, pb, al, rs);
 		}
 		return;
 	}
 	for (; v0 + 8 / G <= c->nv; v0 += 8 / G)
-		pv(c, dt, G, 8 / G, 0, rows, n, h0, v0, pf);
+		pv(c, dt, G, 8 / G, 0, h0, v0, pf, pb, al, rs);
 	if (8 / G > 4 && v0 + 4 <= c->nv) {
-		pv(c, dt, G, 8 / G > 4 ? 4 : 1, 0, rows, n, h0, v0, pf);
+		pv(c, dt, G, 8 / G > 4 ? 4 : 1, 0, h0, v0, pf, pb, al, rs);
 		v0 += 4;
 	}
 	if (8 / G > 2 && v0 + 2 <= c->nv) {
-		pv(c, dt, G, 8 / G > 2 ? 2 : 1, 0, rows, n, h0, v0, pf);
+		pv(c, dt, G, 8 / G > 2 ? 2 : 1, 0, h0, v0, pf, pb, al, rs);
 		v0 += 2;
 	}
 	/* nv = head_dim / 8 is even: nothing is left */
 }
 
-#define TILE(NAME, DT, G)                                                                  \
-	NOINL T2 void NAME(struct k2 *c, const uint8_t *const *rows, unsigned n, unsigned ci, \
-			   unsigned h0)                                                    \
-	{                                                                                  \
-		__m256 sv[2 * G];                                                          \
-		int pf = ci == 0;                                                          \
-		qk(c, DT, G, rows, n, h0, pf, sv);                                         \
-		softmax(c, G, sv, n, ci);                                                  \
-		pv_all(c, DT, G, rows, n, h0, pf);                                         \
+/* A step for the chunk ci of G heads from h0: QK + softmax of c->kq, then PV of c->kp. */
+#define TILE(NAME, DT, G)                                                                \
+	NOINL T2 void NAME(struct k2 *c, unsigned ci, unsigned h0)                        \
+	{                                                                                \
+		const int pf = ci == 0;                                                  \
+		if (c->nq) {                                                             \
+			__m256 sv[2 * G];                                                \
+			qk(c, DT, G, h0, pf, sv);                                        \
+			c->rs[c->par][ci] = 0;                                           \
+			softmax(c, G, sv, ci, c->pb[c->par] + h0 * TK, c->al[c->par] + h0, \
+				&c->rs[c->par][ci]);                                     \
+		}                                                                        \
+		if (c->np)                                                               \
+			pv_all(c, DT, G, h0, pf, c->pb[c->par ^ 1] + h0 * TK,            \
+			       c->al[c->par ^ 1] + h0, c->rs[c->par ^ 1][ci]);           \
 	}
 #define TILES(SFX, DT)                                                             \
 	TILE(tile_##SFX##_1, DT, 1)                                                 \
@@ -322,6 +369,16 @@ INL T2 void st_out(enum attn_dtype t, void *out, size_t d, __m256 x)
 	}
 }
 
+/* The next tile of the walk into a ring slot, padded with its first row (or any). */
+static inline unsigned fill_tile(struct attn_walk *w, const uint8_t **rows, const uint8_t *any)
+{
+	unsigned n = attn_walk_fill(w, rows, TK);
+
+	for (unsigned i = n; i < TK; i++)
+		rows[i] = n ? rows[0] : any;
+	return n;
+}
+
 /* Position of dim d in vector order. */
 static inline unsigned vpos(int dt, unsigned d)
 {
@@ -334,8 +391,8 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 	float qs[ATTN_SCRATCH] __attribute__((aligned(32)));
 	float acc[ATTN_SCRATCH] __attribute__((aligned(32)));
 	float tmp[16] __attribute__((aligned(32)));
-	const uint8_t *rr[PF_TILES + 1][ATTN_TILE];
-	unsigned rn[PF_TILES + 1];
+	const uint8_t *rr[RING][TK];
+	unsigned rn[RING];
 	const unsigned hd = k->head_dim, g = p->g;
 	struct k2 c;
 	unsigned hw;
@@ -360,7 +417,7 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 	for (unsigned hs = 0; hs < g; hs += hw) {
 		unsigned gh = g - hs < hw ? g - hs : hw, nch = 0, cg[4], ch0[4];
 		struct attn_walk wk;
-		unsigned n;
+		const uint8_t *any;
 
 		for (unsigned h = 0; h < gh; h++) {
 			float *dst = qs + (size_t)h * hd;
@@ -387,22 +444,30 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 			h += G;
 		}
 
+		/* step t: QK of tile t, PV of tile t-1 (see attend_avx512.c) */
 		attn_walk_init(&wk, k, q);
-		for (unsigned t = 0; t < PF_TILES; t++) {
-			rn[t] = attn_walk_fill(&wk, rr[t], ATTN_TILE);
-			for (unsigned i = rn[t]; i < ATTN_TILE; i++)
-				rr[t][i] = rn[t] ? rr[t][0] : rr[0][0];
-		}
-		for (unsigned t = 0; (n = rn[t % (PF_TILES + 1)]) != 0; t++) {
-			const uint8_t **rows = rr[t % (PF_TILES + 1)];
-			unsigned a = (t + PF_TILES) % (PF_TILES + 1);
+		rn[0] = fill_tile(&wk, rr[0], NULL);
+		any = rr[0][0];
+		for (unsigned t = 1; t < PF_TILES; t++)
+			rn[t] = fill_tile(&wk, rr[t], any);
+		for (unsigned t = 0;; t++) {
+			unsigned sq = t % RING, sp = (t + RING - 1) % RING;
+			unsigned sa = (t + PF_TILES) % RING;
 
-			rn[a] = attn_walk_fill(&wk, rr[a], ATTN_TILE);
-			for (unsigned i = rn[a]; i < ATTN_TILE; i++)
-				rr[a][i] = rn[a] ? rr[a][0] : rows[0];
-			c.ahead = rr[a];
+			c.nq = rn[sq];
+			c.np = t ? rn[sp] : 0;
+			if (!c.nq && !c.np)
+				break;
+			rn[sa] = fill_tile(&wk, rr[sa], any);
+			c.kq = rr[sq];
+			c.kp = rr[sp];
+			c.aq = rr[sa];
+			c.ap = rr[(t + PF_TILES - 1) % RING];
+			c.xq = rr[(t + 1) % RING];
+			c.xp = rr[sq];
+			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
-				tiles[cg[i]](&c, rows, n, i, ch0[i]);
+				tiles[cg[i]](&c, i, ch0[i]);
 		}
 
 		for (unsigned i = 0; i < nch; i++) {

@@ -2,9 +2,9 @@
 /*
  * AVX-512 attention (F/BW/VL/DQ), and the AVX512_BF16 variant.
  *
- * The keys go by tiles of 16 positions (row pointers from the walk, so a tile
- * may span blocks); the query heads by chunks of G = 8, 4, 2 or 1 heads. For a
- * tile and a chunk:
+ * The keys go by tiles of TK = 16 positions (row pointers from the walk, so a
+ * tile may span blocks); the query heads by chunks of G = 8, 4, 2 or 1 heads.
+ * For a tile and a chunk:
  *  - QK: 16/G keys x G heads per step, one f32 accumulator per (key, head)
  *    over the whole head_dim, each K vector loaded and converted once for the
  *    G heads; a transpose-and-add tree turns the 16 accumulators into one
@@ -12,11 +12,23 @@
  *  - one online-softmax step for the tile: vector max, exp2 and sums;
  *  - PV: the accumulators of G heads x 16/G vectors of head_dim stay in
  *    registers across the tile's keys, rescaled once per tile.
+ * The softmax step is a long dependency chain (reduction trees, exp2), so the
+ * loop is software-pipelined: a step does QK + softmax of tile t, then PV of
+ * tile t-1, and the out-of-order core runs the PV's FMAs under the chain
+ * (weights and rescale factors are double-buffered).
+ *
  * q is prescaled (by scale*log2(e), or scale/softcap) so the exponentials are
  * exp2. Rows are read as f32 vectors: f16 by vcvtph2ps; bf16 by a shift and a
  * mask of one 64-byte load, giving the even and the odd dims of 32 (q and the
  * accumulators are kept in that order, undone at the end). With AVX512_BF16
- * and a bf16 query over bf16 keys, QK is vdpbf16ps on the raw pairs.
+ * and a bf16 query over bf16 keys, QK is vdpbf16ps on the raw pairs (exact
+ * products, f32 sums; PV stays in f32 FMAs: rounding the weights to bf16
+ * would cost accuracy).
+ *
+ * Memory: blocks are scattered, so there is no hardware stream to ride. Each
+ * step prefetches, spread over its work (a line per load step, not a burst at
+ * the start: a burst fills the miss buffers and stalls the core), the K and V
+ * rows of the tile PF_TILES ahead into L2 and those of the next tile into L1.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -31,20 +43,25 @@
 #define INL static inline __attribute__((always_inline))
 #define NOINL static __attribute__((noinline))
 #define UNROLL _Pragma("GCC unroll 16")
+/*
+ * Materialises a pointer in one register: otherwise GCC keeps base and each constant
+ * offset apart, in more registers than there are, and spills them to vector registers.
+ */
+#define OPAQUE(p) __asm__("" : "+r"(p))
 
 #define LOG2E 1.44269504088896341f
-/* Tiles prefetched ahead of the one being computed. */
-/*
- * Prefetch: the rows of the tile PF_TILES ahead, into L2 (T1), a line per step of
- * the computation (K lines during QK, V lines during PV) rather than all at a tile's
- * start: a burst of prefetches fills the miss buffers and stalls the core. Into L1
- * (T0) was slower, and 2-4 tiles ahead about the same (bench_kernel.c).
- */
-#ifndef PF_TILES
+/* Keys per tile: one online-softmax step, one rescale of the accumulators. */
+#define TK 16
+/* Tiles ahead prefetched into L2 (2-4 measure alike; bench_kernel.c). */
 #define PF_TILES 3
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T1
+/* Tile slots: the PV tile, the QK tile, and those up to PF_TILES ahead of it. */
+#define RING (PF_TILES + 2)
+
+#define PF_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#ifndef NOL1
+#define PF_L1(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define PF_L1(p) ((void)(p))
 #endif
 
 enum dt {
@@ -54,29 +71,32 @@ enum dt {
 	DT_BF16N, /* bf16, natural order (vpmovzxwd + shift) */
 };
 
+/* Bytes per vector of a row. */
+#define VB(dt) ((dt) == DT_F32 ? 64 : 32)
+
 struct k512 {
 	__m512 mv[4], lv[4];  /* per head chunk: running max and sum, lane i: head i % G */
-	float pb[ATTN_TILE * 8] __attribute__((aligned(64))); /* weights [key][head] */
-	float alpha[16];
+	/* weights [parity][h0 * TK + key * G + head of the chunk at h0], rescale [parity][head] */
+	float pb[2][TK * 16] __attribute__((aligned(64)));
+	float al[2][16];
+	int rs[2][4];         /* [parity][chunk]: al holds rescale factors */
 	float *qs;            /* [heads][nv*16] prescaled q, in vector order */
 	float *acc;           /* [heads][nv*16] */
 	const uint16_t *qb;   /* dp path: raw bf16 q rows of the walk's heads */
-	const uint8_t *const *ahead; /* K rows of the tile PF_TILES ahead, prefetched while computing */
 	size_t v_delta;
 	unsigned nv, hd;
 	float qscale;         /* dp path: applied to the dot products */
 	float capv;           /* softcap * log2(e); 0: none */
+	/* this step: QK of kq (nq keys, weights into pb[par]), PV of kp (np keys, pb[par^1]) */
+	const uint8_t *const *kq, *const *kp;
+	unsigned nq, np, par;
+	/* prefetch: K rows for QK and V rows for PV, PF_TILES ahead (L2) and next (L1) */
+	const uint8_t *const *aq, *const *ap, *const *xq, *const *xp;
 };
 
-typedef void tile_fn(struct k512 *c, const uint8_t *const *rows, unsigned n, unsigned ci,
-		     unsigned h0);
+typedef void tile_fn(struct k512 *c, unsigned ci, unsigned h0);
 
 /* ---- primitives ---- */
-
-/* Bytes per vector of a row. */
-#define VB(dt) ((dt) == DT_F32 ? 64 : 32)
-
-#define PF(p) _mm_prefetch((const char *)(p), PF_HINT)
 
 /* Vector i of a row from p (p at a 64-byte unit boundary for BF16P). */
 INL T512 __m512 ld(const int dt, const uint8_t *p, const int i)
@@ -157,34 +177,40 @@ INL T512 __m512 exp2v(__m512 x)
 	return _mm512_scalef_ps(p, xi);
 }
 
-/* tanh(t) = sign(t) (e - 1) / (e + 1), e = exp(2|t|) (|t| capped at 9); abs. error ~1e-7. */
-INL T512 __m512 tanhv(__m512 t)
+/*
+ * s = capv * tanh(s) for the score vectors; tanh(t) = sign(t) (e - 1) / (e + 1),
+ * e = exp(2|t|) (|t| capped at 9), absolute error ~1e-7. Out of line: inline, the
+ * compiler computes it (a division) whether the cap is on or not.
+ */
+NOINL T512 void softcap(__m512 *sv, int ns, float capv)
 {
-	__m512 sign = _mm512_set1_ps(-0.0f);
-	__m512 a = _mm512_min_ps(_mm512_andnot_ps(sign, t), _mm512_set1_ps(9.0f));
-	__m512 e = exp2v(_mm512_mul_ps(a, _mm512_set1_ps(2.0f * LOG2E)));
-	__m512 r = _mm512_div_ps(_mm512_sub_ps(e, _mm512_set1_ps(1.0f)),
-				 _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+	const __m512 sign = _mm512_set1_ps(-0.0f), one = _mm512_set1_ps(1.0f);
 
-	return _mm512_or_ps(r, _mm512_and_ps(sign, t));
+	for (int i = 0; i < ns; i++) {
+		__m512 a = _mm512_min_ps(_mm512_andnot_ps(sign, sv[i]), _mm512_set1_ps(9.0f));
+		__m512 e = exp2v(_mm512_mul_ps(a, _mm512_set1_ps(2.0f * LOG2E)));
+		__m512 r = _mm512_div_ps(_mm512_sub_ps(e, one), _mm512_add_ps(e, one));
+
+		sv[i] = _mm512_mul_ps(_mm512_set1_ps(capv), _mm512_or_ps(r, _mm512_and_ps(sign, sv[i])));
+	}
 }
 
-/* ---- one tile, one chunk of G heads ---- */
+/* ---- one step, one chunk of G heads ---- */
 
 /*
- * Scores of the tile. While at it, prefetches the K rows of the tile ahead (pf: the
- * first head chunk only), a line per step: spread over the work, not in a burst.
+ * Scores of the QK tile (c->kq, n keys): TK*G/16 vectors. pf: prefetch the K rows
+ * of the tiles ahead (the first head chunk only), a line per 64-byte step.
  */
-INL T512 void qk(struct k512 *c, const int dt, const int G, const uint8_t *const *rows, unsigned n,
-		 unsigned h0, int pf, __m512 *sv)
+INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf, __m512 *sv)
 {
-	const int KB = 16 / G, U = 64 / VB(dt);
+	const int KB = 16 / G, U = 64 / VB(dt), NS = TK * G / 16;
 	const size_t qstride = (size_t)c->nv * 16;
 	const float *qh = c->qs + h0 * qstride;
-	const unsigned nv = c->nv, nfull = nv - nv % U;
+	const unsigned nv = c->nv, nfull = nv - nv % U, n = c->nq;
 
-	for (int sub = 0; sub < G; sub++) {
-		const uint8_t *const *r = rows + sub * KB, *const *pa = c->ahead + sub * KB;
+	for (int sub = 0; sub < NS; sub++) {
+		const uint8_t *const *r = c->kq + sub * KB;
+		const uint8_t *const *pa = c->aq + sub * KB, *const *px = c->xq + sub * KB;
 		__m512 a[16];
 		unsigned v;
 
@@ -196,12 +222,19 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, const uint8_t *const
 			a[i] = _mm512_setzero_ps();
 		for (v = 0; v < nfull; v += U) {
 			size_t off = v * VB(dt);
+			/* reload the row pointers each step: hoisted, they would not fit in registers */
+			const uint8_t *const *rv = r, *const *pav = pa, *const *pxv = px;
 
+			OPAQUE(rv);
+			OPAQUE(pav);
+			OPAQUE(pxv);
 			UNROLL for (int kk = 0; kk < KB; kk++) {
-				if (pf)
-					PF(pa[kk] + off);
+				if (pf) {
+					PF_L2(pav[kk] + off);
+					PF_L1(pxv[kk] + off);
+				}
 				UNROLL for (int u = 0; u < U; u++) {
-					__m512 kv = ld(dt, r[kk] + off, u);
+					__m512 kv = ld(dt, rv[kk] + off, u);
 
 					UNROLL for (int h = 0; h < G; h++)
 						a[kk * G + h] = _mm512_fmadd_ps(
@@ -216,8 +249,10 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, const uint8_t *const
 			UNROLL for (int kk = 0; kk < KB; kk++) {
 				__m512 kv = ld(dt == DT_BF16P ? DT_BF16N : dt, r[kk] + off, 0);
 
-				if (pf)
-					PF(pa[kk] + off);
+				if (pf) {
+					PF_L2(pa[kk] + off);
+					PF_L1(px[kk] + off);
+				}
 				UNROLL for (int h = 0; h < G; h++)
 					a[kk * G + h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + h * qstride + v * 16), kv,
 									a[kk * G + h]);
@@ -227,15 +262,16 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, const uint8_t *const
 	}
 }
 
-INL T512BF void qk_dp(struct k512 *c, const int G, const uint8_t *const *rows, unsigned n,
-		      unsigned h0, int pf, __m512 *sv)
+/* The same with vdpbf16ps: raw bf16 q and K pairs, f32 sums; scaled afterwards. */
+INL T512BF void qk_dp(struct k512 *c, const int G, unsigned h0, int pf, __m512 *sv)
 {
-	const int KB = 16 / G;
-	const unsigned hd = c->hd;
+	const int KB = 16 / G, NS = TK * G / 16;
+	const unsigned hd = c->hd, n = c->nq;
 	const uint16_t *qh = c->qb + (size_t)h0 * hd;
 
-	for (int sub = 0; sub < G; sub++) {
-		const uint8_t *const *r = rows + sub * KB, *const *pa = c->ahead + sub * KB;
+	for (int sub = 0; sub < NS; sub++) {
+		const uint8_t *const *r = c->kq + sub * KB;
+		const uint8_t *const *pa = c->aq + sub * KB, *const *px = c->xq + sub * KB;
 		__m512 a[16];
 
 		if ((unsigned)(sub * KB) >= n) {
@@ -245,11 +281,18 @@ INL T512BF void qk_dp(struct k512 *c, const int G, const uint8_t *const *rows, u
 		UNROLL for (int i = 0; i < 16; i++)
 			a[i] = _mm512_setzero_ps();
 		for (unsigned d = 0; d < hd; d += 32) {
-			UNROLL for (int kk = 0; kk < KB; kk++) {
-				__m512bh kv = (__m512bh)_mm512_loadu_si512(r[kk] + 2 * d);
+			const uint8_t *const *rv = r, *const *pav = pa, *const *pxv = px;
 
-				if (pf)
-					PF(pa[kk] + 2 * d);
+			OPAQUE(rv);
+			OPAQUE(pav);
+			OPAQUE(pxv);
+			UNROLL for (int kk = 0; kk < KB; kk++) {
+				__m512bh kv = (__m512bh)_mm512_loadu_si512(rv[kk] + 2 * d);
+
+				if (pf) {
+					PF_L2(pav[kk] + 2 * d);
+					PF_L1(pxv[kk] + 2 * d);
+				}
 				UNROLL for (int h = 0; h < G; h++)
 					a[kk * G + h] = _mm512_dpbf16_ps(
 						a[kk * G + h], (__m512bh)_mm512_loadu_si512(qh + h * hd + d), kv);
@@ -259,59 +302,82 @@ INL T512BF void qk_dp(struct k512 *c, const int G, const uint8_t *const *rows, u
 	}
 }
 
-INL T512 void softmax(struct k512 *c, const int G, __m512 *sv, unsigned n, unsigned ci)
+/*
+ * One online-softmax step of chunk ci: weights into pb, and the rescale factors into al
+ * (*rs = 0 when there are none). The running max only moves when a score passes it by
+ * more than RESCALE (log2 units: weights up to 2^8): the weights hang on it and a
+ * predicted branch, not on this tile's max, so the reduction trees are off the critical
+ * path, and most steps leave the accumulators as they are.
+ */
+#define RESCALE 8.0f
+INL T512 void softmax(struct k512 *c, const int G, __m512 *sv, unsigned ci, float *pb, float *al,
+		      int *rs)
 {
-	__m512 tm = _mm512_set1_ps(-INFINITY), mn, a, ls = _mm512_setzero_ps();
-	__mmask16 km[8];
+	const int NS = TK * G / 16;
+	__m512 tm = _mm512_set1_ps(-INFINITY), ls = _mm512_setzero_ps();
+	__mmask16 km[TK / 2];
 
-	for (int sub = 0; sub < G; sub++) {
-		int cnt = (int)(G * n) - 16 * sub;
+	if (c->capv != 0)
+		softcap(sv, NS, c->capv);
+	for (int sub = 0; sub < NS; sub++) {
+		int cnt = (int)(G * c->nq) - 16 * sub;
 
 		cnt = cnt < 0 ? 0 : cnt > 16 ? 16 : cnt;
 		km[sub] = (__mmask16)((1u << cnt) - 1);
-		if (c->capv != 0)
-			sv[sub] = _mm512_mul_ps(_mm512_set1_ps(c->capv), tanhv(sv[sub]));
 		tm = _mm512_mask_max_ps(tm, km[sub], tm, sv[sub]);
 	}
 	tm = red_max(G, tm);
-	mn = _mm512_max_ps(c->mv[ci], tm);
-	a = exp2v(_mm512_sub_ps(c->mv[ci], mn));
-	for (int sub = 0; sub < G; sub++) {
-		__m512 pr = _mm512_maskz_mov_ps(km[sub], exp2v(_mm512_sub_ps(sv[sub], mn)));
+	if (_mm512_cmp_ps_mask(tm, _mm512_add_ps(c->mv[ci], _mm512_set1_ps(RESCALE)), _CMP_GT_OQ)) {
+		__m512 mn = _mm512_max_ps(c->mv[ci], tm);
+		__m512 a = exp2v(_mm512_sub_ps(c->mv[ci], mn));
 
-		_mm512_store_ps(c->pb + 16 * sub, pr);
+		c->lv[ci] = _mm512_mul_ps(c->lv[ci], a);
+		c->mv[ci] = mn;
+		_mm512_mask_storeu_ps(al, (__mmask16)((1u << G) - 1), a);
+		*rs = 1;
+	}
+	for (int sub = 0; sub < NS; sub++) {
+		__m512 pr = _mm512_maskz_mov_ps(km[sub], exp2v(_mm512_sub_ps(sv[sub], c->mv[ci])));
+
+		_mm512_store_ps(pb + 16 * sub, pr);
 		ls = _mm512_add_ps(ls, pr);
 	}
-	ls = red_add(G, ls);
-	c->lv[ci] = _mm512_fmadd_ps(c->lv[ci], a, ls);
-	c->mv[ci] = mn;
-	_mm512_storeu_ps(c->alpha, a);
+	c->lv[ci] = _mm512_add_ps(c->lv[ci], red_add(G, ls));
 }
 
 /*
- * Accumulators of G heads x CP vectors from vector v0, over the tile's keys; prefetches
- * the same part of the V rows of the tile ahead.
+ * PV of the PV tile (c->kp): accumulators of G heads x CP vectors from vector v0,
+ * over its keys; prefetches the same part of the V rows of the tiles ahead.
  */
-INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP,
-		 const uint8_t *const *rows, unsigned n, unsigned h0, unsigned v0, int pf)
+INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP, unsigned h0,
+		 unsigned v0, int pf, const float *pb, const float *al, int rs)
 {
 	const size_t stride = (size_t)c->nv * 16, off = c->v_delta + v0 * VB(dt);
 	float *acc = c->acc + h0 * stride + v0 * 16;
+	const unsigned n = c->np;
 	__m512 a[16];
 
-	UNROLL for (int h = 0; h < G; h++) {
-		__m512 al = _mm512_set1_ps(c->alpha[h]);
-
+	UNROLL for (int h = 0; h < G; h++)
 		UNROLL for (int cc = 0; cc < CP; cc++)
-			a[h * CP + cc] = _mm512_mul_ps(_mm512_loadu_ps(acc + h * stride + cc * 16), al);
+			a[h * CP + cc] = _mm512_loadu_ps(acc + h * stride + cc * 16);
+	if (rs) {
+		UNROLL for (int h = 0; h < G; h++) {
+			__m512 s = _mm512_set1_ps(al[h]);
+
+			UNROLL for (int cc = 0; cc < CP; cc++)
+				a[h * CP + cc] = _mm512_mul_ps(a[h * CP + cc], s);
+		}
 	}
 	for (unsigned j = 0; j < n; j++) {
-		const uint8_t *r = rows[j] + off;
-		const float *w = c->pb + j * G;
+		const uint8_t *r = c->kp[j] + off;
+		const float *w = pb + j * G;
 
+		OPAQUE(r);
 		if (pf) {
-			for (int l = 0; l < (CP * VB(dt) + 63) / 64; l++)
-				PF(c->ahead[j] + off + 64 * l);
+			for (int l = 0; l < (CP * VB(dt) + 63) / 64; l++) {
+				PF_L2(c->ap[j] + off + 64 * l);
+				PF_L1(c->xp[j] + off + 64 * l);
+			}
 		}
 		UNROLL for (int cc = 0; cc < CP; cc++) {
 			__m512 x = ld(dt, r, cc);
@@ -329,44 +395,50 @@ INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP,
  * PV over all of head_dim: passes of 16/G vectors (16 accumulators), then what is left
  * in passes of halving sizes (head_dim 80, 96, 112...).
  */
-INL T512 void pv_all(struct k512 *c, const int dt, const int G, const uint8_t *const *rows,
-		     unsigned n, unsigned h0, int pf)
+INL T512 void pv_all(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
+		     const float *pb, const float *al, int rs)
 {
 	unsigned v0 = 0;
 
 	for (; v0 + 16 / G <= c->nv; v0 += 16 / G)
-		pv(c, dt, G, 16 / G, rows, n, h0, v0, pf);
+		pv(c, dt, G, 16 / G, h0, v0, pf, pb, al, rs);
 	if (16 / G > 8 && v0 + 8 <= c->nv) {
-		pv(c, dt, G, 16 / G > 8 ? 8 : 1, rows, n, h0, v0, pf);
+		pv(c, dt, G, 16 / G > 8 ? 8 : 1, h0, v0, pf, pb, al, rs);
 		v0 += 8;
 	}
 	if (16 / G > 4 && v0 + 4 <= c->nv) {
-		pv(c, dt, G, 16 / G > 4 ? 4 : 1, rows, n, h0, v0, pf);
+		pv(c, dt, G, 16 / G > 4 ? 4 : 1, h0, v0, pf, pb, al, rs);
 		v0 += 4;
 	}
 	if (16 / G > 2 && v0 + 2 <= c->nv) {
-		pv(c, dt, G, 16 / G > 2 ? 2 : 1, rows, n, h0, v0, pf);
+		pv(c, dt, G, 16 / G > 2 ? 2 : 1, h0, v0, pf, pb, al, rs);
 		v0 += 2;
 	}
 	if (dt != DT_BF16P && v0 < c->nv) /* BF16P: nv is even */
-		pv(c, dt, G, 1, rows, n, h0, v0, pf);
+		pv(c, dt, G, 1, h0, v0, pf, pb, al, rs);
 }
 
-#define TILE(NAME, TGT, DT, G, QK)                                                        \
-	NOINL TGT void NAME(struct k512 *c, const uint8_t *const *rows, unsigned n,        \
-			    unsigned ci, unsigned h0)                                     \
-	{                                                                                 \
-		__m512 sv[G];                                                             \
-		int pf = ci == 0;                                                         \
-		QK;                                                                       \
-		softmax(c, G, sv, n, ci);                                                 \
-		pv_all(c, DT, G, rows, n, h0, pf);                                        \
+/* A step for the chunk ci of G heads from h0: QK + softmax of c->kq, then PV of c->kp. */
+#define TILE(NAME, TGT, DT, G, QK)                                                         \
+	NOINL TGT void NAME(struct k512 *c, unsigned ci, unsigned h0)                       \
+	{                                                                                  \
+		const int pf = ci == 0;                                                    \
+		if (c->nq) {                                                               \
+			__m512 sv[TK * G / 16];                                            \
+			QK;                                                                \
+			c->rs[c->par][ci] = 0;                                             \
+			softmax(c, G, sv, ci, c->pb[c->par] + h0 * TK, c->al[c->par] + h0, \
+				&c->rs[c->par][ci]);                                       \
+		}                                                                          \
+		if (c->np)                                                                 \
+			pv_all(c, DT, G, h0, pf, c->pb[c->par ^ 1] + h0 * TK,              \
+			       c->al[c->par ^ 1] + h0, c->rs[c->par ^ 1][ci]);             \
 	}
-#define TILES(SFX, DT)                                                      \
-	TILE(tile_##SFX##_1, T512, DT, 1, qk(c, DT, 1, rows, n, h0, pf, sv))     \
-	TILE(tile_##SFX##_2, T512, DT, 2, qk(c, DT, 2, rows, n, h0, pf, sv))     \
-	TILE(tile_##SFX##_4, T512, DT, 4, qk(c, DT, 4, rows, n, h0, pf, sv))     \
-	TILE(tile_##SFX##_8, T512, DT, 8, qk(c, DT, 8, rows, n, h0, pf, sv))     \
+#define TILES(SFX, DT)                                                         \
+	TILE(tile_##SFX##_1, T512, DT, 1, qk(c, DT, 1, h0, pf, sv))             \
+	TILE(tile_##SFX##_2, T512, DT, 2, qk(c, DT, 2, h0, pf, sv))             \
+	TILE(tile_##SFX##_4, T512, DT, 4, qk(c, DT, 4, h0, pf, sv))             \
+	TILE(tile_##SFX##_8, T512, DT, 8, qk(c, DT, 8, h0, pf, sv))             \
 	static tile_fn *const tiles_##SFX[4] = { tile_##SFX##_1, tile_##SFX##_2, \
 						 tile_##SFX##_4, tile_##SFX##_8 };
 
@@ -375,10 +447,10 @@ TILES(f16, DT_F16)
 TILES(bf16p, DT_BF16P)
 TILES(bf16n, DT_BF16N)
 
-TILE(tile_dp_1, T512BF, DT_BF16P, 1, qk_dp(c, 1, rows, n, h0, pf, sv))
-TILE(tile_dp_2, T512BF, DT_BF16P, 2, qk_dp(c, 2, rows, n, h0, pf, sv))
-TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp(c, 4, rows, n, h0, pf, sv))
-TILE(tile_dp_8, T512BF, DT_BF16P, 8, qk_dp(c, 8, rows, n, h0, pf, sv))
+TILE(tile_dp_1, T512BF, DT_BF16P, 1, qk_dp(c, 1, h0, pf, sv))
+TILE(tile_dp_2, T512BF, DT_BF16P, 2, qk_dp(c, 2, h0, pf, sv))
+TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp(c, 4, h0, pf, sv))
+TILE(tile_dp_8, T512BF, DT_BF16P, 8, qk_dp(c, 8, h0, pf, sv))
 static tile_fn *const tiles_dp[4] = { tile_dp_1, tile_dp_2, tile_dp_4, tile_dp_8 };
 
 /* ---- setup and the walk ---- */
@@ -394,6 +466,7 @@ INL T512 __m512 ld_q(enum attn_dtype t, const void *q, size_t d)
 		_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)q + d))), 16));
 }
 
+/* 16 dims of an output row, rounded to nearest even. */
 INL T512 void st_out(enum attn_dtype t, void *out, size_t d, __m512 x)
 {
 	if (t == ATTN_F32) {
@@ -413,13 +486,23 @@ INL T512 void st_out(enum attn_dtype t, void *out, size_t d, __m512 x)
 	}
 }
 
+/* The next tile of the walk into a ring slot, padded with its first row (or any). */
+static inline unsigned fill_tile(struct attn_walk *w, const uint8_t **rows, const uint8_t *any)
+{
+	unsigned n = attn_walk_fill(w, rows, TK);
+
+	for (unsigned i = n; i < TK; i++)
+		rows[i] = n ? rows[0] : any;
+	return n;
+}
+
 NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 		       const struct attn_params *p, int dt, tile_fn *const *tiles, int dp)
 {
 	float qs[ATTN_SCRATCH] __attribute__((aligned(64)));
 	float acc[ATTN_SCRATCH] __attribute__((aligned(64)));
-	const uint8_t *rr[PF_TILES + 1][ATTN_TILE];
-	unsigned rn[PF_TILES + 1];
+	const uint8_t *rr[RING][TK];
+	unsigned rn[RING];
 	const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 	const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
 	const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -449,7 +532,7 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	for (unsigned hs = 0; hs < g; hs += hw) {
 		unsigned gh = g - hs < hw ? g - hs : hw, nch = 0, cg[4], ch0[4];
 		struct attn_walk wk;
-		unsigned n;
+		const uint8_t *any;
 
 		/* q of heads hs.., in vector order, prescaled; accumulators zero */
 		if (dp) {
@@ -492,23 +575,33 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 			h += G;
 		}
 
-		/* a ring of tiles: computing tile t while prefetching tile t + PF_TILES */
+		/*
+		 * Step t: QK of tile t, PV of tile t-1; tiles up to t+PF_TILES are walked (the
+		 * ring holds t-1 .. t+PF_TILES). Empty tiles past the end: n 0, rows `any`.
+		 */
 		attn_walk_init(&wk, k, q);
-		for (unsigned t = 0; t < PF_TILES; t++) {
-			rn[t] = attn_walk_fill(&wk, rr[t], ATTN_TILE);
-			for (unsigned i = rn[t]; i < ATTN_TILE; i++)
-				rr[t][i] = rn[t] ? rr[t][0] : rr[0][0];
-		}
-		for (unsigned t = 0; (n = rn[t % (PF_TILES + 1)]) != 0; t++) {
-			const uint8_t **rows = rr[t % (PF_TILES + 1)];
-			unsigned a = (t + PF_TILES) % (PF_TILES + 1);
+		rn[0] = fill_tile(&wk, rr[0], NULL);
+		any = rr[0][0];
+		for (unsigned t = 1; t < PF_TILES; t++)
+			rn[t] = fill_tile(&wk, rr[t], any);
+		for (unsigned t = 0;; t++) {
+			unsigned sq = t % RING, sp = (t + RING - 1) % RING;
+			unsigned sa = (t + PF_TILES) % RING;
 
-			rn[a] = attn_walk_fill(&wk, rr[a], ATTN_TILE);
-			for (unsigned i = rn[a]; i < ATTN_TILE; i++)
-				rr[a][i] = rn[a] ? rr[a][0] : rows[0];
-			c.ahead = rr[a];
+			c.nq = rn[sq];
+			c.np = t ? rn[sp] : 0;
+			if (!c.nq && !c.np)
+				break;
+			rn[sa] = fill_tile(&wk, rr[sa], any);
+			c.kq = rr[sq];
+			c.kp = rr[sp];
+			c.aq = rr[sa];
+			c.ap = rr[(t + PF_TILES - 1) % RING];
+			c.xq = rr[(t + 1) % RING];
+			c.xp = rr[sq];
+			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
-				tiles[cg[i]](&c, rows, n, i, ch0[i]);
+				tiles[cg[i]](&c, i, ch0[i]);
 		}
 
 		/* out = acc / l, back in dim order */

@@ -21,7 +21,7 @@
  * drifts: the percentage compares measurements taken together).
  *
  * BENCH_HOT=1 reuses one head and one run of blocks (in cache: the compute rate);
- * BENCH_SEQ=1 uses block ids in order.
+ * BENCH_SEQ=1 uses block ids in order; BENCH_CTX=n runs the context n only.
  */
 #include <math.h>
 #include <stdio.h>
@@ -192,6 +192,8 @@ int main(int argc, char **argv)
 			for (size_t ci = 0; ci < 3; ci++) {
 				double kv = 0, bw = 0;
 
+				if (getenv("BENCH_CTX") && (uint32_t)atoi(getenv("BENCH_CTX")) != ctxs[ci])
+					continue;
 				for (int rep = 0; rep < 3; rep++) {
 					double x = read_pass(buf), y = run_kernel(&r, gs[gi], ctxs[ci], secs / 3);
 

@@ -13,13 +13,16 @@
  * kernel's f32 arithmetic (accumulation order, prescaled q, the exp2/tanh
  * approximations) and the rounding of the output to the query dtype:
  *
- *   |out - ref| <= TOL_ACC * mag + tol_out(q_dtype) * |ref| + TOL_ABS
+ *   |out - ref| <= TOL_ACC * mag + TOL_SCORE * mag2 + tol_out(q_dtype) * |ref| + TOL_ABS
  *
  * where mag = sum_j w_j |V_j[d]| (the size of the terms summed; it bounds the f32
- * error), TOL_ACC = 1e-5, tol_out = half an ulp of the output dtype relative to
- * the value (0 for f32, 2^-11 for f16, 2^-8 for bf16: the final rounding; TOL_ACC
- * covers a near-tie pushed to the other side) and TOL_ABS = 2^-24 (f16
- * subnormals).
+ * error of the weighted sum), mag2 = sum_j w_j |V_j[d]| u_j with u_j = scale *
+ * sum_d |q_d K_j,d| (the f32 error of score j is a few ulps of u_j, and it moves
+ * weight j by as much, relatively: large scores need it), TOL_ACC = 1e-5,
+ * TOL_SCORE = 2^-20 (16 ulps), tol_out = half an ulp of the output dtype
+ * relative to the value (0 for f32, 2^-11 for f16, 2^-8 for bf16: the final
+ * rounding; TOL_ACC covers a near-tie pushed to the other side) and TOL_ABS =
+ * 2^-24 (f16 subnormals).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +41,7 @@
 #include "../../daemon/attn/attend_internal.h"
 
 #define TOL_ACC 1e-5
+#define TOL_SCORE 0x1p-20
 #define TOL_ABS 0x1p-24
 
 static double tol_out(enum attn_dtype t)
@@ -97,6 +101,7 @@ struct tcase {
 	uint32_t nr, lo[2], hi[2];
 	uint32_t ring;
 	float scale, softcap;
+	float ramp; /* != 0: head 0's score grows by ramp per key (forces max updates) */
 };
 
 struct tenv {
@@ -106,7 +111,7 @@ struct tenv {
 	struct attn_keys keys;
 	struct attn_query query;
 	struct attn_params params;
-	double *ref, *mag;
+	double *ref, *mag, *mag2;
 };
 
 static uint8_t *row_addr(const struct tenv *e, uint32_t j)
@@ -126,6 +131,7 @@ static void build(const struct tcase *t, struct tenv *e)
 	size_t slot = 2 * layer_bytes + 32, words;
 	uint32_t first, last, nblocks, pblocks, *perm;
 	uint64_t lo_min = UINT32_MAX, hi_max = 0;
+	double q2 = 0;
 
 	for (uint32_t r = 0; r < t->nr; r++) {
 		if (t->hi[r] > t->lo[r]) {
@@ -181,27 +187,37 @@ static void build(const struct tcase *t, struct tenv *e)
 		.nblocks = nblocks,
 		.ring_tokens = t->ring,
 	};
-	for (uint32_t r = 0; r < t->nr; r++) {
-		for (uint32_t j = t->lo[r]; j < t->hi[r]; j++) {
+	e->q = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
+	e->out = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
+	e->ref = calloc((size_t)t->g * t->hd, sizeof(double));
+	e->mag = calloc((size_t)t->g * t->hd, sizeof(double));
+	e->mag2 = calloc((size_t)t->g * t->hd, sizeof(double));
+	assert_non_null(e->q);
+	assert_non_null(e->out);
+	assert_non_null(e->ref);
+	assert_non_null(e->mag);
+	assert_non_null(e->mag2);
+	for (size_t i = 0; i < (size_t)t->g * t->hd; i++)
+		st(e->q, t->qdt, i, frand());
+	for (uint32_t d = 0; d < t->hd; d++)
+		q2 += ld(e->q, t->qdt, d) * ld(e->q, t->qdt, d);
+	for (uint32_t r = 0, i = 0; r < t->nr; r++) {
+		for (uint32_t j = t->lo[r]; j < t->hi[r]; j++, i++) {
 			uint8_t *row = row_addr(e, j);
+			/* K = noise + a multiple of q (head 0) that puts its score at ramp * i */
+			double along = t->ramp * i / (t->scale * q2);
 
 			for (uint32_t d = 0; d < t->hd; d++) {
-				st(row, t->dt, d, frand());
+				float x = frand();
+
+				if (t->ramp != 0)
+					x = (float)(0.05 * x + along * ld(e->q, t->qdt, d));
+				st(row, t->dt, d, x);
 				st(row + e->keys.v_delta, t->dt, d, frand());
 			}
 		}
 	}
 
-	e->q = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
-	e->out = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
-	e->ref = calloc((size_t)t->g * t->hd, sizeof(double));
-	e->mag = calloc((size_t)t->g * t->hd, sizeof(double));
-	assert_non_null(e->q);
-	assert_non_null(e->out);
-	assert_non_null(e->ref);
-	assert_non_null(e->mag);
-	for (size_t i = 0; i < (size_t)t->g * t->hd; i++)
-		st(e->q, t->qdt, i, frand());
 	e->query = (struct attn_query){ .q = e->q, .out = e->out, .nranges = t->nr };
 	for (uint32_t r = 0; r < 2; r++) {
 		e->query.lo[r] = t->lo[r];
@@ -220,21 +236,29 @@ static void destroy(struct tenv *e)
 	free(e->out);
 	free(e->ref);
 	free(e->mag);
+	free(e->mag2);
 }
 
-/* The straightforward reference, in double, on the stored values. */
+/*
+ * The straightforward reference, in double, on the stored values. Also the error
+ * scales: mag = sum_j w_j |V_j| and mag2 = sum_j w_j |V_j| u_j, where u_j =
+ * scale * sum_d |q_d K_j,d| bounds the f32 rounding of score j (an error e in a
+ * score moves its weight by a factor e^e).
+ */
 static void reference(const struct tcase *t, struct tenv *e)
 {
 	uint32_t n = 0;
 	uint32_t *pos;
-	double *s;
+	double *s, *u;
 
 	for (uint32_t r = 0; r < t->nr; r++)
 		n += t->hi[r] - t->lo[r];
 	pos = malloc(sizeof(*pos) * n);
 	s = malloc(sizeof(*s) * n);
+	u = malloc(sizeof(*u) * n);
 	assert_non_null(pos);
 	assert_non_null(s);
+	assert_non_null(u);
 	n = 0;
 	for (uint32_t r = 0; r < t->nr; r++)
 		for (uint32_t j = t->lo[r]; j < t->hi[r]; j++)
@@ -244,11 +268,16 @@ static void reference(const struct tcase *t, struct tenv *e)
 
 		for (uint32_t i = 0; i < n; i++) {
 			const uint8_t *row = row_addr(e, pos[i]);
-			double dot = 0;
+			double dot = 0, abs = 0;
 
-			for (uint32_t d = 0; d < t->hd; d++)
-				dot += ld(e->q, t->qdt, (size_t)h * t->hd + d) * ld(row, t->dt, d);
+			for (uint32_t d = 0; d < t->hd; d++) {
+				double x = ld(e->q, t->qdt, (size_t)h * t->hd + d) * ld(row, t->dt, d);
+
+				dot += x;
+				abs += fabs(x);
+			}
 			dot *= t->scale;
+			u[i] = abs * t->scale;
 			if (t->softcap > 0)
 				dot = t->softcap * tanh(dot / t->softcap);
 			s[i] = dot;
@@ -263,14 +292,17 @@ static void reference(const struct tcase *t, struct tenv *e)
 
 			for (uint32_t d = 0; d < t->hd; d++) {
 				double x = ld(v, t->dt, d);
+				size_t o = (size_t)h * t->hd + d;
 
-				e->ref[(size_t)h * t->hd + d] += s[i] / l * x;
-				e->mag[(size_t)h * t->hd + d] += s[i] / l * fabs(x);
+				e->ref[o] += s[i] / l * x;
+				e->mag[o] += s[i] / l * fabs(x);
+				e->mag2[o] += s[i] / l * fabs(x) * u[i];
 			}
 		}
 	}
 	free(pos);
 	free(s);
+	free(u);
 }
 
 static enum attn_level max_level(void)
@@ -295,7 +327,8 @@ static int check_out(const struct tcase *t, const struct tenv *e, const char *is
 		for (uint32_t d = 0; d < t->hd; d++) {
 			size_t i = (size_t)h * t->hd + d;
 			double got = ld(e->out, t->qdt, i), ref = e->ref[i];
-			double tol = TOL_ACC * e->mag[i] + tol_out(t->qdt) * fabs(ref) + TOL_ABS;
+			double tol = TOL_ACC * e->mag[i] + TOL_SCORE * e->mag2[i] + tol_out(t->qdt) * fabs(ref) +
+				     TOL_ABS;
 			double err = fabs(got - ref);
 
 			if (!(err <= tol)) {
@@ -511,6 +544,33 @@ static void test_long(void **state)
 	}
 }
 
+/*
+ * Scores that keep climbing (and, with g > 1, large ones on the other heads): the
+ * running max moves often, by small and by large steps, so the accumulators are
+ * rescaled at many tiles; early weights underflow to zero.
+ */
+static void test_rescale(void **state)
+{
+	static const enum attn_dtype dts[][2] = {
+		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_BF16, ATTN_BF16 }, { ATTN_BF16, ATTN_F32 },
+	};
+	static const float ramps[] = { 0.4f, 3.0f, -0.5f };
+
+	(void)state;
+	for (size_t d = 0; d < 4; d++)
+		for (uint32_t g = 1; g <= 8; g *= 2)
+			for (size_t r = 0; r < 3; r++)
+				for (int cap = 0; cap < 2; cap++) {
+					struct tcase t = {
+						.what = "climbing scores", .dt = dts[d][0], .qdt = dts[d][1], .g = g,
+						.hd = 128, .bs = 16, .nr = 1, .lo = { 7 }, .hi = { 107 },
+						.scale = 0.09f, .softcap = cap ? 20.0f : 0.0f, .ramp = ramps[r],
+					};
+
+					run_case(&t);
+				}
+}
+
 /* ---- conversions ---- */
 
 /* r is the nearest value to f (ties to the even one) among the finite values of its format. */
@@ -679,6 +739,7 @@ int main(void)
 		cmocka_unit_test(test_odd_g),
 		cmocka_unit_test(test_other_head_dims),
 		cmocka_unit_test(test_long),
+		cmocka_unit_test(test_rescale),
 		cmocka_unit_test(test_env_isa),
 		cmocka_unit_test(test_report),
 	};
