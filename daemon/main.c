@@ -31,9 +31,23 @@ static const char usage[] =
 	"  -v, --verbose          log connections, pools and signals (twice: more)\n"
 	"  -h, --help             show this help and exit\n"
 	"\n"
+	"The config file (INI; options on the command line win over [daemon]):\n"
+	"  [daemon]          socket, socket_group, spin_us, budget, max_clients\n"
+	"  [pool.NAME]       blocks, block_size, groups (\"full swa:128\"; kinds full,\n"
+	"                    swa:W, rswa:W, chunked:C, cyclic:W), caching=on|off,\n"
+	"                    free_order=split|append, publish=commit|alloc, max_len,\n"
+	"                    max_step_tokens; to hold KV: kv_heads, head_dim,\n"
+	"                    dtype=f32|f16|bf16, layers_per_group\n"
+	"  [namespace.NAME]  uids = 1000 1001   (the uids that may use namespace NAME;\n"
+	"                    the shared namespace \"\" is open to all, and root and the\n"
+	"                    daemon's uid may use any)\n"
+	"\n"
 	"Without --config the daemon starts with no pool; admin clients (root or the\n"
 	"daemon's uid) create pools with `kvctl pool create`. SIGTERM or SIGINT stops\n"
-	"accepting, finishes the requests in flight and exits 0. See docs/protocol.md.\n";
+	"accepting, finishes the requests in flight and exits 0.\n"
+	"\n"
+	"Exit status: 0 after SIGTERM or SIGINT; 1 for a bad option or when the config,\n"
+	"a pool or the socket cannot be set up. See docs/protocol.md.\n";
 
 void kvpd_logf(const char *fmt, ...)
 {

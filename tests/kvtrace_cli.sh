@@ -100,6 +100,16 @@ pool blocks=4 block_size=2
 group full
 seq a 4294967296
 T
+check "a prefix longer than the tokens is refused, however long" 0 "seq a invalid
+seq a invalid
+table a []" "" <<'T'
+pool blocks=4 block_size=2
+group rswa 2
+seq a 1 2 prefix=3
+seq a 1 2 prefix=99999999999
+seq a 1 2 prefix=2
+table a
+T
 check "comments, blanks and t*n" 0 "alloc a ok [1,2,3]
 table a [1,2,3]" "" <<'T'
 

@@ -55,6 +55,13 @@ void bench_print_machine(void)
 
 int main(int argc, char **argv)
 {
+	/* Every benchmark's options are in the one help text. */
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			fputs(usage, stdout);
+			return 0;
+		}
+	}
 	if (argc >= 2 && !strcmp(argv[1], "core"))
 		return bench_core(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "limits"))
@@ -65,10 +72,6 @@ int main(int argc, char **argv)
 		return bench_attend(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "overhead"))
 		return bench_overhead(argc - 1, argv + 1);
-	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		fputs(usage, stdout);
-		return 0;
-	}
 	fprintf(stderr, argc < 2 ? "kvbench: no benchmark named\n" : "kvbench: unknown benchmark '%s'\n",
 		argv[1]);
 	fputs("Try 'kvbench --help' for more information.\n", stderr);

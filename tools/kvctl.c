@@ -134,9 +134,7 @@ static int cmd_pool(const char *socket, int argc, char **argv)
 
 	if (argc < 3 || (strcmp(argv[1], "create") && strcmp(argv[1], "destroy")) ||
 	    (!strcmp(argv[1], "destroy") && argc != 3)) {
-		fputs("kvctl: usage: kvctl pool create NAME KEY=VALUE... | kvctl pool destroy NAME\n",
-		      stderr);
-		return 2;
+		return usage_error("kvctl pool create NAME KEY=VALUE... | kvctl pool destroy NAME");
 	}
 	if (strlen(argv[2]) >= KVP_NAME_MAX) {
 		fprintf(stderr, "kvctl: pool name longer than %d bytes\n", KVP_NAME_MAX - 1);
@@ -172,6 +170,15 @@ static int cmd_pool(const char *socket, int argc, char **argv)
 	return 0;
 }
 
+/* -h or --help anywhere after the command: the full help, as for kvctl --help. */
+static bool wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return true;
+	return false;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -196,6 +203,10 @@ int main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
+	if (argc >= 1 && strcmp(argv[0], "acct") && wants_help(argc, argv)) {
+		fputs(usage, stdout);
+		return 0;
+	}
 	if (argc >= 1 && (!strcmp(argv[0], "stats") || !strcmp(argv[0], "clients") ||
 			  !strcmp(argv[0], "top")))
 		return cmd_view(socket, argc, argv);

@@ -282,7 +282,7 @@ static int parse_seq(struct trace_parser *p, struct trace_cmd *cmd, const struct
 		if (ret == 0) {
 			cmd->salt = val;
 		} else if (ret == 1) {
-			ret = num_field("prefix", val, 0, KVC_MAX_TOKENS, &v, err, len);
+			ret = num_field("prefix", val, 0, INT64_MAX, &v, err, len);
 			cmd->prefix = (int64_t)v;
 		}
 	}
