@@ -320,17 +320,18 @@ static void close_fd(int *fd)
  */
 void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 {
-	bool killed = c->seqs_open > 0;
+	uint32_t seqs_open = c->seqs_open;
+	bool killed = seqs_open > 0;
 
 	if (c->ready) {
 		d->disconnected++;
 		d->killed += killed;
 		d->active[c->active_idx] = d->active[--d->nactive];
 		d->active[c->active_idx]->active_idx = c->active_idx;
-		KVPD_PROBE(client_disconnect, c->gen, (int32_t)c->pid, (uint32_t)killed, c->seqs_open);
+		kvpd_stats_batch_flush(d, c);
 	}
 	kvpd_log(d, 1, "client %u (pid %d) %s: %s; %u sequences closed", c->gen, (int)c->pid,
-		 c->ready ? "disconnected" : "refused", why, c->seqs_open);
+		 c->ready ? "disconnected" : "refused", why, seqs_open);
 	kvpd_cancel_client(d, c);
 	kvpd_stats_begin(d);
 	if (c->pool) {
@@ -344,6 +345,9 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		if (c->charge.blocks != d->stats.clients[c->slot].blocks_held || killed)
 			KVPD_PROBE(blocks_held, c->gen, (uint64_t)c->charge.blocks);
 		kvpd_stats_client_remove(d, c);
+		/* Last of the client's probes: a tracer may forget it here. */
+		KVPD_PROBE(client_disconnect, c->gen, (int32_t)c->pid, (uint32_t)c->uid,
+			   (uint32_t)killed, seqs_open);
 	}
 	kvpd_stats_end(d);
 	close_fd(&c->sock);

@@ -136,28 +136,9 @@ static int op_lookup(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	return (int)hit.tokens;
 }
 
-/*
- * The blocks an ALLOC took: what the sequence holds now, plus what its windows
- * dropped meanwhile, minus what it held before.
- */
-static uint32_t blocks_taken(const struct kvpd_client *c, const struct kvc_seq_info *before,
-			     const struct kvc_pool_counters *drops_before, struct kvc_seq *seq)
-{
-	struct kvc_pool_counters now;
-	struct kvc_seq_info after;
-	uint64_t dropped = 0;
-
-	kvc_seq_info(seq, &after);
-	kvc_pool_counters(c->pool->core, &now);
-	for (uint32_t g = 0; g < KVC_MAX_GROUPS; g++)
-		dropped += now.dropped[g] - drops_before->dropped[g];
-	return (uint32_t)(after.blocks_held + dropped - before->blocks_held);
-}
-
 static void alloc_accounting(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 			     const struct kvc_alloc_req *req, uint64_t handle, int ret,
-			     const struct kvc_alloc_res *res, const struct kvc_seq_info *before,
-			     const struct kvc_pool_counters *drops_before)
+			     const struct kvc_alloc_res *res, const struct kvc_seq_info *before)
 {
 	if (ret == -ENOSPC) {
 		pool_stats(d, c)->nospace++;
@@ -174,8 +155,7 @@ static void alloc_accounting(struct kvpd *d, struct kvpd_client *c, struct kvc_s
 		pool_stats(d, c)->prefix_hits_tokens += res->hit_tokens;
 		KVPD_PROBE(prefix_admit, c->gen, before->tokens, res->hit_tokens);
 	}
-	KVPD_PROBE(alloc, c->gen, handle, req->new_tokens,
-		   ret ? 0u : blocks_taken(c, before, drops_before, seq), ret,
+	KVPD_PROBE(alloc, c->gen, handle, req->new_tokens, ret ? 0u : res->taken, ret,
 		   kvpd_now_ns() - d->taken_ns);
 }
 
@@ -193,16 +173,13 @@ static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	__u64 needed;
 	int ret;
 
-	struct kvc_pool_counters drops_before;
 	struct kvc_seq_info before;
 
 	if (sqe->op_flags & ~KVP_ALLOC_USE_CACHE)
 		return -EINVAL;
 	kvc_seq_info(seq, &before);
-	if (KVPD_PROBE_ENABLED(alloc))
-		kvc_pool_counters(c->pool->core, &drops_before);
 	ret = kvc_alloc(seq, &req, &res);
-	alloc_accounting(d, c, seq, &req, sqe->handle, ret, &res, &before, &drops_before);
+	alloc_accounting(d, c, seq, &req, sqe->handle, ret, &res, &before);
 	if (ret)
 		return ret;
 	cqe->aux = res.hit_tokens;

@@ -446,13 +446,14 @@ void kvpd_jobs_complete(struct kvpd *d)
 						       slot->kv->base, job->first_pos,
 						       job->first_pos + job->count);
 			}
-			kvpd_ring_post(d, c, &cqe);
 			uint64_t ns = kvpd_now_ns() - job->start_ns;
 
 			kvpd_stats_op(d, c, job->opcode, cqe.res, ns);
 			probe_job(job, ns);
 			kvpd_stats_pool(d, job->pool, c);
 			kvpd_stats_client(d, c);
+			/* Last: waking a client that made its eventfd blocking closes (and may free) it. */
+			kvpd_ring_post(d, c, &cqe);
 		} else if (c->inflight == 0) {
 			kvpd_stats_pool(d, job->pool, NULL);
 			kvpd_client_free(c);

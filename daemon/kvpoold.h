@@ -42,6 +42,17 @@ struct kvpd_seq_slot {
 	uint32_t next_free;
 };
 
+/*
+ * A client's requests completed since its last op_batch probe: a tracer that
+ * counts requests traps once per batch instead of once per request. Filled
+ * only while op_batch has a tracer attached.
+ */
+struct kvpd_op_batch {
+	struct kvpd_client *next; /* in kvpd.batch_pending */
+	uint32_t ops, errors;
+	uint32_t hist[KVP_HIST_BUCKETS]; /* latency, log2 ns, as the stats page's */
+};
+
 struct kvpd_client {
 	uint32_t slot, gen;  /* in kvpd.clients: io_uring user_data names (slot, gen) */
 	int sock, mem_fd, sq_efd, cq_efd;
@@ -77,6 +88,7 @@ struct kvpd_client {
 	uint64_t ops;
 	struct kvpd_charge charge; /* distinct blocks its sequences hold */
 	bool touched_pool;         /* this batch changed its pool: republish it */
+	struct kvpd_op_batch batch;
 };
 
 struct kvpd_namespace {
@@ -132,6 +144,7 @@ struct kvpd {
 	uint32_t jobs_inflight;
 	struct kvpd_statpage stats;
 	uint64_t taken_ns; /* when the entry being dispatched was taken */
+	struct kvpd_client *batch_pending; /* clients with an op_batch to fire */
 
 	uint64_t connected, disconnected, killed;
 	uint64_t doorbell_sink; /* where doorbell reads land; their value is never used */
@@ -221,6 +234,8 @@ void kvpd_stats_begin(struct kvpd *d);
 void kvpd_stats_end(struct kvpd *d);
 void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_t res,
 		   uint64_t ns);
+/* Fires @c's pending op_batch now (before it disconnects). */
+void kvpd_stats_batch_flush(struct kvpd *d, struct kvpd_client *c);
 void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_client *c);
 void kvpd_stats_pool_add(struct kvpd *d, struct kvpd_pool *pool);
 void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool);

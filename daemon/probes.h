@@ -14,7 +14,8 @@
 #define KVPD_PROBES(X)                                                              \
 	X(client_connect) X(client_disconnect) X(seq_open) X(seq_close) X(seq_free) \
 	X(alloc) X(prefix_admit) X(lookup) X(window_drop) X(cache_evict) X(nospace) \
-	X(write_kv) X(read_kv) X(attend) X(op) X(blocks_held) X(ring_sleep) X(ring_wake)
+	X(write_kv) X(read_kv) X(attend) X(op) X(op_batch) X(blocks_held) X(ring_sleep)  \
+	X(ring_wake)
 
 #define KVPD_DECLARE_SEMAPHORE(name) extern unsigned short kvpool_##name##_semaphore;
 KVPD_PROBES(KVPD_DECLARE_SEMAPHORE)

@@ -87,11 +87,44 @@ void kvpd_stats_begin(struct kvpd *d)
 	}
 }
 
+static void batch_fire(struct kvpd_client *c)
+{
+	struct kvpd_op_batch *b = &c->batch;
+
+	KVPD_PROBE(op_batch, c->gen, b->ops, b->errors, (uint64_t)(uintptr_t)b->hist);
+	b->ops = b->errors = 0;
+	memset(b->hist, 0, sizeof(b->hist));
+}
+
+/* Drained whether or not a tracer is still attached, so no client stays listed. */
+static void batches_fire(struct kvpd *d)
+{
+	struct kvpd_client *c;
+
+	while ((c = d->batch_pending)) {
+		d->batch_pending = c->batch.next;
+		batch_fire(c);
+	}
+}
+
+void kvpd_stats_batch_flush(struct kvpd *d, struct kvpd_client *c)
+{
+	struct kvpd_client **link = &d->batch_pending;
+
+	if (!c->batch.ops)
+		return;
+	while (*link != c)
+		link = &(*link)->batch.next;
+	*link = c->batch.next;
+	batch_fire(c);
+}
+
 void kvpd_stats_end(struct kvpd *d)
 {
 	if (--d->stats.depth == 0) {
 		d->stats.page->update_ns = kvpd_now_ns();
 		__atomic_store_n(&d->stats.page->seq, d->stats.page->seq + 1, __ATOMIC_RELEASE);
+		batches_fire(d);
 	}
 }
 
@@ -102,18 +135,33 @@ static unsigned bucket_of(uint64_t ns)
 	return b < KVP_HIST_BUCKETS ? b : KVP_HIST_BUCKETS - 1;
 }
 
+static void batch_add(struct kvpd *d, struct kvpd_client *c, int32_t res, unsigned bucket)
+{
+	struct kvpd_op_batch *b = &c->batch;
+
+	if (b->ops++ == 0) {
+		b->next = d->batch_pending;
+		d->batch_pending = c;
+	}
+	b->errors += res < 0;
+	b->hist[bucket]++;
+}
+
 void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_t res,
 		   uint64_t ns)
 {
 	struct kvp_stats_op *op = &d->stats.ops[opcode];
+	unsigned bucket = bucket_of(ns);
 
 	op->count++;
 	op->errors += res < 0;
 	op->sum_ns += ns;
-	op->hist[bucket_of(ns)]++;
+	op->hist[bucket]++;
 	c->ops++;
 	d->stats.clients[c->slot].ops = c->ops;
 	KVPD_PROBE(op, c->gen, (uint32_t)opcode, res, ns);
+	if (KVPD_PROBE_ENABLED(op_batch))
+		batch_add(d, c, res, bucket);
 }
 
 /* Copies the core's view of @pool into its entry; probes what changed, charged to @c. */

@@ -231,6 +231,17 @@ static void pool_sample(const char *metric, const struct kvp_stats_pool *p, cons
 	printf("} %llu\n", (unsigned long long)value);
 }
 
+static void group_sample(const char *metric, const struct kvp_stats_pool *p, uint32_t g,
+			 const char *state, uint64_t value)
+{
+	printf("%s{", metric);
+	label("pool", p->name, KVP_NAME_MAX, true);
+	printf(",group=\"%u\",kind=\"%s\"", g, kind_name(p->groups[g].kind));
+	if (state)
+		label("state", state, 16, false);
+	printf("} %llu\n", (unsigned long long)value);
+}
+
 static void print_histograms(const struct snapshot *s)
 {
 	const char *name = "kvpool_operation_duration_seconds";
@@ -301,25 +312,18 @@ void print_prometheus(const struct snapshot *s)
 	meta("kvpool_group_blocks", "gauge", "Blocks in use by a group of layers.");
 	FOR_EACH_POOL(s, p)
 		for (uint32_t g = 0; g < p->num_groups && g < KVP_MAX_GROUPS; g++)
-			printf("kvpool_group_blocks{pool=\"%.*s\",group=\"%u\",kind=\"%s\"} %llu\n",
-			       KVP_NAME_MAX, p->name, g, kind_name(p->groups[g].kind),
-			       (unsigned long long)p->groups[g].blocks_held);
+			group_sample("kvpool_group_blocks", p, g, NULL, p->groups[g].blocks_held);
 	meta("kvpool_window_dropped_blocks_total", "counter", "Blocks a group's window dropped.");
 	FOR_EACH_POOL(s, p)
 		for (uint32_t g = 0; g < p->num_groups && g < KVP_MAX_GROUPS; g++)
-			printf("kvpool_window_dropped_blocks_total{pool=\"%.*s\",group=\"%u\",kind=\"%s\"} %llu\n",
-			       KVP_NAME_MAX, p->name, g, kind_name(p->groups[g].kind),
-			       (unsigned long long)p->groups[g].window_drops);
+			group_sample("kvpool_window_dropped_blocks_total", p, g, NULL,
+				     p->groups[g].window_drops);
 	meta("kvpool_group_tokens", "gauge",
 	     "Fragmentation: token slots held by running sequences, and tokens their masks need.");
 	FOR_EACH_POOL(s, p)
 		for (uint32_t g = 0; g < p->num_groups && g < KVP_MAX_GROUPS; g++) {
-			printf("kvpool_group_tokens{pool=\"%.*s\",group=\"%u\",kind=\"%s\",state=\"held\"} %llu\n",
-			       KVP_NAME_MAX, p->name, g, kind_name(p->groups[g].kind),
-			       (unsigned long long)p->groups[g].tokens_held);
-			printf("kvpool_group_tokens{pool=\"%.*s\",group=\"%u\",kind=\"%s\",state=\"needed\"} %llu\n",
-			       KVP_NAME_MAX, p->name, g, kind_name(p->groups[g].kind),
-			       (unsigned long long)p->groups[g].tokens_needed);
+			group_sample("kvpool_group_tokens", p, g, "held", p->groups[g].tokens_held);
+			group_sample("kvpool_group_tokens", p, g, "needed", p->groups[g].tokens_needed);
 		}
 	meta("kvpool_client_blocks", "gauge", "Distinct blocks a client's sequences hold (its charge).");
 	FOR_EACH_CLIENT(s, c) {

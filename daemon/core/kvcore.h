@@ -170,6 +170,7 @@ struct kvc_alloc_req {
 
 struct kvc_alloc_res {
 	uint32_t hit_tokens;                 /* h, 0 without use_cache */
+	uint32_t taken;                      /* blocks that left the free queue: popped or hit */
 	uint32_t first_new[KVC_MAX_GROUPS];  /* table index of the first new block */
 };
 

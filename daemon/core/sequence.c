@@ -314,6 +314,7 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 		}
 	}
 	res->hit_tokens = plan.hit_blocks * pool->cfg.block_size;
+	res->taken = (uint32_t)plan.take;
 	seq->running = true;
 	if (plan.slots > seq->allocated)
 		seq->allocated = plan.slots;

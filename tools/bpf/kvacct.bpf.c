@@ -62,19 +62,6 @@ static __always_inline void integrate(struct kvacct_stats *s, __u64 now)
 	s->held_since_ns = now;
 }
 
-static __always_inline __u32 log2_u64(__u64 v)
-{
-	__u32 r = 0, shift;
-
-	shift = (v > 0xffffffffull) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xffff) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xff) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xf) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
-	r |= (v >> 1);
-	return r;
-}
-
 SEC("usdt")
 int BPF_USDT(kvacct_client_connect, __u32 client, __s32 pid, __u32 uid)
 {
@@ -89,7 +76,8 @@ int BPF_USDT(kvacct_client_connect, __u32 client, __s32 pid, __u32 uid)
 }
 
 SEC("usdt")
-int BPF_USDT(kvacct_client_disconnect, __u32 client, __s32 pid, __u32 killed, __u32 sequences)
+int BPF_USDT(kvacct_client_disconnect, __u32 client, __s32 pid, __u32 uid, __u32 killed,
+	     __u32 sequences)
 {
 	struct kvacct_stats *s = bpf_map_lookup_elem(&clients, &client);
 	__u64 now = bpf_ktime_get_ns();
@@ -98,9 +86,11 @@ int BPF_USDT(kvacct_client_disconnect, __u32 client, __s32 pid, __u32 killed, __
 		s = client_stats(client);
 	if (!s)
 		return 0;
-	if (!s->pid)
+	if (!s->pid) {
 		s->pid = pid;
-	/* Gone: it holds nothing from now on, whatever its teardown fires after this probe. */
+		s->uid = uid;
+	}
+	/* Gone: the last probe of its teardown; it holds nothing from now on. */
 	integrate(s, now);
 	s->blocks_held = 0;
 	s->gone_ns = now;
@@ -112,10 +102,7 @@ int BPF_USDT(kvacct_blocks_held, __u32 client, __u64 blocks)
 {
 	struct kvacct_stats *s = bpf_map_lookup_elem(&clients, &client);
 
-	/*
-	 * A teardown's seq_close and blocks_held fire after client_disconnect: a
-	 * drop to 0 must not bring back a client that user space already pruned.
-	 */
+	/* A drop to 0 of a client not seen since attaching is not worth a row. */
 	if (!s && blocks)
 		s = client_stats(client);
 	if (!s)
@@ -125,21 +112,25 @@ int BPF_USDT(kvacct_blocks_held, __u32 client, __u64 blocks)
 	return 0;
 }
 
+/*
+ * One trap per batch of a client's requests, not one per request: a uprobe
+ * costs microseconds, a request a few hundred nanoseconds. The batch's
+ * latency histogram stays in the daemon; @hist is its address there.
+ */
 SEC("usdt")
-int BPF_USDT(kvacct_op, __u32 client, __u32 opcode, __s32 result, __u64 ns)
+int BPF_USDT(kvacct_op_batch, __u32 client, __u32 ops, __u32 errors, __u64 hist)
 {
 	struct kvacct_stats *s = client_stats(client);
-	__u32 slot;
+	__u32 counts[KVACCT_BATCH_BUCKETS];
 
 	if (!s)
 		return 0;
-	s->ops++;
-	if (result < 0)
-		s->op_errors++;
-	slot = log2_u64(ns);
-	if (slot >= KVACCT_HIST_SLOTS)
-		slot = KVACCT_HIST_SLOTS - 1;
-	s->lat_hist[slot]++;
+	s->ops += ops;
+	s->op_errors += errors;
+	if (bpf_probe_read_user(counts, sizeof(counts), (const void *)hist))
+		return 0;
+	for (int i = 0; i < KVACCT_BATCH_BUCKETS; i++)
+		s->lat_hist[i] += counts[i];
 	return 0;
 }
 

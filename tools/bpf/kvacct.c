@@ -19,6 +19,11 @@
 
 #include "kvacct.h"
 #include "kvacct.skel.h"
+#include "../../uapi/kvpool.h"
+
+_Static_assert(KVACCT_BATCH_BUCKETS == KVP_HIST_BUCKETS,
+	       "op_batch histograms are the daemon's latency histograms");
+_Static_assert(KVACCT_BATCH_BUCKETS <= KVACCT_HIST_SLOTS, "a batch bucket is a slot");
 
 #define NSEC_PER_SEC 1000000000ull
 
@@ -150,7 +155,8 @@ int kvacct_open(pid_t pid, struct kvacct **out, char *why, size_t why_len)
 			  &a->skel->links.kvacct_client_disconnect },
 			{ "blocks_held", a->skel->progs.kvacct_blocks_held,
 			  &a->skel->links.kvacct_blocks_held },
-			{ "op", a->skel->progs.kvacct_op, &a->skel->links.kvacct_op },
+			{ "op_batch", a->skel->progs.kvacct_op_batch,
+			  &a->skel->links.kvacct_op_batch },
 			{ "cache_evict", a->skel->progs.kvacct_cache_evict,
 			  &a->skel->links.kvacct_cache_evict },
 		};

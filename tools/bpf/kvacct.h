@@ -24,6 +24,8 @@
 
 #define KVACCT_MAX_CLIENTS 8192 /* entries of the map; the oldest gone clients make room */
 #define KVACCT_HIST_SLOTS 48    /* log2 ns: slot s counts latencies in [2^s, 2^(s+1)), 0 and 1 in slot 0 */
+/* Buckets of an op_batch probe's histogram: KVP_HIST_BUCKETS of uapi/kvpool.h (checked in kvacct.c). */
+#define KVACCT_BATCH_BUCKETS 40
 #define KVACCT_CAUSES 3         /* cache_evict causes: 0 reuse, 1 evict (admin), 2 reset (admin) */
 
 /* One client, as the BPF side keeps it. The event loop, one thread, is the only writer. */
@@ -32,7 +34,7 @@ struct kvacct_stats {
 	__u64 held_since_ns;  /* bpf_ktime_get_ns (CLOCK_MONOTONIC) of that probe */
 	__u64 block_sec;      /* integral of blocks_held over time up to held_since_ns: */
 	__u64 block_ns;       /* block_sec block-seconds plus block_ns (< 1e9) block-ns */
-	__u64 ops;            /* op probes: requests completed */
+	__u64 ops;            /* requests completed (op_batch probes) */
 	__u64 op_errors;      /* of which result < 0 */
 	__u64 gone_ns;        /* client_disconnect time; 0 while connected (or not seen) */
 	__s32 pid;            /* from client_connect; 0 when attached after the client connected */
