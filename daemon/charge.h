@@ -18,6 +18,7 @@ struct kvpd_charge {
 	uint32_t cap, len;
 	uint64_t blocks;  /* distinct blocks: the charge */
 	bool failed;      /* out of memory once: the charge is no longer exact */
+	bool failure_logged;
 };
 
 /* The kvc_hold_fn of every pool; the owner of a sequence is its client's charge. */

@@ -7,6 +7,7 @@
  * readable only once a WRITE_KV of them has completed.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,8 +91,12 @@ static bool all_written(const struct kvpd_written *w, uint32_t base, uint32_t lo
 
 static int mark_written(struct kvpd_written *w, uint32_t base, uint32_t lo, uint32_t hi)
 {
-	uint32_t need = (hi - base + 63) / 64;
+	uint32_t need;
 
+	/* Only what lies past computed is tracked: committed positions are present anyway. */
+	if (hi <= base)
+		return 0;
+	need = (hi - base + 63) / 64;
 	if (need > w->nwords) {
 		uint64_t *bits = realloc(w->bits, need * sizeof(*bits));
 
@@ -105,6 +110,43 @@ static int mark_written(struct kvpd_written *w, uint32_t base, uint32_t lo, uint
 		w->bits[(p - base) / 64] |= 1ull << ((p - base) % 64);
 	if (hi > w->high)
 		w->high = hi;
+	return 0;
+}
+
+/*
+ * COMMIT n of a sequence of a pool that holds KV: every layer of every group
+ * must have KV written at [computed, n), or a later reader (this sequence, or
+ * another one hitting its published blocks) would see whatever the block held
+ * before: -ENODATA. A WRITE_KV still in flight counts as not written. On
+ * success, what was written past n stops being readable: a position past
+ * computed is readable only once written after the last COMMIT.
+ */
+int kvpd_kv_commit(struct kvpd_client *c, uint64_t handle, uint32_t n)
+{
+	struct kvpd_seq_slot *slot = kvpd_seq_slot(c, handle);
+	uint32_t ngroups = kvc_pool_config(c->pool->core)->num_groups;
+	struct kvpd_seq_kv *kv = slot->kv;
+	struct kvc_seq_info info;
+	int ret;
+
+	kvc_seq_info(slot->seq, &info);
+	/* An n the core refuses is refused as invalid, whatever was written. */
+	if (c->pool->layout.slot_bytes && n > info.computed && n <= info.tokens &&
+	    n <= info.allocated_slots) {
+		if (!kv)
+			return -ENODATA;
+		rebase(kv, ngroups, info.computed);
+		for (uint32_t i = 0; i < ngroups * kv->layers; i++)
+			if (!all_written(&kv->w[i], kv->base, info.computed, n))
+				return -ENODATA;
+	}
+	ret = kvc_seq_computed(slot->seq, n);
+	if (ret || !kv)
+		return ret;
+	rebase(kv, ngroups, n);
+	for (uint32_t i = 0; i < ngroups * kv->layers; i++)
+		if (kv->w[i].bits)
+			memset(kv->w[i].bits, 0, kv->w[i].nwords * sizeof(uint64_t));
 	return 0;
 }
 
@@ -356,7 +398,8 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	memcpy(a, src, sqe->len);
 	if (a->num_seqs == 0 || a->resv || a->flags & ~KVP_ATTEND_Q_F32 ||
 	    (sqe->len - sizeof(*a)) / sizeof(a->seqs[0]) < a->num_seqs || !a->q_heads ||
-	    a->q_heads % l->kv_heads || a->q_heads / l->kv_heads > 16 || !(a->softcap >= 0)) {
+	    a->q_heads % l->kv_heads || !isfinite(a->scale) || !isfinite(a->softcap) ||
+	    a->softcap < 0) {
 		ret = -EINVAL;
 		goto out_free;
 	}

@@ -213,6 +213,7 @@ bool kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *
 /* kvdata.c: 0 when the job is launched, else -errno (complete at once). */
 int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe);
 int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe);
+int kvpd_kv_commit(struct kvpd_client *c, uint64_t handle, uint32_t n);
 void kvpd_jobs_complete(struct kvpd *d);
 void kvpd_seq_kv_free(struct kvpd_seq_kv *kv, uint32_t ngroups);
 void kvpd_seq_kv_reset(struct kvpd_seq_kv *kv, uint32_t ngroups);

@@ -58,6 +58,9 @@ static int init_kv(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool
 	if (!p->kv_heads || !p->head_dim || !p->layers_per_group || p->kv_heads > 1024 ||
 	    p->head_dim > 1024 || p->layers_per_group > 1024)
 		return -EINVAL;
+	/* publish=alloc would let another sequence hit blocks whose KV is not written yet. */
+	if (p->publish)
+		return -EINVAL;
 	*l = (struct kvpd_kv_layout){
 		.num_blocks = p->num_blocks,
 		.block_size = p->block_size,

@@ -250,6 +250,12 @@ void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
 		e->blocks_held = c->charge.blocks;
 		KVPD_PROBE(blocks_held, c->gen, (uint64_t)c->charge.blocks);
 	}
+	if (c->charge.failed && !c->charge.failure_logged) {
+		c->charge.failure_logged = true;
+		kvpd_logf("client %u (pid %d): out of memory counting its blocks: its blocks_held "
+			  "stays at %llu, no longer exact", c->gen, (int)c->pid,
+			  (unsigned long long)c->charge.blocks);
+	}
 }
 
 void kvpd_stats_client_remove(struct kvpd *d, struct kvpd_client *c)

@@ -46,7 +46,7 @@ for variant in "" asan; do
 	run "bpf/$tag/acct" tests/bpf/test_acct.sh "$daemon" "$bin/kvctl"
 	run "bpf/$tag/bpftrace" tests/bpf/test_bpftrace.sh "$daemon" "$bin/kvctl"
 	for t in "$dir"/tests/integration/*; do
-		[ -x "$t" ] && run "integration/$tag/${t##*/}" env KVPOOLD="$daemon" "$t"
+		[ -x "$t" ] && run "integration/$tag/${t##*/}" env KVPOOLD="$daemon" KVCTL="$bin/kvctl" "$t"
 	done
 	run "bench/$tag/core" "$bin/kvbench" core --rounds 1
 done

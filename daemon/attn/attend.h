@@ -47,7 +47,7 @@ struct attn_query {
 };
 
 struct attn_params {
-	uint32_t g;             /* query heads per kv head, 1..16 */
+	uint32_t g;             /* query heads per kv head, >= 1 (taken in slices of at most 16) */
 	float scale;            /* applied to q.k */
 	float softcap;          /* > 0: s = softcap * tanh(s / softcap); 0: none */
 	enum attn_dtype q_dtype;

@@ -105,6 +105,9 @@ for pid in "${engines[@]}"; do
 	[ "${held[$id]}" -gt 0 ] || fail "client $id holds no blocks"
 	jq -e '.latency_p50_ns > 0 and .latency_p50_ns <= .latency_p99_ns' <<<"$acct_row" >/dev/null ||
 		fail "client $id latency quantiles: $acct_row"
+	# Every request is in the latency histogram, once; the uid is the engine's (root here).
+	jq -e '(.latency_log2_ns | add) == .ops and .uid == 0' <<<"$acct_row" >/dev/null ||
+		fail "client $id latency histogram or uid: $acct_row"
 	echo "client $id (pid $pid): ops $(jq .ops <<<"$acct_row") blocks_held ${held[$id]}, BPF = daemon"
 	ops[$id]=$(jq .ops <<<"$acct_row")
 	ids+=("$id")
@@ -154,10 +157,13 @@ await_reports 2
 row=$(jq -c --argjson pid "$victim" '.clients[] | select(.pid == $pid)' "$dir/acct.json" | tail -n 1)
 [ "$(jq .blocks_held <<<"$row")" -gt 0 ] || fail "engine C holds nothing: $row"
 kill -KILL "$victim"
+killed=0
 for _ in $(seq 100); do
-	"$kvctl" --socket "$sock" stats --json | jq -e '.clients_killed == 1' >/dev/null && break
+	killed=$("$kvctl" --socket "$sock" stats --json | jq '.clients_killed')
+	[ "$killed" = 1 ] && break
 	sleep 0.05
 done
+[ "$killed" = 1 ] || fail "the daemon counts $killed killed clients, not 1"
 await_reports 2
 row=$(jq -c --argjson pid "$victim" '.clients[] | select(.pid == $pid)' "$dir/acct.json" | tail -n 1)
 jq -e '.connected == false and .blocks_held == 0' <<<"$row" >/dev/null ||

@@ -462,16 +462,17 @@ static void test_bf16_bf16q(void **state)
 	grid(ATTN_BF16, ATTN_BF16);
 }
 
-/* Head groups that split into several chunks (8+4+2+1...), 16 heads. */
+/* Head groups that split into several chunks (8+4+2+1...), up to 48 heads (MQA). */
 static void test_odd_g(void **state)
 {
-	static const uint32_t gs[] = { 3, 5, 6, 7, 12, 15, 16 };
+	/* Past 16 the kernels take the heads in slices: 17, 32 and 48 (MQA, StarCoder) cross them. */
+	static const uint32_t gs[] = { 3, 5, 6, 7, 12, 15, 16, 17, 32, 48 };
 	static const enum attn_dtype dts[][2] = {
 		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_BF16, ATTN_BF16 }, { ATTN_BF16, ATTN_F32 },
 	};
 
 	(void)state;
-	for (size_t i = 0; i < 7; i++)
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
 		for (size_t d = 0; d < 4; d++)
 			for (int sh = 0; sh < SH_N; sh += 2) {
 				struct tcase t = {

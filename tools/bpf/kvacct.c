@@ -60,7 +60,7 @@ static bool has_cap(const struct __user_cap_data_struct *data, int cap)
 }
 
 /* BPF with uprobes needs CAP_BPF and CAP_PERFMON (kernel >= 5.8), or CAP_SYS_ADMIN. */
-static bool privileged(void)
+bool kvacct_privileged(void)
 {
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
@@ -98,9 +98,8 @@ int kvacct_open(pid_t pid, struct kvacct **out, char *why, size_t why_len)
 		set_why(why, why_len, "no daemon pid");
 		return -EINVAL;
 	}
-	if (!privileged()) {
-		set_why(why, why_len, "needs root: loading BPF programs and attaching uprobes need "
-				      "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)");
+	if (!kvacct_privileged()) {
+		set_why(why, why_len, KVACCT_NEEDS_ROOT);
 		return -EPERM;
 	}
 	snprintf(proc_exe, sizeof(proc_exe), "/proc/%d/exe", (int)pid);

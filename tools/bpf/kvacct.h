@@ -63,6 +63,12 @@ struct kvacct_client {
 	__u64 lat_hist[KVACCT_HIST_SLOTS];
 };
 
+/* Whether this process may load BPF programs and attach uprobes; else the reason is: */
+bool kvacct_privileged(void);
+#define KVACCT_NEEDS_ROOT \
+	"needs root: loading BPF programs and attaching uprobes need CAP_BPF and CAP_PERFMON " \
+	"(or CAP_SYS_ADMIN)"
+
 /*
  * Loads the BPF program and attaches it to the kvpool USDT probes of process
  * pid (a running kvpoold; its binary is /proc/PID/exe). Returns 0 and *out,

@@ -30,7 +30,10 @@ static const char acct_usage[] =
 	"\n"
 	"Options:\n"
 	"      --json          one JSON object per interval, on one line:\n"
-	"                      {\"clients\": [{\"client_id\", \"blocks_held\", ...}]}\n"
+	"                      {\"clients\": [{\"client_id\", \"pid\", \"uid\", \"blocks_held\",\n"
+	"                      \"block_seconds\", \"ops\", \"latency_log2_ns\" (requests by\n"
+	"                      log2 of their latency: element s counts [2^s, 2^(s+1)) ns),\n"
+	"                      \"evictions_reuse\", ...}], \"daemon_pid\", ...}\n"
 	"      --pid PID       the daemon's pid (default: the peer of the socket)\n"
 	"      --interval SEC  seconds between reports (default 1)\n"
 	"      --count N       stop after N reports (default: until SIGINT)\n"
@@ -135,16 +138,25 @@ static void print_json(pid_t pid, double elapsed, __u64 missed, const struct kva
 	for (int i = 0; i < n; i++) {
 		const struct kvacct_client *r = &rows[i];
 
-		printf("%s{\"client_id\": %u, \"pid\": %d, \"connected\": %s, \"blocks_held\": %llu, "
-		       "\"block_seconds\": %.6f, \"ops\": %llu, \"op_errors\": %llu, "
-		       "\"latency_p50_ns\": %llu, \"latency_p99_ns\": %llu, \"evictions_reuse\": %llu, "
-		       "\"evictions_evict\": %llu, \"evictions_reset\": %llu}",
-		       i ? ", " : "", r->client_id, (int)r->pid, r->connected ? "true" : "false",
+		printf("%s{\"client_id\": %u, \"pid\": %d, \"uid\": %u, \"connected\": %s, "
+		       "\"blocks_held\": %llu, \"block_seconds\": %.6f, \"ops\": %llu, "
+		       "\"op_errors\": %llu, \"latency_p50_ns\": %llu, \"latency_p99_ns\": %llu, "
+		       "\"evictions_reuse\": %llu, \"evictions_evict\": %llu, \"evictions_reset\": %llu, "
+		       "\"latency_log2_ns\": [",
+		       i ? ", " : "", r->client_id, (int)r->pid, r->uid, r->connected ? "true" : "false",
 		       (unsigned long long)r->blocks_held, r->block_seconds,
 		       (unsigned long long)r->ops, (unsigned long long)r->op_errors,
 		       (unsigned long long)r->latency_p50_ns, (unsigned long long)r->latency_p99_ns,
 		       (unsigned long long)r->evictions[0], (unsigned long long)r->evictions[1],
 		       (unsigned long long)r->evictions[2]);
+		/* Slot s counts requests that took [2^s, 2^(s+1)) ns; trailing empty slots are left out. */
+		int last = KVACCT_HIST_SLOTS - 1;
+
+		while (last >= 0 && !r->lat_hist[last])
+			last--;
+		for (int s = 0; s <= last; s++)
+			printf("%s%llu", s ? ", " : "", (unsigned long long)r->lat_hist[s]);
+		printf("]}");
 	}
 	printf("], \"daemon_pid\": %d, \"elapsed_s\": %.3f, \"missed\": %llu}\n", (int)pid, elapsed,
 	       (unsigned long long)missed);
@@ -225,6 +237,11 @@ int kvctl_acct(int argc, char **argv, const char *socket_path)
 	ret = parse_args(argc, argv, &json, &pid, &interval, &count);
 	if (ret)
 		return ret == 1 ? 0 : ret;
+	/* Before the socket: a user without the rights should hear why, not a socket error. */
+	if (!kvacct_privileged()) {
+		fputs("kvctl: acct: " KVACCT_NEEDS_ROOT "\n", stderr);
+		return 1;
+	}
 	if (!pid) {
 		const char *path = socket_path ? socket_path : getenv("KVPOOL_SOCKET");
 
