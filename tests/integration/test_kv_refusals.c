@@ -8,6 +8,7 @@
  *   ATTEND whose mask needs such a position -ENODATA;
  *   another client's handle, a closed one -EBADF; group or layer out of range -EINVAL;
  *   a pool without KV geometry -EOPNOTSUPP; q_heads not a multiple of kv_heads -EINVAL;
+ *     (COMMIT's own rules, and non-finite scale or soft-cap: test_kv_commit.c)
  *   arena ranges out of bounds, malformed ATTEND headers, reserved bits -EINVAL
  *     (raw entries through kvp_get_sqe / kvp_submit / kvp_wait_cqe).
  * Refused requests change nothing: the data read afterwards is what was written,
@@ -378,13 +379,14 @@ int main(void)
 	CHECK_EQ(attend(c, h, G_FULL, 1, 22, 1, 4), -ENODATA); /* needs 21 */
 	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 4, 4), 0);
 	CHECK_EQ(attend(c, h, G_FULL, 0, 24, 1, 4), -ENODATA); /* past the allocation */
-	/* GQA: q_heads a multiple of kv_heads (2), at most 16 per kv head. */
+	/* GQA: q_heads a multiple of kv_heads (2), any ratio (17 per kv head crosses a kernel slice). */
 	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 3), -EINVAL);
 	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 1), -EINVAL);
 	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 0), -EINVAL);
 	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 2), 0);
 	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 32), 0);
-	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 34), -EINVAL);
+	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 34), 0);
+	CHECK_EQ(attend(c, h, G_FULL, 0, 20, 1, 35), -EINVAL);
 	CHECK_EQ(attend(c, h, NGROUPS, 0, 20, 1, 4), -EINVAL);
 	CHECK_EQ(attend(c, h, G_FULL, LAYERS, 20, 1, 4), -EINVAL);
 	CHECK_EQ(attend(c, h, G_FULL, 0xffff, 20, 1, 4), -EINVAL);
@@ -526,7 +528,11 @@ int main(void)
 	CHECK_EQ(read_kv(c, h, G_CYCLIC, 0, 16, 8), 0);
 	CHECK_EQ(read_kv(c, h, G_FULL, 1, 23, 1), -ENODATA); /* the -EINVAL write [22, 25) marked nothing */
 	CHECK_EQ(read_kv(c, h, G_FULL, 1, 21, 1), -ENODATA);
-	/* Committing makes 20..23 present in every layer: COMMIT vouches for them. */
+	/* COMMIT needs 20..23 written in every layer of every group, refused writes not counted. */
+	CHECK_EQ(kvp_commit(c, h, 24), -ENODATA);
+	for (uint32_t g = 0; g < NGROUPS; g++)
+		for (uint32_t l = 0; l < LAYERS; l++)
+			CHECK_EQ(write_kv(c, h, g, l, 20, 4), 0);
 	CHECK_EQ(kvp_commit(c, h, 24), 0);
 	CHECK_EQ(read_kv(c, h, G_FULL, 0, 20, 4), 0);
 	CHECK_EQ(write_kv(c, h, G_FULL, 0, 23, 1), -EPERM);
