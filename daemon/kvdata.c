@@ -15,6 +15,8 @@
 #include "kvpoold.h"
 
 #define KVPD_MAX_ATTEND_SEQS 65536
+/* Block ids one ATTEND may pin (64 MiB of them): entries may repeat a handle, so bound the sum. */
+#define KVPD_MAX_ATTEND_IDS (1u << 24)
 #include "probes.h"
 
 /* Positions written since the last commit, for one (group, layer). */
@@ -411,6 +413,8 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n);
 		total_ids += n;
 	}
+	if (!ret && total_ids > KVPD_MAX_ATTEND_IDS)
+		ret = -E2BIG;
 	if (ret)
 		goto out_free;
 	job = new_job(c, sqe, KVPD_JOB_ATTEND, a->num_seqs, total_ids);

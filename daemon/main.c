@@ -28,7 +28,7 @@ static const char usage[] =
 	"      --max-clients N    connections served at once (default 128)\n"
 	"  -t, --threads N        worker threads for WRITE_KV, READ_KV and ATTEND\n"
 	"                         (default: the online cores)\n"
-	"  -v, --verbose          log connections, pools and signals (twice: more)\n"
+	"  -v, --verbose          log connections, disconnections, pools and signals\n"
 	"  -h, --help             show this help and exit\n"
 	"\n"
 	"The config file (INI; options on the command line win over [daemon]):\n"
@@ -242,6 +242,11 @@ int main(int argc, char **argv)
 	ret = parse_args(&d, argc, argv, &config);
 	if (ret)
 		goto out_config;
+	if (d.cfg.socket_group && !getgrnam(d.cfg.socket_group)) {
+		fprintf(stderr, "kvpoold: socket group '%s': no such group\n", d.cfg.socket_group);
+		ret = -ENOENT;
+		goto out_config;
+	}
 	d.ncpus = sysconf(_SC_NPROCESSORS_ONLN);
 	d.backend = &kvpd_host_backend;
 	if (!d.cfg.threads)

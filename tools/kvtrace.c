@@ -89,7 +89,7 @@ static int create_pool(struct replay *r)
 	int ret = r->target->create_pool(r->target, &r->pool);
 
 	if (ret)
-		return fail(r, 2, "cannot create the pool: %s", strerror(-ret));
+		return fail(r, 1, "cannot create the pool: %s", strerror(-ret));
 	r->pool_created = true;
 	return 0;
 }
