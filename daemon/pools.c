@@ -109,6 +109,9 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 	if (ret)
 		goto err_destroy_core;
 	pool->params = *params;
+	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
+	for (unsigned g = params->num_groups; g < KVP_MAX_GROUPS; g++)
+		pool->params.group_kind[g] = pool->params.group_param[g] = 0;
 	memcpy(pool->name, params->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
 	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
