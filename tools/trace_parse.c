@@ -8,10 +8,8 @@
 
 #include "trace.h"
 
-#define MAX_FIELDS 4096
-
 struct fields {
-	char *v[MAX_FIELDS];
+	char **v; /* sized for the line: a line of L bytes has at most L / 2 + 1 fields */
 	unsigned n;
 };
 
@@ -30,16 +28,17 @@ static bool is_blank(char c)
 	return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
-static int split(char *line, struct fields *f, char *err, size_t len)
+static int split(char *line, struct fields *f)
 {
 	f->n = 0;
+	f->v = malloc((strlen(line) / 2 + 1) * sizeof(*f->v));
+	if (!f->v)
+		return -ENOMEM;
 	for (char *s = line; *s;) {
 		while (is_blank(*s))
 			s++;
 		if (!*s)
 			break;
-		if (f->n == MAX_FIELDS)
-			return syntax(err, len, "more than %d fields", MAX_FIELDS);
 		f->v[f->n++] = s;
 		while (*s && !is_blank(*s))
 			s++;
@@ -77,6 +76,29 @@ static int num_field(const char *what, const char *s, uint64_t min, uint64_t max
 			      (unsigned long long)min, (unsigned long long)max);
 	if (ret)
 		return syntax(err, len, "bad number for %s: '%s'", what, s);
+	return 0;
+}
+
+/*
+ * A count a command hands to the allocator (NEW, lookahead, computed N, an
+ * evicted block, a prefix): any decimal, however long, saturating at @max.
+ * Every rule that sees a count that large refuses it or caps it below @max
+ * anyway (a block >= N, computed above the tokens, slots capped at max_len),
+ * so the trace gets the refusal the rule gives, not a syntax error.
+ */
+static int count_field(const char *what, const char *s, uint64_t max, uint64_t *out,
+		       char *err, size_t len)
+{
+	uint64_t v = 0;
+
+	if (!*s)
+		return syntax(err, len, "bad number for %s: '%s'", what, s);
+	for (const char *c = s; *c; c++) {
+		if (*c < '0' || *c > '9')
+			return syntax(err, len, "bad number for %s: '%s'", what, s);
+		v = v > (max - (uint64_t)(*c - '0')) / 10 ? max : v * 10 + (uint64_t)(*c - '0');
+	}
+	*out = v;
 	return 0;
 }
 
@@ -282,7 +304,7 @@ static int parse_seq(struct trace_parser *p, struct trace_cmd *cmd, const struct
 		if (ret == 0) {
 			cmd->salt = val;
 		} else if (ret == 1) {
-			ret = num_field("prefix", val, 0, INT64_MAX, &v, err, len);
+			ret = count_field("prefix", val, INT64_MAX, &v, err, len);
 			cmd->prefix = (int64_t)v;
 		}
 	}
@@ -313,7 +335,7 @@ static int parse_alloc(struct trace_cmd *cmd, const struct fields *f, char *err,
 	if (!ret && f->n < 3)
 		ret = syntax(err, len, "usage: alloc ID NEW [hit] [lookahead=K]");
 	if (!ret)
-		ret = num_field("NEW", f->v[2], 0, UINT32_MAX, &v, err, len);
+		ret = count_field("NEW", f->v[2], UINT32_MAX, &v, err, len);
 	cmd->count = (uint32_t)v;
 	for (unsigned i = 3; !ret && i < f->n; i++) {
 		char *val;
@@ -326,7 +348,7 @@ static int parse_alloc(struct trace_cmd *cmd, const struct fields *f, char *err,
 		}
 		ret = key_value(f->v[i], keys, 1, &seen, &val, err, len);
 		if (ret == 0) {
-			ret = num_field("lookahead", val, 0, UINT32_MAX, &v, err, len);
+			ret = count_field("lookahead", val, UINT32_MAX, &v, err, len);
 			cmd->lookahead = (uint32_t)v;
 		}
 	}
@@ -340,7 +362,7 @@ static int parse_evict(struct trace_parser *p, struct trace_cmd *cmd, const stru
 		return syntax(err, len, "usage: evict BLOCK...");
 	for (unsigned i = 1; i < f->n; i++) {
 		uint64_t v;
-		int ret = num_field("block", f->v[i], 0, UINT32_MAX, &v, err, len);
+		int ret = count_field("block", f->v[i], UINT32_MAX, &v, err, len);
 
 		if (!ret)
 			ret = push_value(p, &cmd->nvalues, v, 1);
@@ -388,12 +410,78 @@ static int check_section(struct trace_parser *p, enum trace_op op, char *err, si
 	return 0;
 }
 
+/* One command's fields: which command, in which section, with which arguments. */
+static int parse_command(struct trace_parser *p, struct trace_cmd *cmd, const struct fields *f,
+			 char *err, size_t len)
+{
+	size_t i;
+	int ret;
+
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(f->v[0], commands[i].name))
+			break;
+	if (i == sizeof(commands) / sizeof(commands[0]))
+		return syntax(err, len, "unknown command '%s'", f->v[0]);
+	cmd->op = commands[i].op;
+	cmd->name = commands[i].name;
+	ret = check_section(p, cmd->op, err, len);
+	if (ret)
+		return ret;
+
+	switch (cmd->op) {
+	case TRACE_POOL:
+		ret = parse_pool(cmd, f, err, len);
+		break;
+	case TRACE_GROUP:
+		ret = parse_group(p, cmd, f, err, len);
+		break;
+	case TRACE_SEQ:
+		ret = parse_seq(p, cmd, f, err, len);
+		break;
+	case TRACE_APPEND:
+		ret = parse_append(p, cmd, f, err, len);
+		break;
+	case TRACE_COMPUTED: {
+		uint64_t v = 0;
+
+		ret = want_args(f, 3, "computed ID N", err, len);
+		if (!ret)
+			ret = parse_id(cmd, f, err, len);
+		if (!ret)
+			ret = count_field("N", f->v[2], UINT32_MAX, &v, err, len);
+		cmd->count = (uint32_t)v;
+		break;
+	}
+	case TRACE_LOOKUP:
+	case TRACE_FREE:
+	case TRACE_TABLE:
+		ret = want_args(f, 2, cmd->op == TRACE_LOOKUP ? "lookup ID"
+				       : cmd->op == TRACE_FREE ? "free ID" : "table ID", err, len);
+		if (!ret)
+			ret = parse_id(cmd, f, err, len);
+		break;
+	case TRACE_ALLOC:
+		ret = parse_alloc(cmd, f, err, len);
+		break;
+	case TRACE_FREEQ:
+	case TRACE_STATS:
+	case TRACE_RESET:
+		ret = want_args(f, 1, cmd->name, err, len);
+		break;
+	case TRACE_EVICT:
+		ret = parse_evict(p, cmd, f, err, len);
+		break;
+	case TRACE_EXPECT:
+		break;
+	}
+	return ret;
+}
+
 int trace_parse_line(struct trace_parser *p, char *line, struct trace_cmd *cmd,
 		     char *err, size_t len)
 {
 	struct fields f;
 	char *start = line;
-	size_t i;
 	int ret;
 
 	while (is_blank(*start))
@@ -421,65 +509,10 @@ int trace_parse_line(struct trace_parser *p, char *line, struct trace_cmd *cmd,
 		return 1;
 	}
 
-	ret = split(start, &f, err, len);
-	if (ret)
-		return ret;
-	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (!strcmp(f.v[0], commands[i].name))
-			break;
-	if (i == sizeof(commands) / sizeof(commands[0]))
-		return syntax(err, len, "unknown command '%s'", f.v[0]);
-	cmd->op = commands[i].op;
-	cmd->name = commands[i].name;
-	ret = check_section(p, cmd->op, err, len);
-	if (ret)
-		return ret;
-
-	switch (cmd->op) {
-	case TRACE_POOL:
-		ret = parse_pool(cmd, &f, err, len);
-		break;
-	case TRACE_GROUP:
-		ret = parse_group(p, cmd, &f, err, len);
-		break;
-	case TRACE_SEQ:
-		ret = parse_seq(p, cmd, &f, err, len);
-		break;
-	case TRACE_APPEND:
-		ret = parse_append(p, cmd, &f, err, len);
-		break;
-	case TRACE_COMPUTED: {
-		uint64_t v = 0;
-
-		ret = want_args(&f, 3, "computed ID N", err, len);
-		if (!ret)
-			ret = parse_id(cmd, &f, err, len);
-		if (!ret)
-			ret = num_field("N", f.v[2], 0, UINT32_MAX, &v, err, len);
-		cmd->count = (uint32_t)v;
-		break;
-	}
-	case TRACE_LOOKUP:
-	case TRACE_FREE:
-	case TRACE_TABLE:
-		ret = want_args(&f, 2, cmd->op == TRACE_LOOKUP ? "lookup ID"
-				       : cmd->op == TRACE_FREE ? "free ID" : "table ID", err, len);
-		if (!ret)
-			ret = parse_id(cmd, &f, err, len);
-		break;
-	case TRACE_ALLOC:
-		ret = parse_alloc(cmd, &f, err, len);
-		break;
-	case TRACE_FREEQ:
-	case TRACE_STATS:
-	case TRACE_RESET:
-		ret = want_args(&f, 1, cmd->name, err, len);
-		break;
-	case TRACE_EVICT:
-		ret = parse_evict(p, cmd, &f, err, len);
-		break;
-	case TRACE_EXPECT:
-		break;
+	ret = split(start, &f);
+	if (!ret) {
+		ret = parse_command(p, cmd, &f, err, len);
+		free(f.v);
 	}
 	if (ret == -ENOMEM)
 		snprintf(err, len, "out of memory");
