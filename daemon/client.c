@@ -129,6 +129,21 @@ static void fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *in
 	info->layers_per_group = p->layers_per_group;
 }
 
+/*
+ * A setup name field: "" or a valid name, zero-padded to the end. The whole
+ * namespace field is mixed into every salt, so a byte after the NUL would
+ * make two clients of the "same" namespace never share a block.
+ */
+static bool valid_name_field(const char field[KVP_NAME_MAX])
+{
+	size_t len = strnlen(field, KVP_NAME_MAX);
+
+	for (size_t i = len; i < KVP_NAME_MAX; i++)
+		if (field[i])
+			return false;
+	return len == 0 || kvpd_name_valid(field);
+}
+
 static int validate_setup(const struct kvp_setup *s)
 {
 	if (s->magic != KVP_MAGIC || s->abi_version != KVP_ABI_VERSION)
@@ -140,7 +155,7 @@ static int validate_setup(const struct kvp_setup *s)
 		return -EINVAL;
 	if (s->arena_bytes > KVP_MAX_ARENA)
 		return -EINVAL;
-	if (!memchr(s->pool, '\0', sizeof(s->pool)) || !memchr(s->namespace_, '\0', sizeof(s->namespace_)))
+	if (!valid_name_field(s->pool) || !valid_name_field(s->namespace_))
 		return -EINVAL;
 	for (unsigned i = 0; i < sizeof(s->resv) / sizeof(s->resv[0]); i++)
 		if (s->resv[i])
@@ -264,16 +279,17 @@ int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
 {
 	struct kvp_setup s;
 	struct kvp_setup_reply r = { 0 };
-	ssize_t n = recv(c->sock, &s, sizeof(s), MSG_DONTWAIT);
+	/* MSG_TRUNC: the message's real length, so a longer one is refused, not cut short. */
+	ssize_t n = recv(c->sock, &s, sizeof(s), MSG_DONTWAIT | MSG_TRUNC);
 	int ret;
 
 	if (n < 0 && errno == EAGAIN)
 		return kvpd_arm_poll(d, c->sock, KVPD_EV_SETUP, c, false);
-	if (n != (ssize_t)sizeof(s)) {
+	if (n <= 0) {
 		kvpd_client_close(d, c, n == 0 ? "hung up before setup" : "bad setup message");
 		return -EPROTO;
 	}
-	ret = setup_session(d, c, &s, &r);
+	ret = n == (ssize_t)sizeof(s) ? setup_session(d, c, &s, &r) : -EINVAL;
 	r.result = ret;
 	if (ret) {
 		send_reply(d, c, &r, false);

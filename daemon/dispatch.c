@@ -12,9 +12,19 @@
 #include "kvpoold.h"
 #include "probes.h"
 
-#define MAX_SALT 256
 /* dispatch()'s answer for a request the workers complete: no result is an INT_MIN. */
 #define KVPD_LATER INT_MIN
+/* EVICT reads its ids out of the arena this many at a time. */
+#define EVICT_CHUNK 256
+
+/*
+ * The op_flags each opcode understands. Any other bit is refused in one place,
+ * so a flag that a newer client sets is never silently ignored.
+ */
+static const uint32_t known_op_flags[KVP_OP_LAST] = {
+	[KVP_OP_SEQ_OPEN] = KVP_OPEN_PREFIX,
+	[KVP_OP_ALLOC] = KVP_ALLOC_USE_CACHE,
+};
 
 /* [off, off + len) inside the arena, or NULL. */
 static void *arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len)
@@ -74,29 +84,50 @@ static int write_lists(const struct kvpd_client *c, const struct kvp_sqe *sqe,
 	return 0;
 }
 
+/*
+ * The sequence's salt: the client's whole namespace field, whether a user salt
+ * follows, then the user salt copied once out of the arena. Namespaces thus
+ * never share a block. Its length is bounded only by the arena.
+ */
+static uint8_t *make_salt(const struct kvpd_client *c, const void *user_salt, uint32_t len,
+			  size_t *salt_len)
+{
+	uint8_t *salt;
+
+	*salt_len = KVP_NAME_MAX + 1 + (size_t)len;
+	salt = malloc(*salt_len);
+	if (!salt)
+		return NULL;
+	memcpy(salt, c->namespace_, KVP_NAME_MAX);
+	salt[KVP_NAME_MAX] = len ? 1 : 0;
+	memcpy(salt + KVP_NAME_MAX + 1, user_salt, len);
+	return salt;
+}
+
 static int op_seq_open(struct kvpd_client *c, const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
 {
-	uint8_t salt[KVP_NAME_MAX + 1 + MAX_SALT];
-	const uint32_t *tokens;
+	uint64_t token_bytes = (uint64_t)sqe->len * sizeof(uint32_t);
+	const uint32_t *tokens = arena_range(c, sqe->addr, token_bytes);
 	const void *user_salt;
 	struct kvc_seq *seq;
 	int64_t prefix = -1;
+	size_t salt_len;
+	uint8_t *salt;
 	int ret;
 
-	if (sqe->op_flags & ~KVP_OPEN_PREFIX || sqe->arg2 > MAX_SALT || sqe->len == 0)
+	/* The salt follows the tokens; their range checked first, its start cannot wrap. */
+	if (!tokens || sqe->len == 0)
 		return -EINVAL;
-	tokens = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
-	user_salt = arena_range(c, sqe->addr + (uint64_t)sqe->len * sizeof(uint32_t), sqe->arg2);
-	if (!tokens || !user_salt)
+	user_salt = arena_range(c, sqe->addr + token_bytes, sqe->arg2);
+	if (!user_salt)
 		return -EINVAL;
 	if (sqe->op_flags & KVP_OPEN_PREFIX)
 		prefix = sqe->arg1;
-	/* The namespace is part of every salt: namespaces never share a block. */
-	memcpy(salt, c->namespace_, KVP_NAME_MAX);
-	salt[KVP_NAME_MAX] = sqe->arg2 ? 1 : 0;
-	memcpy(salt + KVP_NAME_MAX + 1, user_salt, sqe->arg2);
-	ret = kvc_seq_create(c->pool->core, tokens, sqe->len, salt, KVP_NAME_MAX + 1 + sqe->arg2,
-			     prefix, &seq);
+	salt = make_salt(c, user_salt, sqe->arg2, &salt_len);
+	if (!salt)
+		return -ENOMEM;
+	ret = kvc_seq_create(c->pool->core, tokens, sqe->len, salt, salt_len, prefix, &seq);
+	free(salt);
 	if (ret)
 		return ret;
 	ret = kvpd_seq_put(c, seq, &cqe->aux);
@@ -159,6 +190,22 @@ static void alloc_accounting(struct kvpd *d, struct kvpd_client *c, struct kvc_s
 		   kvpd_now_ns() - d->taken_ns);
 }
 
+/*
+ * ALLOC's output, checked before the core runs, so that a request whose lists
+ * could never be written changes nothing: the whole of [out_addr, out_addr +
+ * out_len) in the arena, room for the header at least. Whether the ids really
+ * allocated fit is known only afterwards (KVP_CQE_F_OVERFLOW).
+ */
+static int alloc_out_valid(const struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	if (!sqe->out_len)
+		return 0;
+	if (sqe->out_len < sizeof(struct kvp_block_lists) ||
+	    !arena_range(c, sqe->out_addr, sqe->out_len))
+		return -EINVAL;
+	return 0;
+}
+
 static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 		    const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
 {
@@ -169,14 +216,14 @@ static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	};
 	const uint32_t *ids[KVC_MAX_GROUPS];
 	uint32_t counts[KVC_MAX_GROUPS];
+	struct kvc_seq_info before;
 	struct kvc_alloc_res res;
 	__u64 needed;
 	int ret;
 
-	struct kvc_seq_info before;
-
-	if (sqe->op_flags & ~KVP_ALLOC_USE_CACHE)
-		return -EINVAL;
+	ret = alloc_out_valid(c, sqe);
+	if (ret)
+		return ret;
 	kvc_seq_info(seq, &before);
 	ret = kvc_alloc(seq, &req, &res);
 	alloc_accounting(d, c, seq, &req, sqe->handle, ret, &res, &before);
@@ -230,7 +277,7 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 	case KVP_OP_ALLOC:
 		return op_alloc(d, c, seq, sqe, cqe);
 	case KVP_OP_COMMIT:
-		return kvc_seq_computed(seq, sqe->len);
+		return kvpd_kv_commit(c, sqe->handle, sqe->len);
 	case KVP_OP_FREE:
 		kvc_seq_info(seq, &info);
 		kvc_seq_free(seq);
@@ -244,21 +291,64 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 	return -EINVAL;
 }
 
+/*
+ * Copies EVICT's ids out of the arena, each id read once and each distinct id
+ * kept once, in the order it first appears: the private list is bounded by the
+ * pool however often an id repeats, and the core, which reads the list twice
+ * (validate, then evict), sees the same effect as with the repeats (an id's
+ * hash is gone after its first occurrence). -EINVAL for an id it would refuse.
+ */
+static int evict_ids(const struct kvpd_client *c, const uint32_t *src, uint32_t len,
+		     uint32_t **out, uint32_t *n)
+{
+	uint32_t num_blocks = kvc_pool_config(c->pool->core)->num_blocks;
+	uint64_t *seen = calloc((num_blocks + 63) / 64, sizeof(*seen));
+	uint32_t *ids = malloc((size_t)(len < num_blocks ? len : num_blocks) * sizeof(*ids));
+	uint32_t chunk[EVICT_CHUNK];
+	int ret = -ENOMEM;
+
+	*n = 0;
+	if (!seen || !ids)
+		goto err_free;
+	ret = -EINVAL;
+	for (uint32_t i = 0; i < len; i += EVICT_CHUNK) {
+		uint32_t m = len - i < EVICT_CHUNK ? len - i : EVICT_CHUNK;
+
+		memcpy(chunk, src + i, (size_t)m * sizeof(*chunk));
+		for (uint32_t k = 0; k < m; k++) {
+			uint32_t id = chunk[k];
+
+			if (id == KVC_NULL_BLOCK || id >= num_blocks)
+				goto err_free;
+			if (seen[id / 64] & (1ull << (id % 64)))
+				continue;
+			seen[id / 64] |= 1ull << (id % 64);
+			ids[(*n)++] = id;
+		}
+	}
+	free(seen);
+	*out = ids;
+	return 0;
+
+err_free:
+	free(ids);
+	free(seen);
+	return ret;
+}
+
 static int op_evict(struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
 	const uint32_t *src = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
-	uint32_t *ids;
+	uint32_t *ids, n;
 	int ret;
 
-	/* More ids than blocks can only repeat some: refuse, and bound the copy. */
-	if (!src || sqe->len == 0 || sqe->len > kvc_pool_config(c->pool->core)->num_blocks)
+	/* Any number of ids the arena holds: repeats are allowed, as the core allows them. */
+	if (!src || sqe->len == 0)
 		return -EINVAL;
-	/* The core reads the list twice (validate, then evict): give it a private copy. */
-	ids = malloc((size_t)sqe->len * sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
-	memcpy(ids, src, (size_t)sqe->len * sizeof(*ids));
-	ret = kvc_pool_evict(c->pool->core, ids, sqe->len);
+	ret = evict_ids(c, src, sqe->len, &ids, &n);
+	if (ret)
+		return ret;
+	ret = kvc_pool_evict(c->pool->core, ids, n);
 	free(ids);
 	return ret;
 }
@@ -333,6 +423,8 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	if (sqe->opcode > KVP_OP_ATTEND && sqe->opcode < KVP_OP_POOL_CREATE)
 		return -EINVAL;
 	if (sqe->opcode >= KVP_OP_LAST)
+		return -EINVAL;
+	if (sqe->op_flags & ~known_op_flags[sqe->opcode])
 		return -EINVAL;
 	if (sqe->opcode >= KVP_OP_POOL_CREATE)
 		return admin_op(d, c, sqe);

@@ -31,7 +31,10 @@ struct kvpd_pool {
 	struct kvc_pool_counters seen; /* the core's counters when last published */
 };
 
-/* A sequence handle: generation << 32 | slot. Slots are per client. */
+/*
+ * A sequence handle: client tag (24 bits) | slot generation (16) | slot (24),
+ * slots per client; a slot whose generation is spent is retired (seqs.c).
+ */
 struct kvpd_seq_kv;
 
 struct kvpd_seq_slot {
@@ -187,6 +190,8 @@ void kvpd_config_release(struct kvpd_config *cfg);
 int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params);
 int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by);
 struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name);
+/* Pool and namespace names: 1 to KVP_NAME_MAX - 1 printable ASCII bytes, no blanks. */
+bool kvpd_name_valid(const char *name);
 void kvpd_pools_release(struct kvpd *d);
 
 /* client.c */

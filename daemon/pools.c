@@ -33,7 +33,7 @@ static int to_core_config(const struct kvp_pool_params *p, struct kvc_pool_confi
 	return 0;
 }
 
-static bool valid_name(const char *name)
+bool kvpd_name_valid(const char *name)
 {
 	size_t len = strnlen(name, KVP_NAME_MAX);
 
@@ -90,7 +90,7 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 	struct kvpd_pool *pool;
 	int ret;
 
-	if (!valid_name(params->name))
+	if (!kvpd_name_valid(params->name))
 		return -EINVAL;
 	ret = to_core_config(params, &cfg);
 	if (ret)

@@ -3,7 +3,8 @@
  * A client's sequence handles: client tag (24 bits) | slot generation (16) |
  * slot (24). The tag is unique to the connection, so another client's handle
  * never names a sequence here, and the generation makes a closed sequence's
- * handle stale: both get -EBADF.
+ * handle stale: both get -EBADF. A slot is retired once its generation is
+ * spent rather than wrapping it, so no handle of a connection ever comes back.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,11 +15,12 @@
 #define SLOT_NONE UINT32_MAX
 #define SLOT_BITS 24
 #define GEN_BITS 16
+#define GEN_MAX ((1u << GEN_BITS) - 1)
 
 static uint64_t make_handle(const struct kvpd_client *c, uint32_t gen, uint32_t slot)
 {
 	return (uint64_t)(c->gen & 0xffffff) << (SLOT_BITS + GEN_BITS) |
-	       (uint64_t)(gen & 0xffff) << SLOT_BITS | slot;
+	       (uint64_t)(gen & GEN_MAX) << SLOT_BITS | slot;
 }
 
 /* Called only with no free slot left. */
@@ -44,9 +46,13 @@ int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle)
 {
 	struct kvpd_seq_slot *s;
 	uint32_t slot;
+	int ret;
 
-	if ((c->seqs_cap == 0 || c->seq_free_head == SLOT_NONE) && grow(c))
-		return -ENOMEM;
+	if (c->seqs_cap == 0 || c->seq_free_head == SLOT_NONE) {
+		ret = grow(c);
+		if (ret)
+			return ret;
+	}
 	slot = c->seq_free_head;
 	s = &c->seqs[slot];
 	c->seq_free_head = s->next_free;
@@ -87,8 +93,11 @@ static void release_slot(struct kvpd_client *c, uint32_t slot)
 	kvpd_seq_kv_free(c->seqs[slot].kv, kvc_pool_config(c->pool->core)->num_groups);
 	c->seqs[slot].seq = NULL;
 	c->seqs[slot].kv = NULL;
-	c->seqs[slot].next_free = c->seq_free_head;
-	c->seq_free_head = slot;
+	/* A spent generation would wrap and revive the slot's oldest handle: retire the slot. */
+	if (c->seqs[slot].gen < GEN_MAX) {
+		c->seqs[slot].next_free = c->seq_free_head;
+		c->seq_free_head = slot;
+	}
 	c->seqs_open--;
 	c->pool->sequences--;
 }

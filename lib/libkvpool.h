@@ -107,7 +107,16 @@ int kvp_lookup(struct kvp_client *c, uint64_t handle, struct kvp_block_lists *li
  * kvp_alloc - allocate slots for @new_tokens (+ @lookahead); with @use_cache,
  * look the prefix cache up and take the hit atomically, reporting its length
  * in *hit_tokens. -ENOSPC when the pool is short. With @lists non-NULL,
- * copies the new blocks' ids there.
+ * copies the new blocks' ids there (@lists_bytes available).
+ *
+ * The new blocks all come off the free queue, so sizeof(struct kvp_block_lists)
+ * plus 4 bytes per block of the pool (kvp_pool_info()->num_blocks) always holds
+ * them. With less room:
+ * -EOVERFLOW: the allocation HAS happened (the sequence holds the new blocks,
+ *   *hit_tokens is set) but their ids did not fit in @lists_bytes; @lists is
+ *   left as it was. kvp_get_table() reads the tables.
+ * -EINVAL: nothing allocated, when @lists_bytes is less than
+ *   sizeof(struct kvp_block_lists); -E2BIG likewise when it exceeds the arena.
  */
 int kvp_alloc(struct kvp_client *c, uint64_t handle, uint32_t new_tokens, uint32_t lookahead,
 	      bool use_cache, uint32_t *hit_tokens, struct kvp_block_lists *lists,

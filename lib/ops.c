@@ -171,8 +171,12 @@ int kvp_alloc(struct kvp_client *c, uint64_t handle, uint32_t new_tokens, uint32
 	struct call call = { .sqe = { .opcode = KVP_OP_ALLOC, .handle = handle, .len = new_tokens,
 				      .arg1 = lookahead,
 				      .op_flags = use_cache ? KVP_ALLOC_USE_CACHE : 0 } };
-	int ret = lists_call(c, &call, lists, lists_bytes);
+	int ret;
 
+	/* Room for no header: refused before anything is allocated, as the daemon would. */
+	if (lists && lists_bytes < sizeof(*lists))
+		return -EINVAL;
+	ret = lists_call(c, &call, lists, lists_bytes);
 	if (ret == 0 && hit_tokens)
 		*hit_tokens = (uint32_t)call.cqe.aux;
 	if (ret == 0 && lists && (call.cqe.flags & KVP_CQE_F_OVERFLOW))

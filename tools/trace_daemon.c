@@ -14,7 +14,12 @@
 #include "name_map.h"
 #include "trace.h"
 
-#define ARENA_BYTES (64u << 20)
+/*
+ * The largest arena the daemon grants: the connection outlives every sequence
+ * of the trace, so it is sized once for the largest request. Its memfd pages
+ * cost only once touched.
+ */
+#define ARENA_BYTES KVP_MAX_ARENA
 
 struct daemon_seq {
 	uint64_t handle;
@@ -56,11 +61,88 @@ static void print_lists(const struct kvp_block_lists *l, struct trace_out *out)
 	}
 }
 
-/* Room for every group's list of a sequence of @tokens tokens (and then some). */
-static size_t lists_bytes(const struct daemon_target *t, uint64_t tokens)
+/* Arena bytes a blocking call can use for its reply: all of it (staged from offset 0). */
+static size_t max_out_bytes(const struct daemon_target *t)
 {
-	return sizeof(struct kvp_block_lists) +
-	       (size_t)t->params.num_groups * (tokens / t->params.block_size + 2) * sizeof(uint32_t);
+	uint64_t bytes;
+
+	kvp_arena(t->client, &bytes);
+	return bytes < UINT32_MAX ? (size_t)bytes : UINT32_MAX;
+}
+
+/* Room for block lists of @ids ids in all, capped by what a reply can hold. */
+static size_t lists_bytes(const struct daemon_target *t, uint64_t ids)
+{
+	uint64_t bytes = sizeof(struct kvp_block_lists) + ids * sizeof(uint32_t);
+
+	return bytes < max_out_bytes(t) ? (size_t)bytes : max_out_bytes(t);
+}
+
+/*
+ * A lookup hit is at most (tokens - 1) / block_size blocks, in every group; it
+ * may exceed the pool's blocks, as windows leave null positions in it.
+ */
+static size_t lookup_bytes(const struct daemon_target *t, const struct daemon_seq *s)
+{
+	uint64_t blocks = s->tokens ? (s->tokens - 1) / t->params.block_size : 0;
+
+	return lists_bytes(t, blocks * t->params.num_groups);
+}
+
+/*
+ * ALLOC's new blocks all leave the free queue, so there are fewer of them, in
+ * all groups together, than the pool's blocks; and no more than a table of
+ * tokens + new + lookahead tokens (at most max_len) has, per group.
+ */
+static size_t alloc_bytes(const struct daemon_target *t, const struct daemon_seq *s,
+			  const struct trace_cmd *cmd)
+{
+	uint64_t cap = s->tokens + (uint64_t)cmd->count + cmd->lookahead;
+	uint64_t ids;
+
+	if (cap > t->params.max_len)
+		cap = t->params.max_len;
+	ids = (uint64_t)t->params.num_groups * (cap / t->params.block_size + 2);
+	return lists_bytes(t, ids < t->params.num_blocks ? ids : t->params.num_blocks);
+}
+
+/*
+ * APPEND_TOKENS in pieces the arena holds. The core refuses a whole append
+ * that would pass KVC_MAX_TOKENS (-E2BIG, nothing appended): refused here too
+ * before a piece is sent, so that no part of it lands.
+ */
+static int append_tokens(struct daemon_target *t, struct daemon_seq *s, const uint32_t *tokens,
+			 uint32_t n)
+{
+	uint32_t piece = (uint32_t)(max_out_bytes(t) / sizeof(uint32_t));
+	int ret = 0;
+
+	if (n > piece && s->tokens + n > KVC_MAX_TOKENS)
+		return -E2BIG;
+	for (uint32_t done = 0; !ret && done < n; done += piece) {
+		uint32_t m = n - done < piece ? n - done : piece;
+
+		ret = kvp_append(t->client, s->handle, tokens + done, m);
+		if (!ret)
+			s->tokens += m;
+	}
+	return ret;
+}
+
+/* GET_TABLE: a table's length is not known here, so the reply room doubles until it fits. */
+static int get_table(struct daemon_target *t, const struct daemon_seq *s)
+{
+	size_t max = max_out_bytes(t), bytes = (size_t)64 << 10 < max ? (size_t)64 << 10 : max;
+	int ret;
+
+	for (;;) {
+		ret = reserve_buf(t, bytes);
+		if (!ret)
+			ret = kvp_get_table(t->client, s->handle, t->buf, bytes);
+		if (ret != -EOVERFLOW || bytes == max)
+			return ret;
+		bytes = bytes < max / 2 ? bytes * 2 : max;
+	}
 }
 
 static int exec_seq_cmd(struct daemon_target *t, const struct trace_cmd *cmd,
@@ -71,27 +153,23 @@ static int exec_seq_cmd(struct daemon_target *t, const struct trace_cmd *cmd,
 
 	switch (cmd->op) {
 	case TRACE_APPEND:
-		ret = kvp_append(t->client, s->handle, cmd->values, cmd->nvalues);
-		if (!ret)
-			s->tokens += cmd->nvalues;
+		ret = append_tokens(t, s, cmd->values, cmd->nvalues);
 		break;
 	case TRACE_COMPUTED:
 		ret = kvp_commit(t->client, s->handle, cmd->count);
 		break;
 	case TRACE_LOOKUP:
-		ret = reserve_buf(t, lists_bytes(t, s->tokens));
+		ret = reserve_buf(t, lookup_bytes(t, s));
 		if (ret)
 			return ret;
-		ret = kvp_lookup(t->client, s->handle, t->buf, lists_bytes(t, s->tokens));
+		ret = kvp_lookup(t->client, s->handle, t->buf, lookup_bytes(t, s));
 		if (ret < 0)
 			break;
 		trace_out_printf(out, "hit %s %d", cmd->id, ret);
 		print_lists(t->buf, out);
 		return 0;
 	case TRACE_ALLOC: {
-		/* New blocks never outnumber max_len's blocks, nor tokens + new + lookahead's. */
-		uint64_t cap = s->tokens + (uint64_t)cmd->count + cmd->lookahead;
-		size_t bytes = lists_bytes(t, cap < t->params.max_len ? cap : t->params.max_len);
+		size_t bytes = alloc_bytes(t, s, cmd);
 
 		ret = reserve_buf(t, bytes);
 		if (ret)
@@ -115,13 +193,7 @@ static int exec_seq_cmd(struct daemon_target *t, const struct trace_cmd *cmd,
 		trace_out_printf(out, "free %s", cmd->id);
 		return 0;
 	case TRACE_TABLE:
-		for (size_t bytes = 64 << 10;; bytes *= 2) {
-			ret = reserve_buf(t, bytes);
-			if (!ret)
-				ret = kvp_get_table(t->client, s->handle, t->buf, bytes);
-			if (ret != -EOVERFLOW || bytes >= ARENA_BYTES / 2)
-				break;
-		}
+		ret = get_table(t, s);
 		if (ret < 0)
 			return ret;
 		trace_out_printf(out, "table %s", cmd->id);
@@ -130,7 +202,8 @@ static int exec_seq_cmd(struct daemon_target *t, const struct trace_cmd *cmd,
 	default:
 		return -EINVAL;
 	}
-	if (ret == -EINVAL) {
+	/* As the core target: the core's -E2BIG (past KVC_MAX_TOKENS) is a refusal too. */
+	if (ret == -EINVAL || ret == -E2BIG) {
 		trace_out_printf(out, "%s %s invalid", cmd->name, cmd->id);
 		return 0;
 	}

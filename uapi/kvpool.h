@@ -16,6 +16,10 @@
  * without breaking clients that use them. See docs/protocol.md.
  *
  * Every reserved field must be zero, else the request fails with -EINVAL.
+ * Reserved fields of what the daemon writes (replies, completions, stats) are
+ * written as zero. All integers are host-endian; "arena offset" means bytes
+ * from the start of the data arena. The layout has no implicit padding: the
+ * _Static_asserts at the end pin every size and offset.
  */
 #ifndef _UAPI_KVPOOL_H
 #define _UAPI_KVPOOL_H
@@ -37,34 +41,45 @@
 #define KVP_FEAT_STATS_PAGE (1ull << 2)  /* a 4th descriptor: the read-only stats page */
 #define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE)
 
+/*
+ * Client -> daemon, the first message on the socket, exactly this size. A bad
+ * magic or version gets -EPROTO, any other bad field -EINVAL (in reply.result).
+ * Names (pool, namespace_) are "" or 1..31 printable non-blank ASCII bytes,
+ * zero-padded to KVP_NAME_MAX.
+ */
 struct kvp_setup {
 	__u32 magic;           /* KVP_MAGIC */
 	__u32 abi_version;     /* KVP_ABI_VERSION */
 	__u32 sq_entries;      /* power of two, 1..KVP_MAX_ENTRIES */
-	__u32 cq_entries;      /* power of two >= sq_entries, or 0 for 2 * sq_entries */
+	__u32 cq_entries;      /* power of two, sq_entries..2 * KVP_MAX_ENTRIES;
+				* 0 for 2 * sq_entries */
 	__u64 arena_bytes;     /* data arena size, rounded up to pages; <= KVP_MAX_ARENA */
-	__u64 features;        /* KVP_FEAT_* wanted */
-	char pool[KVP_NAME_MAX];      /* pool to attach to; "" for none (admin, stats) */
-	char namespace_[KVP_NAME_MAX]; /* cache namespace; "" is the shared default */
-	__u64 resv[4];
+	__u64 features;        /* KVP_FEAT_* wanted; bits not granted are dropped, not refused */
+	char pool[KVP_NAME_MAX];      /* pool to attach to (-ENODEV if unknown); "" for none
+				       * (admin, stats) */
+	char namespace_[KVP_NAME_MAX]; /* cache namespace; "" is the shared default; -EPERM
+					* unless granted to the peer's uid */
+	__u64 resv[4];         /* must be zero (else -EINVAL) */
 };
 
+/* Daemon -> client, in the reply: byte offsets in the memfd of the SQ's parts. */
 struct kvp_sq_offsets {
 	__u32 head;    /* __u32, written by the daemon */
 	__u32 tail;    /* __u32, written by the client */
 	__u32 flags;   /* __u32, KVP_SQ_*, written by the daemon */
-	__u32 entries; /* __u32, ring size */
-	__u32 sqes;    /* struct kvp_sqe[entries] */
-	__u32 resv[3];
+	__u32 entries; /* __u32, ring size, written by the daemon at setup */
+	__u32 sqes;    /* struct kvp_sqe[entries], written by the client */
+	__u32 resv[3]; /* zero */
 };
 
+/* Daemon -> client, in the reply: byte offsets in the memfd of the CQ's parts. */
 struct kvp_cq_offsets {
-	__u32 head;    /* written by the client */
-	__u32 tail;    /* written by the daemon */
-	__u32 flags;   /* KVP_CQ_*, written by the client */
-	__u32 entries;
-	__u32 cqes;    /* struct kvp_cqe[entries] */
-	__u32 resv[3];
+	__u32 head;    /* __u32, written by the client */
+	__u32 tail;    /* __u32, written by the daemon */
+	__u32 flags;   /* __u32, KVP_CQ_*, written by the client */
+	__u32 entries; /* __u32, ring size, written by the daemon at setup */
+	__u32 cqes;    /* struct kvp_cqe[entries], written by the daemon */
+	__u32 resv[3]; /* zero */
 };
 
 /* SQ flags (daemon -> client). */
@@ -72,33 +87,35 @@ struct kvp_cq_offsets {
 /* CQ flags (client -> daemon). */
 #define KVP_CQ_NEED_WAKEUP (1u << 0) /* the client sleeps: write the CQ eventfd */
 
+/* Daemon -> client: the attached pool's parameters, as given to POOL_CREATE or the config. */
 struct kvp_pool_info {
-	__u32 num_blocks;
-	__u32 block_size;
-	__u32 num_groups;
-	__u32 max_len;
-	__u8 group_kind[KVP_MAX_GROUPS]; /* KVP_KIND_* */
-	__u32 group_param[KVP_MAX_GROUPS];
+	__u32 num_blocks;     /* N, null block 0 included */
+	__u32 block_size;     /* tokens per block */
+	__u32 num_groups;     /* KV cache groups, 1..KVP_MAX_GROUPS */
+	__u32 max_len;        /* longest sequence, tokens */
+	__u8 group_kind[KVP_MAX_GROUPS];   /* KVP_KIND_*; the first num_groups entries count */
+	__u32 group_param[KVP_MAX_GROUPS]; /* window W or chunk C, tokens; unused for FULL */
 	__u32 kv_heads;       /* KV geometry; 0 when the pool holds no KV */
-	__u32 head_dim;
-	__u32 dtype;          /* KVP_DTYPE_* */
-	__u32 layers_per_group;
+	__u32 head_dim;       /* elements per head row */
+	__u32 dtype;          /* KVP_DTYPE_* of the KV (and of Q by default) */
+	__u32 layers_per_group; /* layers stored per group */
 };
 
+/* Daemon -> client, the only message the daemon sends on the socket. */
 struct kvp_setup_reply {
-	__s32 result;          /* 0, or -errno (no descriptors come then) */
-	__u32 client_id;
+	__s32 result;          /* 0, or -errno (no descriptors come then, and the socket closes) */
+	__u32 client_id;       /* this connection's id, as in STATS and the stats page */
 	__u64 features;        /* agreed KVP_FEAT_* */
 	__u64 mmap_bytes;      /* size of the memfd; map it all, shared */
-	__u32 sq_entries;
-	__u32 cq_entries;
-	struct kvp_sq_offsets sq_off;
-	struct kvp_cq_offsets cq_off;
-	__u64 arena_off;       /* offset of the data arena in the memfd */
-	__u64 arena_bytes;
+	__u32 sq_entries;      /* SQ size, entries */
+	__u32 cq_entries;      /* CQ size, entries (2 * sq_entries when asked for 0) */
+	struct kvp_sq_offsets sq_off; /* where the SQ lives in the memfd */
+	struct kvp_cq_offsets cq_off; /* where the CQ lives in the memfd */
+	__u64 arena_off;       /* offset of the data arena in the memfd, page-aligned */
+	__u64 arena_bytes;     /* arena size: the request rounded up to pages */
 	struct kvp_pool_info pool; /* zero when attached to none */
-	__u64 stats_bytes;     /* with KVP_FEAT_STATS_PAGE: size of the stats page */
-	__u64 resv[3];
+	__u64 stats_bytes;     /* with KVP_FEAT_STATS_PAGE: size of the stats page; else 0 */
+	__u64 resv[3];         /* zero */
 };
 
 /* Descriptors passed with the reply, in this order (the stats page only when agreed). */
@@ -106,20 +123,26 @@ enum { KVP_FD_MEM, KVP_FD_SQ_DOORBELL, KVP_FD_CQ_EVENT, KVP_FD_STATS, KVP_NUM_FD
 
 enum kvp_opcode {
 	KVP_OP_NOP = 0,
-	KVP_OP_SEQ_OPEN,      /* addr: tokens (__u32[len]), then salt (arg2 bytes); arg1: prefix
-			       * if KVP_OPEN_PREFIX. cqe.aux: the handle */
+	KVP_OP_SEQ_OPEN,      /* addr: tokens (__u32[len], len >= 1), then salt (arg2 bytes);
+			       * arg1: prefix if KVP_OPEN_PREFIX. cqe.aux: the handle */
 	KVP_OP_SEQ_CLOSE,     /* handle: free the blocks and forget the sequence */
 	KVP_OP_APPEND_TOKENS, /* handle, addr: tokens (__u32[len]) */
-	KVP_OP_LOOKUP,        /* handle; out: struct kvp_block_lists. res: hit tokens */
+	KVP_OP_LOOKUP,        /* handle; out (optional): struct kvp_block_lists, cqe.aux: its bytes.
+			       * res: hit tokens, or -EOVERFLOW if out_len is short */
 	KVP_OP_ALLOC,         /* handle, len: new tokens, arg1: lookahead, KVP_ALLOC_USE_CACHE;
-			       * out (optional): the new blocks as struct kvp_block_lists.
+			       * out (optional): the new blocks as struct kvp_block_lists; out_len
+			       * is 0 or >= its 68-byte head (else -EINVAL, nothing changes).
 			       * res: 0 or -ENOSPC; cqe.aux: hit tokens */
-	KVP_OP_COMMIT,        /* handle, len: computed tokens (publishes, drops) */
+	KVP_OP_COMMIT,        /* handle, len: computed tokens, a total (publishes, drops). With KV:
+			       * -ENODATA unless every layer of every group is written up to len */
 	KVP_OP_FREE,          /* handle: release the blocks, keep the sequence */
-	KVP_OP_GET_TABLE,     /* handle; out: struct kvp_block_lists of the tables */
+	KVP_OP_GET_TABLE,     /* handle; out: struct kvp_block_lists of the tables. res and
+			       * cqe.aux: its bytes (-EOVERFLOW: aux is what out_len must be) */
 	KVP_OP_POOL_STATS,    /* out: struct kvp_pool_stats of the attached pool */
-	KVP_OP_STATS,         /* out: struct kvp_stats_header, pools, clients */
-	KVP_OP_ATTACH,        /* addr: pool name (len bytes); only with no sequence open */
+	KVP_OP_STATS,         /* out: struct kvp_stats_header, pools, clients. res: bytes,
+			       * cqe.aux: bytes needed (-EOVERFLOW when out_len is short) */
+	KVP_OP_ATTACH,        /* addr: pool name (len bytes, no NUL; 0 detaches); -EBUSY while a
+			       * sequence is open */
 	KVP_OP_WRITE_KV,      /* handle, arg1: first position, len: tokens, arg2: KVP_KV_SEL;
 			       * addr: K then V, each [len][kv_heads][head_dim] in the pool dtype.
 			       * Only positions >= computed (-EPERM) and < allocated slots (-EINVAL) */
@@ -127,9 +150,10 @@ enum kvp_opcode {
 	KVP_OP_ATTEND,        /* addr: struct kvp_attend (len bytes). -ENODATA: the mask needs a
 			       * position that was dropped or never written */
 	/* Admin (KVP_FEAT_ADMIN): */
-	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params */
+	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params (len = its size) */
 	KVP_OP_POOL_DESTROY,  /* addr: pool name (len bytes); -EBUSY while in use by others */
-	KVP_OP_EVICT,         /* addr: block ids (__u32[len]) of the attached pool. res: evicted */
+	KVP_OP_EVICT,         /* addr: block ids (__u32[len], repeats allowed) of the attached pool.
+			       * res: hashes removed */
 	KVP_OP_RESET,         /* the attached pool's prefix cache; -EBUSY while blocks are used */
 	KVP_OP_DUMP_FREEQ,    /* out: __u32 ids, head first. res: queue length */
 	KVP_OP_CHECK,         /* attached pool's invariants: 0 or -EUCLEAN; out: reason text */
@@ -143,47 +167,56 @@ enum kvp_opcode {
 #define KVP_OPEN_PREFIX (1u << 0)     /* SEQ_OPEN: arg1 is the R-SWA prefix length */
 #define KVP_ALLOC_USE_CACHE (1u << 0) /* ALLOC: look the prefix cache up first */
 
-/* One request: 64 bytes, copied out of the ring before anything reads it. */
+/*
+ * One request: 64 bytes, written by the client, copied out of the ring before
+ * anything reads it. flags, resv1, resv2 and op_flags are checked for every
+ * opcode; any other field an opcode does not use is ignored.
+ */
 struct kvp_sqe {
-	__u8 opcode;      /* KVP_OP_* */
-	__u8 flags;       /* reserved, 0 */
-	__u16 resv1;
-	__u32 len;        /* count (tokens, ids, bytes) */
-	__u64 handle;     /* sequence handle from SEQ_OPEN */
+	__u8 opcode;      /* KVP_OP_*; others -EINVAL */
+	__u8 flags;       /* reserved: must be zero (else -EINVAL) */
+	__u16 resv1;      /* must be zero (else -EINVAL) */
+	__u32 len;        /* count (tokens, ids, bytes), per opcode */
+	__u64 handle;     /* sequence handle from SEQ_OPEN; a stale or foreign one gets -EBADF */
 	__u64 user_data;  /* returned unchanged in the completion */
 	__u64 addr;       /* arena offset of the input */
 	__u64 out_addr;   /* arena offset of the output */
 	__u32 out_len;    /* bytes available at out_addr */
-	__u32 op_flags;   /* per-opcode flags */
-	__u32 arg1;
-	__u32 arg2;
-	__u64 resv2;
+	__u32 op_flags;   /* per-opcode flags (KVP_OPEN_*, KVP_ALLOC_*); a bit the opcode does not
+			   * know gets -EINVAL */
+	__u32 arg1;       /* SEQ_OPEN: prefix, ALLOC: lookahead tokens, *_KV: first position */
+	__u32 arg2;       /* SEQ_OPEN: salt bytes, *_KV: KVP_KV_SEL(group, layer) */
+	__u64 resv2;      /* must be zero (else -EINVAL) */
 };
 
 /* cqe.flags */
 #define KVP_CQE_F_OVERFLOW (1u << 0) /* ALLOC succeeded but its id lists did not fit in out_len */
 
-/* One completion: 32 bytes. */
+/* One completion: 32 bytes, written by the daemon. */
 struct kvp_cqe {
-	__u64 user_data;
+	__u64 user_data;  /* the request's sqe.user_data */
 	__s32 res;        /* >= 0, or -errno */
 	__u32 flags;      /* KVP_CQE_F_* */
-	__u64 aux;        /* second result, per opcode */
-	__u64 resv;
+	__u64 aux;        /* second result, per opcode; 0 when the opcode has none */
+	__u64 resv;       /* zero */
 };
 
-/* Per-group block ids: counts[num_groups], then each group's ids in order. */
+/*
+ * Per-group block ids, written by the daemon: a fixed 68-byte head (counts[]
+ * always has KVP_MAX_GROUPS slots, those past num_groups zero), then ids[]:
+ * group 0's counts[0] ids, then group 1's, and so on.
+ */
 struct kvp_block_lists {
-	__u32 num_groups;
-	__u32 counts[KVP_MAX_GROUPS];
+	__u32 num_groups;             /* the pool's group count */
+	__u32 counts[KVP_MAX_GROUPS]; /* ids per group */
 	__u32 ids[];      /* sum(counts) entries; 0 = null block */
 };
 
 /* One sequence's queries in an ATTEND: positions first_pos .. first_pos + count - 1. */
 struct kvp_attend_seq {
-	__u64 handle;
-	__u32 first_pos;
-	__u32 count;
+	__u64 handle;     /* sequence handle from SEQ_OPEN */
+	__u32 first_pos;  /* position of the first query, tokens */
+	__u32 count;      /* queries, >= 1 */
 	__u64 q_off;      /* arena: Q [count][q_heads][head_dim] */
 	__u64 out_off;    /* arena: the output, same shape and dtype as Q */
 };
@@ -191,79 +224,92 @@ struct kvp_attend_seq {
 #define KVP_ATTEND_Q_F32 (1u << 0) /* Q and the output are f32, not the pool dtype */
 
 /*
- * ATTEND input: causal attention of each query over its sequence's KV in one
- * group and layer, with the group's mask. Many sequences per entry make a
- * decode step one request per layer.
+ * ATTEND input, written by the client: causal attention of each query over its
+ * sequence's KV in one group and layer, with the group's mask. Many sequences
+ * per entry make a decode step one request per layer. scale and softcap are
+ * IEEE 754 binary32 (float), in host byte order.
  */
 struct kvp_attend {
-	__u16 group;
-	__u16 layer;
-	__u32 num_seqs;
-	__u32 q_heads;    /* a multiple of the pool's kv_heads */
-	__u32 flags;      /* KVP_ATTEND_* */
-	float scale;      /* multiplies q.k */
-	float softcap;    /* > 0: logits become softcap * tanh(logit / softcap) */
-	__u64 resv;
-	struct kvp_attend_seq seqs[];
+	__u16 group;      /* < the pool's num_groups (else -EINVAL) */
+	__u16 layer;      /* < the pool's layers_per_group (else -EINVAL) */
+	__u32 num_seqs;   /* entries in seqs[], 1..65536; sqe.len must cover them */
+	__u32 q_heads;    /* a non-zero multiple of the pool's kv_heads */
+	__u32 flags;      /* KVP_ATTEND_*; other bits -EINVAL */
+	float scale;      /* multiplies q.k, before the softcap; finite (else -EINVAL) */
+	float softcap;    /* > 0: logits become softcap * tanh(logit / softcap); 0: none;
+			   * < 0, NaN or infinite: -EINVAL */
+	__u64 resv;       /* must be zero (else -EINVAL) */
+	struct kvp_attend_seq seqs[]; /* num_seqs entries */
 };
 
+/* Daemon -> client: POOL_STATS output, and part of each STATS pool entry. */
 struct kvp_pool_stats {
 	__u32 blocks_total; /* N, null block included */
-	__u32 blocks_free;
-	__u32 blocks_used;
-	__u32 blocks_cached;
+	__u32 blocks_free;  /* free-queue length */
+	__u32 blocks_used;  /* N - 1 - blocks_free */
+	__u32 blocks_cached; /* blocks carrying a prefix-cache hash, used or free */
 };
 
 enum kvp_kind { KVP_KIND_FULL, KVP_KIND_SWA, KVP_KIND_RSWA, KVP_KIND_CHUNKED, KVP_KIND_CYCLIC };
 enum kvp_dtype { KVP_DTYPE_F32, KVP_DTYPE_F16, KVP_DTYPE_BF16 };
 
+/*
+ * Client -> daemon, POOL_CREATE's input (the config file fills the same
+ * struct). A value out of the ranges below gets -EINVAL.
+ */
 struct kvp_pool_params {
-	char name[KVP_NAME_MAX];
-	__u32 num_blocks;
-	__u32 block_size;
-	__u8 caching;          /* 1 = on */
-	__u8 free_order;       /* 0 split, 1 append */
-	__u8 publish;          /* 0 commit, 1 alloc */
-	__u8 num_groups;
-	__u32 max_len;
-	__u32 max_step_tokens;
+	char name[KVP_NAME_MAX]; /* 1..31 printable non-blank ASCII + NUL; -EEXIST if taken */
+	__u32 num_blocks;      /* N, null block 0 included; 2..2^24 */
+	__u32 block_size;      /* tokens per block, 1..2^30 */
+	__u8 caching;          /* prefix caching: 1 = on, 0 = off */
+	__u8 free_order;       /* 0 split (freed unhashed blocks to the head, hashed to the tail),
+				* 1 append (all to the tail) */
+	__u8 publish;          /* 0 commit (hash a block once computed), 1 alloc (hash full blocks
+				* at ALLOC; -EINVAL for a pool with KV) */
+	__u8 num_groups;       /* 1..KVP_MAX_GROUPS */
+	__u32 max_len;         /* longest sequence, tokens, >= 1 */
+	__u32 max_step_tokens; /* most tokens one ALLOC adds (len + lookahead), >= 1; sizes cyclic
+				* rings */
 	__u32 kv_heads;        /* KV geometry (the data path); 0: no KV memory, allocation only */
-	__u32 head_dim;
-	__u32 dtype;           /* KVP_DTYPE_* */
-	__u32 layers_per_group;
-	__u8 group_kind[KVP_MAX_GROUPS];
-	__u32 group_param[KVP_MAX_GROUPS];
-	__u32 resv0;
-	__u64 resv[2];
+	__u32 head_dim;        /* elements per head row; kv_heads, head_dim and layers_per_group are
+				* all 0 or all 1..1024 */
+	__u32 dtype;           /* KVP_DTYPE_*, checked even without KV */
+	__u32 layers_per_group; /* layers stored per group */
+	__u8 group_kind[KVP_MAX_GROUPS];   /* KVP_KIND_*; entries past num_groups are not checked */
+	__u32 group_param[KVP_MAX_GROUPS]; /* tokens: window W (SWA >= 2; RSWA, CYCLIC >= 1) or
+					    * chunk C (>= 1), <= 2^30; unused for FULL */
+	__u32 resv0;           /* must be zero (else -EINVAL) */
+	__u64 resv[2];         /* must be zero (else -EINVAL) */
 };
 
+/* Daemon -> client, STATS output. */
 struct kvp_stats_header {
-	__u32 num_pools;
-	__u32 num_clients;
+	__u32 num_pools;            /* struct kvp_pool_entry that follow */
+	__u32 num_clients;          /* struct kvp_client_entry that follow: clients past setup */
 	__u64 clients_connected;    /* since start */
-	__u64 clients_disconnected;
+	__u64 clients_disconnected; /* since start */
 	__u64 clients_killed;       /* hung up with sequences open */
 	/* then struct kvp_pool_entry[num_pools], struct kvp_client_entry[num_clients] */
 };
 
 struct kvp_pool_entry {
-	char name[KVP_NAME_MAX];
-	__u32 block_size;
-	struct kvp_pool_stats stats;
-	__u32 clients;
-	__u32 sequences;
-	__u32 resv;
+	char name[KVP_NAME_MAX];    /* NUL-terminated */
+	__u32 block_size;           /* tokens per block */
+	struct kvp_pool_stats stats; /* as POOL_STATS */
+	__u32 clients;              /* clients attached */
+	__u32 sequences;            /* sequences open */
+	__u32 resv;                 /* zero */
 };
 
 struct kvp_client_entry {
-	__u32 client_id;
-	__s32 pid;
-	__u32 uid;
-	__u32 sequences;
-	char namespace_[KVP_NAME_MAX];
-	char pool[KVP_NAME_MAX];
-	__u64 blocks_held;   /* distinct blocks its sequences hold */
-	__u64 ops;           /* requests completed */
+	__u32 client_id;     /* as kvp_setup_reply.client_id */
+	__s32 pid;           /* peer credentials (SO_PEERCRED) at connect */
+	__u32 uid;           /* likewise */
+	__u32 sequences;     /* sequences open */
+	char namespace_[KVP_NAME_MAX]; /* NUL-terminated */
+	char pool[KVP_NAME_MAX];       /* attached pool; "" for none */
+	__u64 blocks_held;   /* distinct blocks its sequences hold; 0 when attached to none */
+	__u64 ops;           /* requests completed (failed ones included) */
 };
 
 /*
@@ -271,22 +317,24 @@ struct kvp_client_entry {
  * read-only) where the daemon keeps its counters as it serves, so reading them
  * never costs the daemon anything. Writes are bracketed by a seqlock: read
  * seq (retry while odd), copy what you need, read seq again, retry if it moved.
+ * The daemon is its only writer; counters count since the daemon started.
  */
 #define KVP_STATS_MAGIC 0x6b767374u /* "kvst" */
 #define KVP_STATS_VERSION 1
-#define KVP_HIST_BUCKETS 40  /* bucket b: latencies in [2^b, 2^(b+1)) ns (b = 0: also 0) */
+#define KVP_HIST_BUCKETS 40  /* bucket b: latencies in [2^b, 2^(b+1)) ns (b = 0: also 0;
+			      * the last: everything longer) */
 #define KVP_STATS_OPS 256    /* per-opcode entries, indexed by opcode */
 
 struct kvp_stats_op {
-	__u64 count;
+	__u64 count;        /* completions of this opcode, failures included */
 	__u64 errors;       /* completions with res < 0 */
-	__u64 sum_ns;
-	__u64 hist[KVP_HIST_BUCKETS];
+	__u64 sum_ns;       /* their latencies in the daemon, summed, ns */
+	__u64 hist[KVP_HIST_BUCKETS]; /* completions per latency bucket */
 };
 
 struct kvp_stats_group {
 	__u32 kind;         /* KVP_KIND_* */
-	__u32 param;
+	__u32 param;        /* window W or chunk C, tokens */
 	__u64 blocks_held;  /* blocks in use now that this group took */
 	__u64 window_drops; /* blocks its windows dropped, total */
 	__u64 tokens_held;  /* fragmentation: token slots of the blocks sequences hold... */
@@ -294,88 +342,376 @@ struct kvp_stats_group {
 };
 
 struct kvp_stats_pool {
-	__u32 in_use;       /* 0: an unused entry */
-	__u32 block_size;
-	char name[KVP_NAME_MAX];
+	__u32 in_use;       /* 0: an unused entry (all zero) */
+	__u32 block_size;   /* tokens per block */
+	char name[KVP_NAME_MAX]; /* NUL-terminated */
 	__u32 blocks_total; /* N, null block included */
-	__u32 blocks_free;
-	__u32 blocks_used;
-	__u32 blocks_cached;
-	__u32 num_groups;
-	__u32 clients;
-	__u32 sequences;
-	__u32 resv;
-	__u64 prefix_queries_tokens; /* at admission: ALLOC with the prefix cache */
-	__u64 prefix_hits_tokens;
-	__u64 lookup_queries_tokens; /* advisory LOOKUPs */
-	__u64 lookup_hits_tokens;
+	__u32 blocks_free;  /* free-queue length */
+	__u32 blocks_used;  /* N - 1 - blocks_free */
+	__u32 blocks_cached; /* blocks carrying a prefix-cache hash, used or free */
+	__u32 num_groups;   /* entries of groups[] in use */
+	__u32 clients;      /* clients attached */
+	__u32 sequences;    /* sequences open */
+	__u32 resv;         /* zero */
+	__u64 prefix_queries_tokens; /* at admission: ALLOC with the prefix cache, tokens offered */
+	__u64 prefix_hits_tokens;    /* ...and tokens hit */
+	__u64 lookup_queries_tokens; /* advisory LOOKUPs, tokens offered */
+	__u64 lookup_hits_tokens;    /* ...and tokens hit */
 	__u64 evictions_reuse;       /* a cached free block taken for new data */
 	__u64 evictions_evict;       /* admin EVICT */
 	__u64 evictions_reset;       /* admin RESET */
 	__u64 nospace;               /* ALLOCs refused for want of blocks */
-	struct kvp_stats_group groups[KVP_MAX_GROUPS];
+	struct kvp_stats_group groups[KVP_MAX_GROUPS]; /* [num_groups] used, the rest zero */
 };
 
 struct kvp_stats_client {
-	__u32 in_use;
-	__u32 client_id;
-	__s32 pid;
-	__u32 uid;
-	char namespace_[KVP_NAME_MAX];
-	char pool[KVP_NAME_MAX];
-	__u32 sequences;
-	__u32 resv;
+	__u32 in_use;       /* 0: an unused entry (all zero) */
+	__u32 client_id;    /* as kvp_setup_reply.client_id */
+	__s32 pid;          /* peer credentials (SO_PEERCRED) at connect */
+	__u32 uid;          /* likewise */
+	char namespace_[KVP_NAME_MAX]; /* NUL-terminated */
+	char pool[KVP_NAME_MAX];       /* attached pool; "" for none */
+	__u32 sequences;    /* sequences open */
+	__u32 resv;         /* zero */
 	__u64 blocks_held;  /* distinct blocks its sequences hold (the charging rule) */
-	__u64 ops;          /* requests completed */
+	__u64 ops;          /* requests completed (failed ones included) */
 };
 
 struct kvp_stats_page {
 	__u32 magic;        /* KVP_STATS_MAGIC */
-	__u32 version;
+	__u32 version;      /* KVP_STATS_VERSION */
 	__u32 seq;          /* seqlock: odd while the daemon writes */
-	__u32 max_pools;
-	__u32 max_clients;
-	__u32 hist_buckets;
-	__u64 page_bytes;
-	__u64 pools_off;    /* struct kvp_stats_pool[max_pools] */
-	__u64 clients_off;  /* struct kvp_stats_client[max_clients] */
-	__u64 ops_off;      /* struct kvp_stats_op[KVP_STATS_OPS] */
-	__u64 start_realtime_ns;
-	__u64 update_ns;    /* CLOCK_MONOTONIC of the last update */
-	__u64 clients_connected;
-	__u64 clients_disconnected;
+	__u32 max_pools;    /* entries at pools_off */
+	__u32 max_clients;  /* entries at clients_off (the daemon's max_clients) */
+	__u32 hist_buckets; /* KVP_HIST_BUCKETS */
+	__u64 page_bytes;   /* size of the page (reply.stats_bytes) */
+	__u64 pools_off;    /* bytes from the page's start: struct kvp_stats_pool[max_pools] */
+	__u64 clients_off;  /* likewise: struct kvp_stats_client[max_clients] */
+	__u64 ops_off;      /* likewise: struct kvp_stats_op[KVP_STATS_OPS] */
+	__u64 start_realtime_ns; /* CLOCK_REALTIME when the daemon started, ns */
+	__u64 update_ns;    /* CLOCK_MONOTONIC of the last update, ns */
+	__u64 clients_connected;    /* since start */
+	__u64 clients_disconnected; /* since start */
 	__u64 clients_killed; /* hung up with sequences open */
-	__u64 resv[5];
+	__u64 resv[5];      /* zero */
 };
 
+/*
+ * The layout, pinned. Offsets use __builtin_offsetof (GCC, Clang) so that the
+ * header needs nothing beyond <linux/types.h>.
+ */
+/* kvp_attend's float fields must be IEEE 754 binary32. */
+_Static_assert(sizeof(float) == 4, "float is IEEE 754 binary32");
+#if defined(__FLT_RADIX__) && defined(__FLT_MANT_DIG__) && defined(__FLT_MAX_EXP__)
+_Static_assert(__FLT_RADIX__ == 2 && __FLT_MANT_DIG__ == 24 && __FLT_MAX_EXP__ == 128,
+	       "float is IEEE 754 binary32");
+#endif
+
 _Static_assert(sizeof(struct kvp_setup) == 128, "kvp_setup");
+_Static_assert(__builtin_offsetof(struct kvp_setup, magic) == 0, "kvp_setup.magic");
+_Static_assert(__builtin_offsetof(struct kvp_setup, abi_version) == 4, "kvp_setup.abi_version");
+_Static_assert(__builtin_offsetof(struct kvp_setup, sq_entries) == 8, "kvp_setup.sq_entries");
+_Static_assert(__builtin_offsetof(struct kvp_setup, cq_entries) == 12, "kvp_setup.cq_entries");
+_Static_assert(__builtin_offsetof(struct kvp_setup, arena_bytes) == 16, "kvp_setup.arena_bytes");
+_Static_assert(__builtin_offsetof(struct kvp_setup, features) == 24, "kvp_setup.features");
+_Static_assert(__builtin_offsetof(struct kvp_setup, pool) == 32, "kvp_setup.pool");
+_Static_assert(__builtin_offsetof(struct kvp_setup, namespace_) == 64, "kvp_setup.namespace_");
+_Static_assert(__builtin_offsetof(struct kvp_setup, resv) == 96, "kvp_setup.resv");
+
 _Static_assert(sizeof(struct kvp_sq_offsets) == 32, "kvp_sq_offsets");
+_Static_assert(__builtin_offsetof(struct kvp_sq_offsets, head) == 0, "kvp_sq_offsets.head");
+_Static_assert(__builtin_offsetof(struct kvp_sq_offsets, tail) == 4, "kvp_sq_offsets.tail");
+_Static_assert(__builtin_offsetof(struct kvp_sq_offsets, flags) == 8, "kvp_sq_offsets.flags");
+_Static_assert(__builtin_offsetof(struct kvp_sq_offsets, entries) == 12, "kvp_sq_offsets.entries");
+_Static_assert(__builtin_offsetof(struct kvp_sq_offsets, sqes) == 16, "kvp_sq_offsets.sqes");
+_Static_assert(__builtin_offsetof(struct kvp_sq_offsets, resv) == 20, "kvp_sq_offsets.resv");
+
 _Static_assert(sizeof(struct kvp_cq_offsets) == 32, "kvp_cq_offsets");
+_Static_assert(__builtin_offsetof(struct kvp_cq_offsets, head) == 0, "kvp_cq_offsets.head");
+_Static_assert(__builtin_offsetof(struct kvp_cq_offsets, tail) == 4, "kvp_cq_offsets.tail");
+_Static_assert(__builtin_offsetof(struct kvp_cq_offsets, flags) == 8, "kvp_cq_offsets.flags");
+_Static_assert(__builtin_offsetof(struct kvp_cq_offsets, entries) == 12, "kvp_cq_offsets.entries");
+_Static_assert(__builtin_offsetof(struct kvp_cq_offsets, cqes) == 16, "kvp_cq_offsets.cqes");
+_Static_assert(__builtin_offsetof(struct kvp_cq_offsets, resv) == 20, "kvp_cq_offsets.resv");
+
 _Static_assert(sizeof(struct kvp_pool_info) == 112, "kvp_pool_info");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, num_blocks) == 0,
+	       "kvp_pool_info.num_blocks");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, block_size) == 4,
+	       "kvp_pool_info.block_size");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, num_groups) == 8,
+	       "kvp_pool_info.num_groups");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, max_len) == 12, "kvp_pool_info.max_len");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, group_kind) == 16,
+	       "kvp_pool_info.group_kind");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, group_param) == 32,
+	       "kvp_pool_info.group_param");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, kv_heads) == 96, "kvp_pool_info.kv_heads");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, head_dim) == 100, "kvp_pool_info.head_dim");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, dtype) == 104, "kvp_pool_info.dtype");
+_Static_assert(__builtin_offsetof(struct kvp_pool_info, layers_per_group) == 108,
+	       "kvp_pool_info.layers_per_group");
+
 _Static_assert(sizeof(struct kvp_setup_reply) == 256, "kvp_setup_reply");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, result) == 0, "kvp_setup_reply.result");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, client_id) == 4,
+	       "kvp_setup_reply.client_id");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, features) == 8,
+	       "kvp_setup_reply.features");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, mmap_bytes) == 16,
+	       "kvp_setup_reply.mmap_bytes");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, sq_entries) == 24,
+	       "kvp_setup_reply.sq_entries");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, cq_entries) == 28,
+	       "kvp_setup_reply.cq_entries");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, sq_off) == 32, "kvp_setup_reply.sq_off");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, cq_off) == 64, "kvp_setup_reply.cq_off");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, arena_off) == 96,
+	       "kvp_setup_reply.arena_off");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, arena_bytes) == 104,
+	       "kvp_setup_reply.arena_bytes");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, pool) == 112, "kvp_setup_reply.pool");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, stats_bytes) == 224,
+	       "kvp_setup_reply.stats_bytes");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv) == 232, "kvp_setup_reply.resv");
+
 _Static_assert(sizeof(struct kvp_sqe) == 64, "kvp_sqe");
-_Static_assert(__builtin_offsetof(struct kvp_sqe, handle) == 8, "sqe.handle");
-_Static_assert(__builtin_offsetof(struct kvp_sqe, user_data) == 16, "sqe.user_data");
-_Static_assert(__builtin_offsetof(struct kvp_sqe, addr) == 24, "sqe.addr");
-_Static_assert(__builtin_offsetof(struct kvp_sqe, out_addr) == 32, "sqe.out_addr");
-_Static_assert(__builtin_offsetof(struct kvp_sqe, out_len) == 40, "sqe.out_len");
-_Static_assert(__builtin_offsetof(struct kvp_sqe, arg1) == 48, "sqe.arg1");
-_Static_assert(__builtin_offsetof(struct kvp_sqe, resv2) == 56, "sqe.resv2");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, opcode) == 0, "kvp_sqe.opcode");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, flags) == 1, "kvp_sqe.flags");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, resv1) == 2, "kvp_sqe.resv1");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, len) == 4, "kvp_sqe.len");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, handle) == 8, "kvp_sqe.handle");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, user_data) == 16, "kvp_sqe.user_data");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, addr) == 24, "kvp_sqe.addr");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, out_addr) == 32, "kvp_sqe.out_addr");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, out_len) == 40, "kvp_sqe.out_len");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, op_flags) == 44, "kvp_sqe.op_flags");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, arg1) == 48, "kvp_sqe.arg1");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, arg2) == 52, "kvp_sqe.arg2");
+_Static_assert(__builtin_offsetof(struct kvp_sqe, resv2) == 56, "kvp_sqe.resv2");
+
 _Static_assert(sizeof(struct kvp_cqe) == 32, "kvp_cqe");
-_Static_assert(__builtin_offsetof(struct kvp_cqe, res) == 8, "cqe.res");
-_Static_assert(__builtin_offsetof(struct kvp_cqe, aux) == 16, "cqe.aux");
+_Static_assert(__builtin_offsetof(struct kvp_cqe, user_data) == 0, "kvp_cqe.user_data");
+_Static_assert(__builtin_offsetof(struct kvp_cqe, res) == 8, "kvp_cqe.res");
+_Static_assert(__builtin_offsetof(struct kvp_cqe, flags) == 12, "kvp_cqe.flags");
+_Static_assert(__builtin_offsetof(struct kvp_cqe, aux) == 16, "kvp_cqe.aux");
+_Static_assert(__builtin_offsetof(struct kvp_cqe, resv) == 24, "kvp_cqe.resv");
+
 _Static_assert(sizeof(struct kvp_block_lists) == 68, "kvp_block_lists");
-_Static_assert(sizeof(struct kvp_pool_stats) == 16, "kvp_pool_stats");
+_Static_assert(__builtin_offsetof(struct kvp_block_lists, num_groups) == 0,
+	       "kvp_block_lists.num_groups");
+_Static_assert(__builtin_offsetof(struct kvp_block_lists, counts) == 4, "kvp_block_lists.counts");
+_Static_assert(__builtin_offsetof(struct kvp_block_lists, ids) == 68, "kvp_block_lists.ids");
+
 _Static_assert(sizeof(struct kvp_attend_seq) == 32, "kvp_attend_seq");
+_Static_assert(__builtin_offsetof(struct kvp_attend_seq, handle) == 0, "kvp_attend_seq.handle");
+_Static_assert(__builtin_offsetof(struct kvp_attend_seq, first_pos) == 8,
+	       "kvp_attend_seq.first_pos");
+_Static_assert(__builtin_offsetof(struct kvp_attend_seq, count) == 12, "kvp_attend_seq.count");
+_Static_assert(__builtin_offsetof(struct kvp_attend_seq, q_off) == 16, "kvp_attend_seq.q_off");
+_Static_assert(__builtin_offsetof(struct kvp_attend_seq, out_off) == 24, "kvp_attend_seq.out_off");
+
 _Static_assert(sizeof(struct kvp_attend) == 32, "kvp_attend");
+_Static_assert(__builtin_offsetof(struct kvp_attend, group) == 0, "kvp_attend.group");
+_Static_assert(__builtin_offsetof(struct kvp_attend, layer) == 2, "kvp_attend.layer");
+_Static_assert(__builtin_offsetof(struct kvp_attend, num_seqs) == 4, "kvp_attend.num_seqs");
+_Static_assert(__builtin_offsetof(struct kvp_attend, q_heads) == 8, "kvp_attend.q_heads");
+_Static_assert(__builtin_offsetof(struct kvp_attend, flags) == 12, "kvp_attend.flags");
+_Static_assert(__builtin_offsetof(struct kvp_attend, scale) == 16, "kvp_attend.scale");
+_Static_assert(__builtin_offsetof(struct kvp_attend, softcap) == 20, "kvp_attend.softcap");
+_Static_assert(__builtin_offsetof(struct kvp_attend, resv) == 24, "kvp_attend.resv");
+_Static_assert(__builtin_offsetof(struct kvp_attend, seqs) == 32, "kvp_attend.seqs");
+
+_Static_assert(sizeof(struct kvp_pool_stats) == 16, "kvp_pool_stats");
+_Static_assert(__builtin_offsetof(struct kvp_pool_stats, blocks_total) == 0,
+	       "kvp_pool_stats.blocks_total");
+_Static_assert(__builtin_offsetof(struct kvp_pool_stats, blocks_free) == 4,
+	       "kvp_pool_stats.blocks_free");
+_Static_assert(__builtin_offsetof(struct kvp_pool_stats, blocks_used) == 8,
+	       "kvp_pool_stats.blocks_used");
+_Static_assert(__builtin_offsetof(struct kvp_pool_stats, blocks_cached) == 12,
+	       "kvp_pool_stats.blocks_cached");
+
 _Static_assert(sizeof(struct kvp_pool_params) == 168, "kvp_pool_params");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, name) == 0, "kvp_pool_params.name");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, num_blocks) == 32,
+	       "kvp_pool_params.num_blocks");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, block_size) == 36,
+	       "kvp_pool_params.block_size");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, caching) == 40,
+	       "kvp_pool_params.caching");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, free_order) == 41,
+	       "kvp_pool_params.free_order");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, publish) == 42,
+	       "kvp_pool_params.publish");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, num_groups) == 43,
+	       "kvp_pool_params.num_groups");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, max_len) == 44,
+	       "kvp_pool_params.max_len");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, max_step_tokens) == 48,
+	       "kvp_pool_params.max_step_tokens");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, kv_heads) == 52,
+	       "kvp_pool_params.kv_heads");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, head_dim) == 56,
+	       "kvp_pool_params.head_dim");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, dtype) == 60, "kvp_pool_params.dtype");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, layers_per_group) == 64,
+	       "kvp_pool_params.layers_per_group");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, group_kind) == 68,
+	       "kvp_pool_params.group_kind");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, group_param) == 84,
+	       "kvp_pool_params.group_param");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, resv0) == 148, "kvp_pool_params.resv0");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params, resv) == 152, "kvp_pool_params.resv");
+
 _Static_assert(sizeof(struct kvp_stats_header) == 32, "kvp_stats_header");
+_Static_assert(__builtin_offsetof(struct kvp_stats_header, num_pools) == 0,
+	       "kvp_stats_header.num_pools");
+_Static_assert(__builtin_offsetof(struct kvp_stats_header, num_clients) == 4,
+	       "kvp_stats_header.num_clients");
+_Static_assert(__builtin_offsetof(struct kvp_stats_header, clients_connected) == 8,
+	       "kvp_stats_header.clients_connected");
+_Static_assert(__builtin_offsetof(struct kvp_stats_header, clients_disconnected) == 16,
+	       "kvp_stats_header.clients_disconnected");
+_Static_assert(__builtin_offsetof(struct kvp_stats_header, clients_killed) == 24,
+	       "kvp_stats_header.clients_killed");
+
 _Static_assert(sizeof(struct kvp_pool_entry) == 64, "kvp_pool_entry");
+_Static_assert(__builtin_offsetof(struct kvp_pool_entry, name) == 0, "kvp_pool_entry.name");
+_Static_assert(__builtin_offsetof(struct kvp_pool_entry, block_size) == 32,
+	       "kvp_pool_entry.block_size");
+_Static_assert(__builtin_offsetof(struct kvp_pool_entry, stats) == 36, "kvp_pool_entry.stats");
+_Static_assert(__builtin_offsetof(struct kvp_pool_entry, clients) == 52, "kvp_pool_entry.clients");
+_Static_assert(__builtin_offsetof(struct kvp_pool_entry, sequences) == 56,
+	       "kvp_pool_entry.sequences");
+_Static_assert(__builtin_offsetof(struct kvp_pool_entry, resv) == 60, "kvp_pool_entry.resv");
+
 _Static_assert(sizeof(struct kvp_client_entry) == 96, "kvp_client_entry");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, client_id) == 0,
+	       "kvp_client_entry.client_id");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, pid) == 4, "kvp_client_entry.pid");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, uid) == 8, "kvp_client_entry.uid");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, sequences) == 12,
+	       "kvp_client_entry.sequences");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, namespace_) == 16,
+	       "kvp_client_entry.namespace_");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, pool) == 48, "kvp_client_entry.pool");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, blocks_held) == 80,
+	       "kvp_client_entry.blocks_held");
+_Static_assert(__builtin_offsetof(struct kvp_client_entry, ops) == 88, "kvp_client_entry.ops");
+
 _Static_assert(sizeof(struct kvp_stats_op) == 344, "kvp_stats_op");
+_Static_assert(__builtin_offsetof(struct kvp_stats_op, count) == 0, "kvp_stats_op.count");
+_Static_assert(__builtin_offsetof(struct kvp_stats_op, errors) == 8, "kvp_stats_op.errors");
+_Static_assert(__builtin_offsetof(struct kvp_stats_op, sum_ns) == 16, "kvp_stats_op.sum_ns");
+_Static_assert(__builtin_offsetof(struct kvp_stats_op, hist) == 24, "kvp_stats_op.hist");
+
 _Static_assert(sizeof(struct kvp_stats_group) == 40, "kvp_stats_group");
+_Static_assert(__builtin_offsetof(struct kvp_stats_group, kind) == 0, "kvp_stats_group.kind");
+_Static_assert(__builtin_offsetof(struct kvp_stats_group, param) == 4, "kvp_stats_group.param");
+_Static_assert(__builtin_offsetof(struct kvp_stats_group, blocks_held) == 8,
+	       "kvp_stats_group.blocks_held");
+_Static_assert(__builtin_offsetof(struct kvp_stats_group, window_drops) == 16,
+	       "kvp_stats_group.window_drops");
+_Static_assert(__builtin_offsetof(struct kvp_stats_group, tokens_held) == 24,
+	       "kvp_stats_group.tokens_held");
+_Static_assert(__builtin_offsetof(struct kvp_stats_group, tokens_needed) == 32,
+	       "kvp_stats_group.tokens_needed");
+
 _Static_assert(sizeof(struct kvp_stats_pool) == 776, "kvp_stats_pool");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, in_use) == 0, "kvp_stats_pool.in_use");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, block_size) == 4,
+	       "kvp_stats_pool.block_size");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, name) == 8, "kvp_stats_pool.name");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, blocks_total) == 40,
+	       "kvp_stats_pool.blocks_total");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, blocks_free) == 44,
+	       "kvp_stats_pool.blocks_free");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, blocks_used) == 48,
+	       "kvp_stats_pool.blocks_used");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, blocks_cached) == 52,
+	       "kvp_stats_pool.blocks_cached");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, num_groups) == 56,
+	       "kvp_stats_pool.num_groups");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, clients) == 60, "kvp_stats_pool.clients");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, sequences) == 64,
+	       "kvp_stats_pool.sequences");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, resv) == 68, "kvp_stats_pool.resv");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, prefix_queries_tokens) == 72,
+	       "kvp_stats_pool.prefix_queries_tokens");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, prefix_hits_tokens) == 80,
+	       "kvp_stats_pool.prefix_hits_tokens");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, lookup_queries_tokens) == 88,
+	       "kvp_stats_pool.lookup_queries_tokens");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, lookup_hits_tokens) == 96,
+	       "kvp_stats_pool.lookup_hits_tokens");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, evictions_reuse) == 104,
+	       "kvp_stats_pool.evictions_reuse");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, evictions_evict) == 112,
+	       "kvp_stats_pool.evictions_evict");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, evictions_reset) == 120,
+	       "kvp_stats_pool.evictions_reset");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, nospace) == 128, "kvp_stats_pool.nospace");
+_Static_assert(__builtin_offsetof(struct kvp_stats_pool, groups) == 136, "kvp_stats_pool.groups");
+
 _Static_assert(sizeof(struct kvp_stats_client) == 104, "kvp_stats_client");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, in_use) == 0, "kvp_stats_client.in_use");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, client_id) == 4,
+	       "kvp_stats_client.client_id");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, pid) == 8, "kvp_stats_client.pid");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, uid) == 12, "kvp_stats_client.uid");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, namespace_) == 16,
+	       "kvp_stats_client.namespace_");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, pool) == 48, "kvp_stats_client.pool");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, sequences) == 80,
+	       "kvp_stats_client.sequences");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, resv) == 84, "kvp_stats_client.resv");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, blocks_held) == 88,
+	       "kvp_stats_client.blocks_held");
+_Static_assert(__builtin_offsetof(struct kvp_stats_client, ops) == 96, "kvp_stats_client.ops");
+
 _Static_assert(sizeof(struct kvp_stats_page) == 136, "kvp_stats_page");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, magic) == 0, "kvp_stats_page.magic");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, version) == 4, "kvp_stats_page.version");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, seq) == 8, "kvp_stats_page.seq");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, max_pools) == 12,
+	       "kvp_stats_page.max_pools");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, max_clients) == 16,
+	       "kvp_stats_page.max_clients");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, hist_buckets) == 20,
+	       "kvp_stats_page.hist_buckets");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, page_bytes) == 24,
+	       "kvp_stats_page.page_bytes");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, pools_off) == 32,
+	       "kvp_stats_page.pools_off");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, clients_off) == 40,
+	       "kvp_stats_page.clients_off");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, ops_off) == 48, "kvp_stats_page.ops_off");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, start_realtime_ns) == 56,
+	       "kvp_stats_page.start_realtime_ns");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, update_ns) == 64,
+	       "kvp_stats_page.update_ns");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, clients_connected) == 72,
+	       "kvp_stats_page.clients_connected");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, clients_disconnected) == 80,
+	       "kvp_stats_page.clients_disconnected");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, clients_killed) == 88,
+	       "kvp_stats_page.clients_killed");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 96, "kvp_stats_page.resv");
+
+/* Values that cross the socket and the rings. */
+_Static_assert(KVP_FD_MEM == 0 && KVP_FD_SQ_DOORBELL == 1 && KVP_FD_CQ_EVENT == 2 &&
+	       KVP_FD_STATS == 3 && KVP_NUM_FDS == 4, "descriptor order");
+_Static_assert(KVP_OP_NOP == 0 && KVP_OP_SEQ_OPEN == 1 && KVP_OP_SEQ_CLOSE == 2 &&
+	       KVP_OP_APPEND_TOKENS == 3 && KVP_OP_LOOKUP == 4 && KVP_OP_ALLOC == 5 &&
+	       KVP_OP_COMMIT == 6 && KVP_OP_FREE == 7 && KVP_OP_GET_TABLE == 8 &&
+	       KVP_OP_POOL_STATS == 9 && KVP_OP_STATS == 10 && KVP_OP_ATTACH == 11 &&
+	       KVP_OP_WRITE_KV == 12 && KVP_OP_READ_KV == 13 && KVP_OP_ATTEND == 14, "opcodes");
+_Static_assert(KVP_OP_POOL_CREATE == 64 && KVP_OP_POOL_DESTROY == 65 && KVP_OP_EVICT == 66 &&
+	       KVP_OP_RESET == 67 && KVP_OP_DUMP_FREEQ == 68 && KVP_OP_CHECK == 69 &&
+	       KVP_OP_LAST <= KVP_STATS_OPS, "admin opcodes");
+_Static_assert(KVP_KIND_FULL == 0 && KVP_KIND_SWA == 1 && KVP_KIND_RSWA == 2 &&
+	       KVP_KIND_CHUNKED == 3 && KVP_KIND_CYCLIC == 4, "group kinds");
+_Static_assert(KVP_DTYPE_F32 == 0 && KVP_DTYPE_F16 == 1 && KVP_DTYPE_BF16 == 2, "dtypes");
 
 #endif

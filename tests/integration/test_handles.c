@@ -2,10 +2,12 @@
 /*
  * Sequence handles and attachment: another client's handle and a closed
  * handle get -EBADF (and touch nothing), a connection attached to no pool gets
- * -ENODEV for every pool operation, ATTACH with sequences open gets -EBUSY.
+ * -ENODEV for every pool operation, ATTACH with sequences open gets -EBUSY, and
+ * no handle ever comes back, however often its slot is reused.
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,6 +84,68 @@ static void table_is(struct kvp_client *c, uint64_t h, const uint32_t *ids, uint
 	CHECK_EQ(lb.l.counts[0], n);
 	for (uint32_t i = 0; i < n; i++)
 		CHECK_EQ(lb.l.ids[i], ids[i]);
+}
+
+/* Where handles_never_repeat() stages its token: above what the blocking calls use. */
+#define IN_OFF 65536u
+
+/* Closes @h and opens a 1-token sequence in one submission; returns the new handle. */
+static uint64_t close_then_open(struct kvp_client *c, uint64_t h)
+{
+	struct kvp_sqe *sqe;
+	struct kvp_cqe *cqe;
+	uint64_t handle = 0;
+
+	sqe = kvp_get_sqe(c);
+	CHECK(sqe != NULL);
+	*sqe = (struct kvp_sqe){ .opcode = KVP_OP_SEQ_CLOSE, .handle = h, .user_data = 1 };
+	sqe = kvp_get_sqe(c);
+	CHECK(sqe != NULL);
+	*sqe = (struct kvp_sqe){ .opcode = KVP_OP_SEQ_OPEN, .addr = IN_OFF, .len = 1, .user_data = 2 };
+	CHECK_EQ(kvp_submit(c), 2);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(kvp_wait_cqe(c, &cqe), 0);
+		CHECK_EQ(cqe->res, 0);
+		if (cqe->user_data == 2)
+			handle = cqe->aux;
+		kvp_cqe_seen(c, cqe);
+	}
+	CHECK(handle != 0);
+	return handle;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * A slot's generation has 16 bits and a freed slot is the next one used: one
+ * sequence opened and closed 2^16 + 1 times would get its first handle again
+ * if the generation wrapped. Every handle must differ, and the first stay stale.
+ */
+static void handles_never_repeat(const struct daemon *d)
+{
+	enum { CYCLES = (1 << 16) + 1 };
+	static const uint32_t prompt[1] = { 77 };
+	struct kvp_client *c = connect_or_die(d, "p", "", false);
+	uint64_t *handles = calloc(CYCLES, sizeof(*handles));
+
+	CHECK(handles != NULL);
+	memcpy((uint8_t *)kvp_arena(c, NULL) + IN_OFF, prompt, sizeof(prompt));
+	CHECK_EQ(kvp_seq_open(c, prompt, 1, NULL, 0, -1, &handles[0]), 0);
+	for (uint32_t i = 1; i < CYCLES; i++)
+		handles[i] = close_then_open(c, handles[i - 1]);
+	CHECK_EQ(kvp_lookup(c, handles[0], NULL, 0), -EBADF);
+	CHECK_EQ(kvp_lookup(c, handles[CYCLES - 1], NULL, 0), 0);
+	CHECK_EQ(kvp_seq_close(c, handles[CYCLES - 1]), 0);
+	qsort(handles, CYCLES, sizeof(*handles), cmp_u64);
+	for (uint32_t i = 1; i < CYCLES; i++)
+		CHECK(handles[i] != handles[i - 1]);
+	free(handles);
+	kvp_close(c);
 }
 
 int main(void)
@@ -234,6 +298,7 @@ int main(void)
 	kvp_close(b);
 	kvp_close(none);
 	kvp_close(admin_none);
+	handles_never_repeat(&d);
 	{
 		struct kvp_pool_stats st;
 

@@ -2,9 +2,10 @@
 /*
  * Another client's handle gets -EBADF (docs/protocol.md "Handles", seqs.c),
  * also when the client using it has sequences of its own open. Handles are
- * generation << 32 | slot in a per-client table, so two clients' first
- * handles are the same number: this checks the documented promise in that
- * case, and that a foreign handle never reaches the other client's sequence.
+ * client tag (24 bits) | slot generation (16) | slot (24) in a per-client
+ * table, so two clients' first handles differ only in the tag and name the
+ * same slot: this checks the documented promise in that case, and that a
+ * foreign handle never reaches the other client's sequence.
  */
 #include <errno.h>
 #include <signal.h>
