@@ -354,6 +354,7 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		kvpd_seqs_close_all(c);
 		c->pool->clients--;
 		kvpd_stats_pool(d, c->pool, c);
+		c->pool = NULL; /* it may be an owned pool that goes with this client */
 	}
 	if (c->ready) {
 		d->stats.page->clients_disconnected = d->disconnected;
@@ -361,6 +362,7 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		if (c->charge.blocks != d->stats.clients[c->slot].blocks_held || killed)
 			KVPD_PROBE(blocks_held, c->gen, (uint64_t)c->charge.blocks);
 		kvpd_stats_client_remove(d, c);
+		kvpd_pools_owner_gone(d, c->gen);
 		/* Last of the client's probes: a tracer may forget it here. */
 		KVPD_PROBE(client_disconnect, c->gen, (int32_t)c->pid, (uint32_t)c->uid,
 			   (uint32_t)killed, seqs_open);

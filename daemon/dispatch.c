@@ -24,6 +24,7 @@
 static const uint32_t known_op_flags[KVP_OP_LAST] = {
 	[KVP_OP_SEQ_OPEN] = KVP_OPEN_PREFIX,
 	[KVP_OP_ALLOC] = KVP_ALLOC_USE_CACHE,
+	[KVP_OP_POOL_CREATE] = KVP_POOL_OWNED,
 };
 
 /* [off, off + len) inside the arena, or NULL. */
@@ -392,7 +393,7 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		memcpy(&params, src, sizeof(params));
 		if (!memchr(params.name, '\0', sizeof(params.name)))
 			return -EINVAL;
-		return kvpd_pool_create(d, &params);
+		return kvpd_pool_create(d, &params, sqe->op_flags & KVP_POOL_OWNED ? c->gen : 0);
 	case KVP_OP_POOL_DESTROY:
 		return arena_name(c, sqe, name) ?: kvpd_pool_destroy(d, name, c);
 	}

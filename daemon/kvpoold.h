@@ -29,6 +29,8 @@ struct kvpd_pool {
 	uint32_t inflight;  /* data-path jobs using its blocks */
 	unsigned stat_idx;  /* its entry in the stats page */
 	struct kvc_pool_counters seen; /* the core's counters when last published */
+	uint32_t owner;     /* KVP_POOL_OWNED: the creating client's id while it is connected */
+	bool orphaned;      /* KVP_POOL_OWNED, and its creator is gone: destroy once unused */
 };
 
 /*
@@ -187,12 +189,16 @@ int kvpd_parse_groups(const char *spec, struct kvp_pool_params *p);
 void kvpd_config_release(struct kvpd_config *cfg);
 
 /* pools.c */
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params);
+/* @owner: the client id a KVP_POOL_OWNED pool belongs to, else 0. */
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params, uint32_t owner);
 int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by);
 struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name);
 /* Pool and namespace names: 1 to KVP_NAME_MAX - 1 printable ASCII bytes, no blanks. */
 bool kvpd_name_valid(const char *name);
 void kvpd_pools_release(struct kvpd *d);
+/* Client @owner is gone: its owned pools are destroyed now, or once unused (kvpd_pools_reap). */
+void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner);
+void kvpd_pools_reap(struct kvpd *d);
 
 /* client.c */
 int kvpd_client_accept(struct kvpd *d, int fd);

@@ -187,6 +187,8 @@ static void housekeeping(struct kvpd *d)
 		if (c && !c->ready && now - c->accepted_ns > SETUP_TIMEOUT_NS)
 			kvpd_client_close(d, c, "no setup message within 5 s");
 	}
+	/* Orphaned pools still busy at their owner's close: their jobs drain, their users detach. */
+	kvpd_pools_reap(d);
 	kvpd_stats_fragmentation(d);
 }
 

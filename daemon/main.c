@@ -263,7 +263,7 @@ int main(int argc, char **argv)
 		goto out_clients;
 	}
 	for (unsigned i = 0; i < d.cfg.npools; i++) {
-		ret = kvpd_pool_create(&d, &d.cfg.pools[i]);
+		ret = kvpd_pool_create(&d, &d.cfg.pools[i], 0);
 		if (ret) {
 			fprintf(stderr, "kvpoold: pool %s: %s\n", d.cfg.pools[i].name, strerror(-ret));
 			goto out_pools;

@@ -84,7 +84,7 @@ struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 	return NULL;
 }
 
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params, uint32_t owner)
 {
 	struct kvc_pool_config cfg;
 	struct kvpd_pool *pool;
@@ -112,6 +112,7 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params)
 	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
 	for (unsigned g = params->num_groups; g < KVP_MAX_GROUPS; g++)
 		pool->params.group_kind[g] = pool->params.group_param[g] = 0;
+	pool->owner = owner;
 	memcpy(pool->name, params->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
 	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
@@ -157,6 +158,25 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 	kvpd_log(d, 1, "pool %s destroyed", pool->name);
 	pool_free(d, pool);
 	return 0;
+}
+
+/* Visits from the end: a destroy moves the last pool into the slot just visited. */
+void kvpd_pools_reap(struct kvpd *d)
+{
+	for (unsigned i = d->npools; i-- > 0;)
+		if (d->pools[i]->orphaned)
+			kvpd_pool_destroy(d, d->pools[i]->name, NULL);
+}
+
+void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner)
+{
+	for (unsigned i = 0; i < d->npools; i++) {
+		if (d->pools[i]->owner != owner)
+			continue;
+		d->pools[i]->owner = 0;
+		d->pools[i]->orphaned = true;
+	}
+	kvpd_pools_reap(d);
 }
 
 void kvpd_pools_release(struct kvpd *d)

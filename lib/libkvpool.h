@@ -198,6 +198,14 @@ size_t kvp_stats_bytes(const struct kvp_client *c);
 /* kvp_pool_create - create a pool; -EEXIST if the name is taken. */
 int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params);
 
+/*
+ * kvp_pool_create_owned - as kvp_pool_create, but the pool belongs to this
+ * connection (KVP_POOL_OWNED): once it is closed, or its process dies, the
+ * daemon destroys the pool as soon as nothing uses it. For private pools that
+ * must not outlive their creator (kvtrace --socket's).
+ */
+int kvp_pool_create_owned(struct kvp_client *c, const struct kvp_pool_params *params);
+
 /* kvp_pool_destroy - destroy a pool; -EBUSY while another client uses it. */
 int kvp_pool_destroy(struct kvp_client *c, const char *name);
 

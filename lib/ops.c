@@ -233,15 +233,27 @@ int kvp_pool_destroy(struct kvp_client *c, const char *name)
 	return name_call(c, KVP_OP_POOL_DESTROY, name);
 }
 
-int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params)
+static int pool_create(struct kvp_client *c, const struct kvp_pool_params *params,
+		       uint32_t op_flags)
 {
-	struct call call = { .sqe = { .opcode = KVP_OP_POOL_CREATE, .len = sizeof(*params) } };
+	struct call call = { .sqe = { .opcode = KVP_OP_POOL_CREATE, .len = sizeof(*params),
+				      .op_flags = op_flags } };
 	int64_t off = stage(c, &call, params, sizeof(*params));
 
 	if (off < 0)
 		return (int)off;
 	call.sqe.addr = (uint64_t)off;
 	return run(c, &call);
+}
+
+int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params)
+{
+	return pool_create(c, params, 0);
+}
+
+int kvp_pool_create_owned(struct kvp_client *c, const struct kvp_pool_params *params)
+{
+	return pool_create(c, params, KVP_POOL_OWNED);
 }
 
 int kvp_evict(struct kvp_client *c, const uint32_t *ids, uint32_t n)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every trace in tests/traces/ must print the same through a running kvpoold
-# (kvtrace --socket) as in process, and the daemon must exit 0 on SIGTERM.
+# (kvtrace --socket) as in process; a replay killed half way leaves no pool
+# behind (its private pool is owned by its connection); and the daemon must
+# exit 0 on SIGTERM.
 # Usage: daemon_traces.sh KVPOOLD KVTRACE
 set -u
 kvpoold=$1 kvtrace=$2
@@ -20,6 +22,28 @@ for trace in tests/traces/*.trace; do
 		failures=$((failures + 1))
 	fi
 done
+# Waits (at most 5 s) for a line matching $1 in the daemon's log.
+await_log() {
+	for _ in $(seq 100); do grep -q "$1" "$dir/log" && return 0; sleep 0.05; done
+	return 1
+}
+mkfifo "$dir/fifo"
+"$kvtrace" --socket "$sock" "$dir/fifo" >/dev/null 2>&1 &
+replay=$!
+exec 3>"$dir/fifo"
+printf 'pool blocks=8 block_size=4\ngroup full\nstats\n' >&3
+if ! await_log "pool kvtrace-$replay-[0-9]* created"; then
+	echo "the replay's pool was never created"
+	failures=$((failures + 1))
+fi
+disown "$replay" # killed: no "Killed" job notice
+kill -KILL "$replay"
+exec 3>&-
+if ! await_log "pool kvtrace-$replay-[0-9]* destroyed"; then
+	echo "a killed replay left its pool behind"
+	failures=$((failures + 1))
+fi
+
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

@@ -322,7 +322,8 @@ static int daemon_create_pool(struct trace_target *base, const struct kvc_pool_c
 	ret = kvp_connect(&opts, &t->client);
 	if (ret)
 		return ret;
-	ret = kvp_pool_create(t->client, &t->params);
+	/* Owned: a replay killed half way leaves no pool behind. */
+	ret = kvp_pool_create_owned(t->client, &t->params);
 	if (ret)
 		return ret;
 	t->pool_created = true;

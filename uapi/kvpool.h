@@ -150,7 +150,7 @@ enum kvp_opcode {
 	KVP_OP_ATTEND,        /* addr: struct kvp_attend (len bytes). -ENODATA: the mask needs a
 			       * position that was dropped or never written */
 	/* Admin (KVP_FEAT_ADMIN): */
-	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params (len = its size) */
+	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params (len = its size); KVP_POOL_OWNED */
 	KVP_OP_POOL_DESTROY,  /* addr: pool name (len bytes); -EBUSY while in use by others */
 	KVP_OP_EVICT,         /* addr: block ids (__u32[len], repeats allowed) of the attached pool.
 			       * res: hashes removed */
@@ -166,6 +166,12 @@ enum kvp_opcode {
 /* sqe.op_flags */
 #define KVP_OPEN_PREFIX (1u << 0)     /* SEQ_OPEN: arg1 is the R-SWA prefix length */
 #define KVP_ALLOC_USE_CACHE (1u << 0) /* ALLOC: look the prefix cache up first */
+/*
+ * POOL_CREATE: the pool belongs to the creating connection; once that is
+ * closed (or its process dies) the daemon destroys the pool as soon as no
+ * client is attached to it and no sequence or request uses it.
+ */
+#define KVP_POOL_OWNED (1u << 0)
 
 /*
  * One request: 64 bytes, written by the client, copied out of the ring before

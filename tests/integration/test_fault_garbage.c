@@ -122,8 +122,8 @@ static struct kvp_sqe plausible(uint8_t opcode, uint64_t h)
 
 /*
  * Every opcode refuses an op_flags bit it does not know, before anything else
- * (the handle, the pool, the admin check), whoever asks: SEQ_OPEN and ALLOC
- * know bit 0 only, the others none.
+ * (the handle, the pool, the admin check), whoever asks: SEQ_OPEN, ALLOC and
+ * POOL_CREATE know bit 0 only, the others none.
  */
 static void stray_op_flags(struct kvp_client *c, struct kvp_client *adm, uint8_t *arena,
 			   uint64_t h)
@@ -140,7 +140,8 @@ static void stray_op_flags(struct kvp_client *c, struct kvp_client *adm, uint8_t
 		for (unsigned b = 0; b < sizeof(bits) / sizeof(bits[0]); b++) {
 			struct kvp_sqe s = plausible((uint8_t)o, h);
 
-			if (bits[b] == 1 && (o == KVP_OP_SEQ_OPEN || o == KVP_OP_ALLOC))
+			if (bits[b] == 1 && (o == KVP_OP_SEQ_OPEN || o == KVP_OP_ALLOC ||
+					     o == KVP_OP_POOL_CREATE))
 				continue;
 			s.op_flags = bits[b];
 			CHECK_EQ(res_of(c, &s), -EINVAL);
