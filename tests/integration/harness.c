@@ -154,6 +154,27 @@ pid_t fork_child(int (*fn)(void *arg), void *arg)
 	return pid;
 }
 
+pid_t fork_child_ready(int (*fn)(void *arg), void *arg)
+{
+	int fds[2];
+	char c;
+	pid_t pid;
+
+	CHECK(pipe(fds) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		dup2(fds[1], STDOUT_FILENO);
+		close(fds[1]);
+		_exit(fn(arg));
+	}
+	close(fds[1]);
+	CHECK(read(fds[0], &c, 1) == 1);
+	close(fds[0]);
+	return pid;
+}
+
 int wait_child(pid_t pid)
 {
 	int status;

@@ -39,6 +39,11 @@ void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool
 
 /* Runs @fn(@arg) in a forked child; returns its pid. */
 pid_t fork_child(int (*fn)(void *arg), void *arg);
+/*
+ * Runs @fn(@arg) in a forked child and returns its pid once the child has
+ * printed something on its stdout (and flushed it): "I am ready".
+ */
+pid_t fork_child_ready(int (*fn)(void *arg), void *arg);
 /* Waits for @pid; returns its exit status, or 128 + signal. */
 int wait_child(pid_t pid);
 

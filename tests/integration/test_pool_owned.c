@@ -70,9 +70,7 @@ int main(void)
 	struct kvp_pool_params p;
 	uint32_t tokens[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	uint64_t h;
-	int pipefd[2];
 	pid_t child;
-	char buf[16];
 
 	alarm(30);
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
@@ -109,16 +107,7 @@ int main(void)
 	CHECK(gone(probe, "shared"));
 
 	/* Its creator killed. */
-	CHECK(pipe(pipefd) == 0);
-	child = fork();
-	CHECK(child >= 0);
-	if (child == 0) {
-		dup2(pipefd[1], STDOUT_FILENO);
-		_exit(create_owned_and_wait(&dmn));
-	}
-	close(pipefd[1]);
-	CHECK(read(pipefd[0], buf, sizeof(buf)) > 0);
-	close(pipefd[0]);
+	child = fork_child_ready(create_owned_and_wait, &dmn);
 	CHECK(pool_exists(probe, "killed"));
 	kill(child, SIGKILL);
 	CHECK_EQ(wait_child(child), 128 + SIGKILL);

@@ -116,7 +116,6 @@ int main(void)
 	struct kvp_client *adm;
 	uint64_t a, b, cs, ds;
 	struct daemon d;
-	int pipefd[2];
 	pid_t child;
 
 	kvctl_bin = getenv("KVCTL") ? getenv("KVCTL") : "tools/kvctl";
@@ -161,20 +160,7 @@ int main(void)
 	CHECK_EQ(kvp_reset(adm), 0);
 
 	/* A client killed with a sequence open: counted as killed, its block back in the queue. */
-	CHECK(pipe(pipefd) == 0);
-	child = fork();
-	CHECK(child >= 0);
-	if (child == 0) {
-		dup2(pipefd[1], STDOUT_FILENO);
-		_exit(victim(&d));
-	}
-	close(pipefd[1]);
-	{
-		char buf[8] = "";
-
-		CHECK(read(pipefd[0], buf, sizeof(buf)) > 0);
-	}
-	close(pipefd[0]);
+	child = fork_child_ready(victim, &d);
 	kill(child, SIGKILL);
 	CHECK_EQ(wait_child(child), 128 + SIGKILL);
 	/* The hang-up is seen on the daemon's loop: wait (bounded) until it is counted. */
