@@ -4,10 +4,12 @@
  * them), KV copies and attention on the worker threads.
  */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "attn/attend_internal.h"
 #include "jobs.h"
 
 /* The memfd is kept open only while mapping: the mapping holds the memory. */
@@ -74,13 +76,118 @@ static void copy_kv(struct kvpd_job *job, uint32_t head)
 	}
 }
 
-/* ATTEND: task = unit * kv_heads + kv head; the g query heads of that kv head, every query. */
+/* The unit that task @task belongs to, in a job with split units (task0 ascending). */
+static struct kvpd_attend_unit *unit_of(struct kvpd_job *job, uint32_t task)
+{
+	uint32_t lo = 0, hi = job->nunits;
+
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (job->units[mid].task0 <= task)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &job->units[lo];
+}
+
+/*
+ * Where part c of S starts among a query's n keys: whole tiles of the kernels, so
+ * only the last part has a partial one. A pure function of (n, c, S): the same
+ * request is always cut the same way.
+ */
+static uint32_t part_start(uint32_t n, uint32_t c, uint32_t parts)
+{
+	if (c >= parts)
+		return n;
+	return (uint32_t)((uint64_t)n * c / parts) & ~(uint32_t)(ATTN_TILE - 1);
+}
+
+/* Narrows q's ranges to its keys [k0, k1), counted along the ranges in order. */
+static void sub_ranges(struct attn_query *q, uint32_t k0, uint32_t k1)
+{
+	uint32_t lo[2], hi[2], n = 0, seen = 0;
+
+	for (uint32_t r = 0; r < q->nranges; r++) {
+		uint32_t len = q->hi[r] - q->lo[r];
+		uint32_t a = k0 > seen ? k0 - seen : 0, b = k1 - seen < len ? k1 - seen : len;
+
+		if (k1 > seen && a < b) {
+			lo[n] = q->lo[r] + a;
+			hi[n] = q->lo[r] + b;
+			n++;
+		}
+		seen += len;
+	}
+	for (uint32_t r = 0; r < n; r++) {
+		q->lo[r] = lo[r];
+		q->hi[r] = hi[r];
+	}
+	q->nranges = n;
+}
+
+/* One part of a split unit: partials of every query; the last part of the head merges. */
+static void attend_part(struct kvpd_job *job, struct kvpd_attend_unit *u, const struct attn_keys *keys,
+			uint32_t head, uint32_t c)
+{
+	uint32_t g = job->params.g, hd = job->layout->head_dim, parts = u->split;
+	size_t q_row = (size_t)hd * attn_dtype_size(job->params.q_dtype), gq = (size_t)g * hd;
+	size_t first = ((size_t)head * parts + c) * u->count;  /* this part's first partial */
+	size_t head0 = (size_t)head * parts * u->count;       /* this head's part 0 */
+
+	for (uint32_t i = 0; i < u->count; i++) {
+		size_t off = ((size_t)i * job->q_heads + (size_t)head * g) * q_row;
+		struct attn_query q = { .q = u->q + off };
+		uint32_t n = 0, k0, k1;
+		float *lse = u->lse + (first + i) * g;
+
+		q.nranges = kvpd_mask_ranges(&u->mask, u->first_pos + i, q.lo, q.hi);
+		for (uint32_t r = 0; r < q.nranges; r++)
+			n += q.hi[r] - q.lo[r];
+		k0 = part_start(n, c, parts);
+		k1 = part_start(n, c + 1, parts);
+		if (k0 >= k1) { /* a query with fewer keys than the unit's split wants */
+			for (uint32_t h = 0; h < g; h++)
+				lse[h] = -INFINITY;
+			continue;
+		}
+		sub_ranges(&q, k0, k1);
+		q.out = u->part + (first + i) * gq;
+		q.lse = lse;
+		attn_one(keys, &q, &job->params);
+	}
+	/* Release our partials; the last part acquires everyone's. */
+	if (__atomic_sub_fetch(&u->left[head], 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	for (uint32_t i = 0; i < u->count; i++) {
+		size_t off = ((size_t)i * job->q_heads + (size_t)head * g) * q_row;
+
+		attn_merge(u->part + (head0 + i) * gq, u->count * gq, u->lse + (head0 + i) * g,
+			   (size_t)u->count * g, parts, g, hd, u->out + off, job->params.q_dtype);
+	}
+}
+
+/*
+ * ATTEND: task = unit * kv_heads + kv head, the g query heads of that kv head, every
+ * query; in a job with split units, (unit, kv head, part) from the unit's task0.
+ */
 static void attend(struct kvpd_job *job, uint32_t task)
 {
 	const struct kvpd_kv_layout *l = job->layout;
-	const struct kvpd_attend_unit *u = &job->units[task / l->kv_heads];
-	uint32_t head = task % l->kv_heads;
+	struct kvpd_attend_unit *u;
+	uint32_t head, c = 0;
 	size_t q_row = (size_t)l->head_dim * attn_dtype_size(job->params.q_dtype);
+
+	if (job->split) {
+		u = unit_of(job, task);
+		head = (task - u->task0) / u->split;
+		c = (task - u->task0) % u->split;
+	} else {
+		u = &job->units[task / l->kv_heads];
+		head = task % l->kv_heads;
+	}
+
 	struct attn_keys keys = {
 		.pool = job->mem,
 		.slot_bytes = l->slot_bytes,
@@ -95,6 +202,10 @@ static void attend(struct kvpd_job *job, uint32_t task)
 		.ring_tokens = u->map.ring_tokens,
 	};
 
+	if (u->split > 1) {
+		attend_part(job, u, &keys, head, c);
+		return;
+	}
 	for (uint32_t i = 0; i < u->count; i++) {
 		size_t off = ((size_t)i * job->q_heads + (size_t)head * job->params.g) * q_row;
 		struct attn_query q = { .q = u->q + off, .out = u->out + off };

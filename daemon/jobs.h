@@ -26,6 +26,19 @@ struct kvpd_attend_unit {
 	const uint8_t *q;  /* [count][q_heads][head_dim] in the query dtype */
 	uint8_t *out;
 	uint64_t keys;     /* key positions its queries read, summed */
+	uint32_t minkeys;  /* key positions of its query that reads the fewest */
+	/*
+	 * Split-K (flash-decoding), for a long context with too few tasks to keep the
+	 * workers busy: the keys of each query are cut into `split` parts, one task
+	 * per (kv head, part), tasks task0.. (head-major); each writes its partial
+	 * output and log-sum-exp, and the last part of a kv head to finish merges
+	 * them into out. split 1: one task per kv head computes out directly.
+	 */
+	uint32_t split;
+	uint32_t task0;
+	float *part;       /* [kv_heads][split][count][g][head_dim] */
+	float *lse;        /* [kv_heads][split][count][g] */
+	uint32_t *left;    /* [kv_heads]: parts not finished (atomic) */
 };
 
 struct kvpd_client;
@@ -56,6 +69,9 @@ struct kvpd_job {
 	uint32_t q_heads;
 	uint32_t nunits;
 	struct kvpd_attend_unit *units;
+	bool split;                /* some unit is split: tasks map to units through task0 */
+
+	uint8_t *scratch;          /* ATTEND: the split units' partials (in the job's allocation) */
 
 	uint32_t ntasks;
 	uint32_t next_task;        /* under the workers' lock */

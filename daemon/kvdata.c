@@ -17,6 +17,17 @@
 #define KVPD_MAX_ATTEND_SEQS 65536
 /* Block ids one ATTEND may pin (64 MiB of them): entries may repeat a handle, so bound the sum. */
 #define KVPD_MAX_ATTEND_IDS (1u << 24)
+/*
+ * Split-K: an ATTEND of fewer (sequence, kv head) tasks than KVPD_SPLIT_TASKS per
+ * worker thread cuts the keys of its long queries into parts, so that one long
+ * context is read by every thread, not one: into enough parts to make that many
+ * tasks, each of at least KVPD_SPLIT_MIN_KEYS keys (a few hundred microseconds
+ * of reading: the partials and their merge cost next to nothing against that).
+ * The partials of one job take at most KVPD_SPLIT_SCRATCH bytes.
+ */
+#define KVPD_SPLIT_TASKS 2
+#define KVPD_SPLIT_MIN_KEYS 2048
+#define KVPD_SPLIT_SCRATCH (64u << 20)
 #include "probes.h"
 
 /* Positions written since the last commit, for one (group, layer). */
@@ -238,12 +249,14 @@ static void *arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len
 	return c->arena + off;
 }
 
+/* A job with room for @units attend units, @ids block ids and @scratch bytes (at job->scratch). */
 static struct kvpd_job *new_job(struct kvpd_client *c, const struct kvp_sqe *sqe,
-				enum kvpd_job_type type, size_t units, size_t ids)
+				enum kvpd_job_type type, size_t units, size_t ids, size_t scratch)
 {
-	size_t bytes = sizeof(struct kvpd_job) + units * sizeof(struct kvpd_attend_unit) +
-		       ids * sizeof(uint32_t);
-	struct kvpd_job *job = calloc(1, bytes);
+	size_t head = sizeof(struct kvpd_job) + units * sizeof(struct kvpd_attend_unit) +
+		      ids * sizeof(uint32_t);
+	size_t at = (head + 63) & ~(size_t)63;
+	struct kvpd_job *job = calloc(1, at + scratch);
 
 	if (!job)
 		return NULL;
@@ -256,6 +269,7 @@ static struct kvpd_job *new_job(struct kvpd_client *c, const struct kvp_sqe *sqe
 	job->user_data = sqe->user_data;
 	job->units = (struct kvpd_attend_unit *)(job + 1);
 	job->pinned = (uint32_t *)(job->units + units);
+	job->scratch = scratch ? (uint8_t *)job + at : NULL;
 	return job;
 }
 
@@ -314,7 +328,7 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 		return -ENODATA;
 
 	span_of(&v, bs, first, first + count, &m);
-	job = new_job(c, sqe, is_write ? KVPD_JOB_WRITE : KVPD_JOB_READ, 0, m.nblocks);
+	job = new_job(c, sqe, is_write ? KVPD_JOB_WRITE : KVPD_JOB_READ, 0, m.nblocks, 0);
 	if (!job)
 		return -ENOMEM;
 	ret = copy_ids(&v, &m, job->pinned);
@@ -363,11 +377,16 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 	u->first_pos = s->first_pos;
 	u->count = s->count;
 	u->keys = 0;
+	u->minkeys = UINT32_MAX;
+	u->split = 1;
 	for (uint32_t i = 0; i < s->count; i++) {
 		uint32_t qlo[2], qhi[2], qn = kvpd_mask_ranges(&v.mask, s->first_pos + i, qlo, qhi);
+		uint32_t seen = 0;
 
 		for (uint32_t r = 0; r < qn; r++)
-			u->keys += qhi[r] - qlo[r];
+			seen += qhi[r] - qlo[r];
+		u->keys += seen;
+		u->minkeys = seen < u->minkeys ? seen : u->minkeys;
 	}
 	n = kvpd_mask_union(&v.mask, s->first_pos, s->first_pos + s->count - 1, lo, hi);
 	for (uint32_t r = 0; r < n; r++)
@@ -378,13 +397,56 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 	return ids ? copy_ids(&v, &u->map, ids) : 0;
 }
 
+/*
+ * How many parts unit @u's keys are cut into (1: none) in an ATTEND of @tasks
+ * (sequence, kv head) tasks; *scratch counts the bytes of partials so far. A pure
+ * function of the request and the number of threads: a request is always
+ * computed the same way, bit for bit.
+ */
+static uint32_t attend_split(const struct kvpd_attend_unit *u, const struct kvpd_kv_layout *l,
+			     uint32_t q_heads, uint64_t tasks, unsigned threads, size_t *scratch)
+{
+	uint64_t want = (uint64_t)KVPD_SPLIT_TASKS * threads, parts, bytes;
+
+	if (threads < 2 || tasks >= want)
+		return 1;
+	parts = (want + tasks - 1) / tasks;
+	if (parts > u->minkeys / KVPD_SPLIT_MIN_KEYS)
+		parts = u->minkeys / KVPD_SPLIT_MIN_KEYS;
+	if (parts > ATTN_MERGE_MAX)
+		parts = ATTN_MERGE_MAX;
+	if (parts < 2)
+		return 1;
+	bytes = parts * u->count * q_heads * ((uint64_t)l->head_dim + 1) * sizeof(float) +
+		l->kv_heads * sizeof(uint32_t);
+	bytes = (bytes + 63) & ~(uint64_t)63;
+	if (bytes > KVPD_SPLIT_SCRATCH - *scratch)
+		return 1;
+	*scratch += bytes;
+	return (uint32_t)parts;
+}
+
+/* Points split unit @u's partials into @mem (the bytes attend_split counted for it). */
+static void attend_scratch(struct kvpd_attend_unit *u, const struct kvpd_kv_layout *l,
+			   uint32_t q_heads, uint8_t *mem)
+{
+	size_t n = (size_t)u->split * u->count * q_heads;
+
+	u->part = (float *)mem;
+	u->lse = u->part + n * l->head_dim;
+	u->left = (uint32_t *)(u->lse + n);
+	for (uint32_t h = 0; h < l->kv_heads; h++)
+		u->left[h] = u->split;
+}
+
 int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
 	const struct kvpd_kv_layout *l = &c->pool->layout;
 	const struct kvp_attend *src = arena_range(c, sqe->addr, sqe->len);
 	struct kvp_attend *a;
 	struct kvpd_job *job;
-	size_t q_row, total_ids = 0;
+	size_t q_row, total_ids = 0, scratch = 0;
+	uint64_t tasks;
 	int ret = 0;
 
 	/* The copy below is bounded: at most KVPD_MAX_ATTEND_SEQS entries. */
@@ -406,27 +468,43 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		goto out_free;
 	}
 	q_row = (size_t)l->head_dim * attn_dtype_size(a->flags & KVP_ATTEND_Q_F32 ? ATTN_F32 : l->dtype);
+	tasks = (uint64_t)a->num_seqs * l->kv_heads;
 	for (uint32_t s = 0; s < a->num_seqs && !ret; s++) {
 		struct kvpd_attend_unit u;
 		uint32_t n;
 
 		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n);
 		total_ids += n;
+		if (!ret)
+			attend_split(&u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
 	}
 	if (!ret && total_ids > KVPD_MAX_ATTEND_IDS)
 		ret = -E2BIG;
 	if (ret)
 		goto out_free;
-	job = new_job(c, sqe, KVPD_JOB_ATTEND, a->num_seqs, total_ids);
+	job = new_job(c, sqe, KVPD_JOB_ATTEND, a->num_seqs, total_ids, scratch);
 	if (!job) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
+	/* The same walk again: the same units, so the same splits into the same scratch. */
+	scratch = 0;
 	for (uint32_t s = 0; s < a->num_seqs && !ret; s++) {
+		struct kvpd_attend_unit *u = &job->units[s];
 		uint32_t n;
+		size_t at = scratch;
 
-		ret = attend_unit(c, a, &a->seqs[s], q_row, &job->units[s], job->pinned + job->npinned, &n);
+		ret = attend_unit(c, a, &a->seqs[s], q_row, u, job->pinned + job->npinned, &n);
 		job->npinned += n;
+		if (ret)
+			break;
+		u->split = attend_split(u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
+		u->task0 = job->ntasks;
+		job->ntasks += l->kv_heads * u->split;
+		if (u->split > 1) {
+			attend_scratch(u, l, a->q_heads, job->scratch + at);
+			job->split = true;
+		}
 	}
 	if (ret) {
 		free(job);
@@ -442,7 +520,6 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		.softcap = a->softcap,
 		.q_dtype = a->flags & KVP_ATTEND_Q_F32 ? ATTN_F32 : l->dtype,
 	};
-	job->ntasks = a->num_seqs * l->kv_heads;
 	for (uint32_t s = 0; s < a->num_seqs; s++)
 		job->bytes += job->units[s].keys * 2 * l->kv_heads * l->row_bytes;
 	ret = launch(d, job);

@@ -179,8 +179,11 @@ static void c_pass(const struct attn_keys *k, const struct attn_query *q,
 	for (uint32_t h = 0; h < nh; h++) {
 		float inv = 1.0f / l[h];
 
+		if (q->lse)
+			q->lse[h0 + h] = m[h] + logf(l[h]);
 		for (uint32_t d = 0; d < nd; d++)
-			st_elem(q->out, p->q_dtype, (size_t)(h0 + h) * hd + d0 + d, acc[h * nd + d] * inv);
+			st_elem(q->out, q->lse ? ATTN_F32 : p->q_dtype, (size_t)(h0 + h) * hd + d0 + d,
+				acc[h * nd + d] * inv);
 	}
 }
 
@@ -200,6 +203,35 @@ void attn_one_c(const struct attn_keys *k, const struct attn_query *q, const str
 
 		for (uint32_t d0 = 0; d0 < hd; d0 += dn)
 			c_pass(k, q, p, h0, nh, d0, hd - d0 < dn ? hd - d0 : dn, acc);
+	}
+}
+
+void attn_merge(const float *part, size_t part_stride, const float *lse, size_t lse_stride,
+		uint32_t n, uint32_t g, uint32_t head_dim, void *out, enum attn_dtype dt)
+{
+	if (n > ATTN_MERGE_MAX)
+		n = ATTN_MERGE_MAX;
+	for (uint32_t h = 0; h < g; h++) {
+		float mx = -INFINITY, w[ATTN_MERGE_MAX], sum = 0, inv;
+
+		for (uint32_t c = 0; c < n; c++)
+			mx = lse[c * lse_stride + h] > mx ? lse[c * lse_stride + h] : mx;
+		for (uint32_t c = 0; c < n; c++) {
+			float x = lse[c * lse_stride + h];
+
+			/* an empty part's output was never written: its weight must not touch it */
+			w[c] = x == -INFINITY ? 0 : expf(x - mx);
+			sum += w[c];
+		}
+		inv = 1.0f / sum;
+		for (uint32_t d = 0; d < head_dim; d++) {
+			float acc = 0;
+
+			for (uint32_t c = 0; c < n; c++)
+				if (w[c] != 0)
+					acc += w[c] * part[c * part_stride + (size_t)h * head_dim + d];
+			st_elem(out, dt, (size_t)h * head_dim + d, acc * inv);
+		}
 	}
 }
 

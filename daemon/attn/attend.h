@@ -41,9 +41,15 @@ struct attn_keys {
 
 struct attn_query {
 	const void *q;          /* [g][head_dim] in q_dtype */
-	void *out;              /* [g][head_dim] in q_dtype */
+	void *out;              /* [g][head_dim] in q_dtype; in f32 when lse is set */
 	uint32_t lo[2], hi[2];  /* key positions [lo, hi) of each range, ascending, disjoint */
 	uint32_t nranges;       /* 1 or 2 */
+	/*
+	 * NULL, or [g]: a partial result over part of a query's keys (split-K), to be
+	 * merged by attn_merge: out is then kept in f32, unrounded, and lse[h] gets
+	 * ln(sum_j exp(s_j)) over these keys, s_j the scaled and soft-capped logits.
+	 */
+	float *lse;
 };
 
 struct attn_params {
@@ -60,6 +66,18 @@ struct attn_params {
  */
 void attn_one(const struct attn_keys *keys, const struct attn_query *q,
 	      const struct attn_params *p);
+
+/*
+ * Merges the partial results of one query over n disjoint parts of its keys
+ * (attn_one with lse set), weighting each by exp(lse - max lse), into out
+ * ([g][head_dim] in @dt, rounded once). Part c is at part + c * part_stride
+ * ([g][head_dim] f32) with its lse at lse + c * lse_stride ([g]); a part whose
+ * lse is -INFINITY had no keys and is skipped. The parts are summed in order,
+ * so the result does not depend on which thread merges. n <= ATTN_MERGE_MAX.
+ */
+#define ATTN_MERGE_MAX 256
+void attn_merge(const float *part, size_t part_stride, const float *lse, size_t lse_stride,
+		uint32_t n, uint32_t g, uint32_t head_dim, void *out, enum attn_dtype dt);
 
 /* The instruction set attn_one dispatches to on this CPU: "avx512bf16", "avx512", "avx2", "c". */
 const char *attn_isa(void);

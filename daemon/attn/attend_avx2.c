@@ -28,6 +28,7 @@
 #define OPAQUE(p) __asm__("" : "+r"(p))
 
 #define LOG2E 1.44269504088896341f
+#define LN2 0.693147180559945309f
 #define TK 16
 #define PF_TILES 3
 #define RING (PF_TILES + 2)
@@ -394,6 +395,7 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 	const uint8_t *rr[RING][TK];
 	unsigned rn[RING];
 	const unsigned hd = k->head_dim, g = p->g;
+	const enum attn_dtype odt = q->lse ? ATTN_F32 : p->q_dtype;
 	struct k2 c;
 	unsigned hw;
 	float qscale;
@@ -471,21 +473,24 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 		}
 
 		for (unsigned i = 0; i < nch; i++) {
-			float l[8];
+			float l[8], m[8];
 			unsigned G = 1u << cg[i];
 
 			_mm256_storeu_ps(l, c.lv[i]);
+			_mm256_storeu_ps(m, c.mv[i]);
 			for (unsigned h = 0; h < G; h++) {
 				const float *src = acc + (size_t)(ch0[i] + h) * hd;
 				size_t dst = (size_t)(hs + ch0[i] + h) * hd;
 				__m256 inv = _mm256_set1_ps(1.0f / l[h]);
 
+				/* m and l are in log2 units (q prescaled by log2 e): back to natural */
+				if (q->lse)
+					q->lse[hs + ch0[i] + h] = (m[h] + log2f(l[h])) * LN2;
 				for (unsigned d = 0; d < hd; d += 16) {
 					for (unsigned j = 0; j < 16; j++)
 						tmp[j] = src[vpos(dt, d + j)];
-					st_out(p->q_dtype, q->out, dst + d, _mm256_mul_ps(_mm256_load_ps(tmp), inv));
-					st_out(p->q_dtype, q->out, dst + d + 8,
-					       _mm256_mul_ps(_mm256_load_ps(tmp + 8), inv));
+					st_out(odt, q->out, dst + d, _mm256_mul_ps(_mm256_load_ps(tmp), inv));
+					st_out(odt, q->out, dst + d + 8, _mm256_mul_ps(_mm256_load_ps(tmp + 8), inv));
 				}
 			}
 		}

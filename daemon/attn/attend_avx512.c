@@ -50,6 +50,7 @@
 #define OPAQUE(p) __asm__("" : "+r"(p))
 
 #define LOG2E 1.44269504088896341f
+#define LN2 0.693147180559945309f
 /* Keys per tile: one online-softmax step, one rescale of the accumulators. */
 #define TK 16
 /* Tiles ahead prefetched into L2 (2-4 measure alike; bench_kernel.c). */
@@ -508,6 +509,7 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
 	const __m512i ih = _mm512_add_epi32(il, _mm512_set1_epi32(8));
 	const unsigned hd = k->head_dim, g = p->g;
+	const enum attn_dtype odt = q->lse ? ATTN_F32 : p->q_dtype;
 	struct k512 c;
 	unsigned hw;
 	float qscale;
@@ -606,20 +608,25 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 
 		/* out = acc / l, back in dim order */
 		for (unsigned i = 0; i < nch; i++) {
-			float l[16];
+			float l[16], m[16];
 			unsigned G = 1u << cg[i];
 
 			_mm512_storeu_ps(l, c.lv[i]);
+			_mm512_storeu_ps(m, c.mv[i]);
 			for (unsigned h = 0; h < G; h++) {
 				const float *src = acc + (size_t)(ch0[i] + h) * hd;
 				size_t dst = (size_t)(hs + ch0[i] + h) * hd;
 				__m512 inv = _mm512_set1_ps(1.0f / l[h]);
 
+				/* m and l are in log2 units (q prescaled by log2 e): back to natural */
+				if (q->lse)
+					q->lse[hs + ch0[i] + h] = (m[h] + log2f(l[h])) * LN2;
+
 				for (unsigned d = 0; d < hd; d += 32) {
 					__m512 lo = _mm512_mul_ps(_mm512_load_ps(src + d), inv), hi;
 
 					if (d + 16 >= hd) {
-						st_out(p->q_dtype, q->out, dst + d, lo);
+						st_out(odt, q->out, dst + d, lo);
 						break;
 					}
 					hi = _mm512_mul_ps(_mm512_load_ps(src + d + 16), inv);
@@ -629,8 +636,8 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 						hi = _mm512_permutex2var_ps(lo, ih, hi);
 						lo = e;
 					}
-					st_out(p->q_dtype, q->out, dst + d, lo);
-					st_out(p->q_dtype, q->out, dst + d + 16, hi);
+					st_out(odt, q->out, dst + d, lo);
+					st_out(odt, q->out, dst + d + 16, hi);
 				}
 			}
 		}

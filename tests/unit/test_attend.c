@@ -572,6 +572,202 @@ static void test_rescale(void **state)
 				}
 }
 
+/* ---- split-K: partial results over parts of the keys, merged ---- */
+
+/* The keys [k0, k1) of the query's ranges (counted in order) as ranges of q. */
+static void part_ranges(const struct tcase *t, struct attn_query *q, uint32_t k0, uint32_t k1)
+{
+	uint32_t seen = 0;
+
+	q->nranges = 0;
+	for (uint32_t r = 0; r < t->nr; r++) {
+		uint32_t len = t->hi[r] - t->lo[r];
+		uint32_t a = k0 > seen ? k0 - seen : 0, b = k1 > seen ? k1 - seen : 0;
+
+		b = b < len ? b : len;
+		if (a < b) {
+			q->lo[q->nranges] = t->lo[r] + a;
+			q->hi[q->nranges] = t->lo[r] + b;
+			q->nranges++;
+		}
+		seen += len;
+	}
+}
+
+/*
+ * ln sum_j exp(s_j) over the keys [k0, k1) of head h, in double, on the stored values;
+ * *umax: the largest u_j there (see reference()), for the tolerance.
+ */
+static double ref_lse(const struct tcase *t, const struct tenv *e, uint32_t h, uint32_t k0,
+		      uint32_t k1, double *umax)
+{
+	double m = -INFINITY, l = 0, *s = malloc(sizeof(*s) * (k1 - k0));
+	uint32_t i = 0, n = 0;
+
+	assert_non_null(s);
+	*umax = 0;
+	for (uint32_t r = 0; r < t->nr; r++) {
+		for (uint32_t j = t->lo[r]; j < t->hi[r]; j++, i++) {
+			const uint8_t *row = row_addr(e, j);
+			double dot = 0, abs = 0;
+
+			if (i < k0 || i >= k1)
+				continue;
+			for (uint32_t d = 0; d < t->hd; d++) {
+				double x = ld(e->q, t->qdt, (size_t)h * t->hd + d) * ld(row, t->dt, d);
+
+				dot += x;
+				abs += fabs(x);
+			}
+			dot *= t->scale;
+			*umax = abs * t->scale > *umax ? abs * t->scale : *umax;
+			if (t->softcap > 0)
+				dot = t->softcap * tanh(dot / t->softcap);
+			s[n++] = dot;
+			m = dot > m ? dot : m;
+		}
+	}
+	for (i = 0; i < n; i++)
+		l += exp(s[i] - m);
+	free(s);
+	return m + log(l);
+}
+
+static double worst_lse;
+
+/*
+ * Each level computes the query over parts of its keys (lse set: f32 partials and
+ * their log-sum-exp), the partials are merged with attn_merge, and the merged
+ * output must match the reference over all the keys with the tolerances of the
+ * unsplit kernel; each part's lse must match its own reference:
+ *
+ *   |lse - ref| <= TOL_LSE + TOL_SCORE * (max u_j + |ref|) + TOL_LSE * softcap
+ *
+ * (the f32 error of the largest scores, the exp2/log2 approximations, the tanh
+ * approximation scaled by the cap). The parts are cut unevenly: a single key, an
+ * empty part (skipped, its lse -INFINITY and its output never written: NaN here),
+ * a cut inside a block and one between the two ranges of a sink + window query.
+ */
+#define TOL_LSE 2e-6
+static void run_split(const struct tcase *t)
+{
+	uint32_t n = 0, cuts[8], ncuts = 0, parts;
+	size_t gq = (size_t)t->g * t->hd;
+	float *part, *lse;
+	struct tenv e;
+	int bad = 0;
+
+	for (uint32_t r = 0; r < t->nr; r++)
+		n += t->hi[r] - t->lo[r];
+	assert_true(n >= 30 && (t->nr < 2 || t->hi[0] - t->lo[0] <= n / 3));
+	cuts[ncuts++] = 0;
+	cuts[ncuts++] = 1;
+	if (t->nr == 2)
+		cuts[ncuts++] = t->hi[0] - t->lo[0]; /* between the ranges */
+	cuts[ncuts++] = n / 3;
+	cuts[ncuts++] = n / 3; /* an empty part */
+	cuts[ncuts++] = n - n / 5;
+	cuts[ncuts++] = n;
+	parts = ncuts - 1;
+
+	build(t, &e);
+	reference(t, &e);
+	part = malloc(sizeof(float) * gq * parts);
+	lse = malloc(sizeof(float) * t->g * parts);
+	assert_non_null(part);
+	assert_non_null(lse);
+	for (int l = 0; l <= (int)max_level(); l++) {
+		attn_fn *fn = attn_level_fn((enum attn_level)l);
+		const char *isa = attn_level_name((enum attn_level)l);
+
+		for (size_t i = 0; i < gq * parts; i++)
+			part[i] = NAN;
+		for (uint32_t c = 0; c < parts; c++) {
+			struct attn_query q = { .q = e.q, .out = part + c * gq, .lse = lse + c * t->g };
+
+			part_ranges(t, &q, cuts[c], cuts[c + 1]);
+			if (!q.nranges) {
+				for (uint32_t h = 0; h < t->g; h++)
+					lse[c * t->g + h] = -INFINITY;
+				continue;
+			}
+			fn(&e.keys, &q, &e.params);
+			for (uint32_t h = 0; h < t->g; h++) {
+				double umax, want = ref_lse(t, &e, h, cuts[c], cuts[c + 1], &umax);
+				double err = fabs(lse[c * t->g + h] - want);
+				double tol = TOL_LSE + TOL_SCORE * (umax + fabs(want)) + TOL_LSE * t->softcap;
+
+				if (!(err <= tol)) {
+					if (bad++ < 5)
+						print_error("%s [%s]: %s/%s g=%u keys [%u,%u) of %u: head %u lse %.9g "
+							    "want %.9g (err %.3g tol %.3g)\n", t->what, isa,
+							    dt_name(t->dt), dt_name(t->qdt), t->g, cuts[c],
+							    cuts[c + 1], n, h, (double)lse[c * t->g + h], want, err,
+							    tol);
+				} else if (err / tol > worst_lse) {
+					worst_lse = err / tol;
+				}
+			}
+		}
+		memset(e.out, 0xa5, gq * attn_dtype_size(t->qdt));
+		attn_merge(part, gq, lse, t->g, parts, t->g, t->hd, e.out, t->qdt);
+		bad += check_out(t, &e, isa);
+	}
+	free(part);
+	free(lse);
+	destroy(&e);
+	if (bad)
+		fail_msg("%d values out of tolerance (split into %u parts)", bad, parts);
+}
+
+static void test_split(void **state)
+{
+	static const enum attn_dtype dts[][2] = {
+		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_BF16, ATTN_BF16 },
+		{ ATTN_F16, ATTN_F32 }, { ATTN_BF16, ATTN_F32 },
+	};
+	static const uint32_t gs[] = { 1, 3, 4, 8, 17 };
+
+	(void)state;
+	for (size_t d = 0; d < 5; d++) {
+		for (size_t gi = 0; gi < 5; gi++) {
+			for (int cap = 0; cap < 2; cap++) {
+				struct tcase t = {
+					.what = "split long range", .dt = dts[d][0], .qdt = dts[d][1],
+					.g = gs[gi], .hd = 128, .bs = 16, .nr = 1, .lo = { 5 }, .hi = { 3001 },
+					.scale = cap ? 1.0f : 0.3f, .softcap = cap ? 8.0f : 0.0f,
+				};
+
+				run_split(&t);
+				t.what = "split sink + window";
+				t.nr = 2;
+				t.lo[0] = 0;
+				t.hi[0] = 4;
+				t.lo[1] = 1000;
+				t.hi[1] = 2500;
+				run_split(&t);
+				t.what = "split ring (hd 80, bs 4)";
+				t.hd = 80;
+				t.bs = 4;
+				t.nr = 1;
+				t.ring = 64;
+				t.lo[0] = 100;
+				t.hi[0] = 163;
+				run_split(&t);
+				t.what = "split climbing scores";
+				t.hd = 128;
+				t.bs = 16;
+				t.ring = 0;
+				t.lo[0] = 7;
+				t.hi[0] = 307;
+				t.scale = 0.09f;
+				t.ramp = 0.4f;
+				run_split(&t);
+			}
+		}
+	}
+}
+
 /* ---- conversions ---- */
 
 /* r is the nearest value to f (ties to the even one) among the finite values of its format. */
@@ -723,8 +919,9 @@ static void test_env_isa(void **state)
 static void test_report(void **state)
 {
 	(void)state;
-	printf("levels run: c..%s; worst error/tolerance: f32 %.3f, f16 %.3f, bf16 %.3f\n",
-	       attn_level_name(max_level()), worst[ATTN_F32], worst[ATTN_F16], worst[ATTN_BF16]);
+	printf("levels run: c..%s; worst error/tolerance: f32 %.3f, f16 %.3f, bf16 %.3f; "
+	       "split lse %.3f\n", attn_level_name(max_level()), worst[ATTN_F32], worst[ATTN_F16],
+	       worst[ATTN_BF16], worst_lse);
 }
 
 int main(void)
@@ -741,6 +938,7 @@ int main(void)
 		cmocka_unit_test(test_other_head_dims),
 		cmocka_unit_test(test_long),
 		cmocka_unit_test(test_rescale),
+		cmocka_unit_test(test_split),
 		cmocka_unit_test(test_env_isa),
 		cmocka_unit_test(test_report),
 	};
