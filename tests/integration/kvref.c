@@ -5,6 +5,7 @@
  * masks written from their definitions, not from the daemon's code.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvref.h"
@@ -264,3 +265,44 @@ bool sees(const struct mask *m, uint32_t i, uint32_t j)
 }
 
 /* ---- the pools ---- */
+
+void ref_attend(const struct mask *m, uint32_t i, const double *q, uint32_t hd, double scale,
+		double softcap, const struct ref_kv *kv, double *out)
+{
+	double *logit = malloc(((size_t)i + 1) * sizeof(*logit)), mx = -1e300, sum = 0;
+	uint32_t seen = 0;
+
+	CHECK(logit != NULL);
+	for (uint32_t j = 0; j <= i; j++) {
+		const double *k = kv->k0 + j * kv->pos_stride;
+		double x = 0;
+
+		if (!sees(m, i, j))
+			continue;
+		for (uint32_t d = 0; d < hd; d++)
+			x += q[d] * k[d];
+		x *= scale;
+		if (softcap > 0)
+			x = softcap * ref_tanh(x / softcap);
+		logit[j] = x;
+		mx = x > mx ? x : mx;
+		seen++;
+	}
+	CHECK(seen > 0);
+	for (uint32_t d = 0; d < hd; d++)
+		out[d] = 0;
+	for (uint32_t j = 0; j <= i; j++) {
+		const double *v = kv->k0 + j * kv->pos_stride + kv->v_offset;
+		double w;
+
+		if (!sees(m, i, j))
+			continue;
+		w = ref_exp(logit[j] - mx);
+		sum += w;
+		for (uint32_t d = 0; d < hd; d++)
+			out[d] += w * v[d];
+	}
+	for (uint32_t d = 0; d < hd; d++)
+		out[d] /= sum;
+	free(logit);
+}

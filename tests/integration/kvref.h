@@ -36,4 +36,19 @@ float unit(uint64_t h);
 float val(uint64_t seed, uint32_t which, uint32_t group, uint32_t layer, uint32_t pos, uint32_t head, uint32_t d);
 bool sees(const struct mask *m, uint32_t i, uint32_t j);
 
+/* Where a test keeps the K and V rows (doubles) of one sequence, group, layer and kv head. */
+struct ref_kv {
+	const double *k0;     /* the K row of key position 0 */
+	size_t pos_stride;    /* doubles from one position's K row to the next one's */
+	size_t v_offset;      /* doubles from a K row to the V row of the same position */
+};
+
+/*
+ * The reference of query @i under mask @m: softmax(scale q.K^T, soft-capped as
+ * s -> softcap tanh(s / softcap) when softcap > 0) V over the keys it sees
+ * (at least one), in double; @out gets @hd values.
+ */
+void ref_attend(const struct mask *m, uint32_t i, const double *q, uint32_t hd, double scale,
+		double softcap, const struct ref_kv *kv, double *out);
+
 #endif

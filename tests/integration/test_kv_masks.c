@@ -183,38 +183,10 @@ static void reference(const struct pool_def *p, const struct seq *s, uint32_t g,
 		      uint32_t i, uint32_t kh, const double *q, float softcap, double *out)
 {
 	const struct mask m = group_mask(s, g);
-	double logit[LEN], mx = -1e300, sum = 0;
-	uint32_t hd = p->head_dim, seen = 0;
+	const struct ref_kv kv = { &kv_table[s->index][g][l][0][kh][WHICH_K][0],
+				   KV_HEADS * 2 * MAX_HD, MAX_HD };
 
-	for (uint32_t j = 0; j <= i; j++) {
-		double x = 0;
-
-		if (!sees(&m, i, j))
-			continue;
-		for (uint32_t d = 0; d < hd; d++)
-			x += q[d] * kv_table[s->index][g][l][j][kh][WHICH_K][d];
-		x *= (double)p->scale;
-		if (softcap > 0)
-			x = softcap * ref_tanh(x / softcap);
-		logit[j] = x;
-		mx = x > mx ? x : mx;
-		seen++;
-	}
-	CHECK(seen > 0);
-	for (uint32_t d = 0; d < hd; d++)
-		out[d] = 0;
-	for (uint32_t j = 0; j <= i; j++) {
-		double w;
-
-		if (!sees(&m, i, j))
-			continue;
-		w = ref_exp(logit[j] - mx);
-		sum += w;
-		for (uint32_t d = 0; d < hd; d++)
-			out[d] += w * kv_table[s->index][g][l][j][kh][WHICH_V][d];
-	}
-	for (uint32_t d = 0; d < hd; d++)
-		out[d] /= sum;
+	ref_attend(&m, i, q, p->head_dim, (double)p->scale, softcap, &kv, out);
 }
 
 /* One ATTEND of the step's queries of every active sequence, checked against the reference. */

@@ -298,36 +298,10 @@ static void reference(const struct pool_def *p, uint32_t g, uint32_t l, uint32_t
 		      const double *q, double *out)
 {
 	const struct mask m = { p->kind[g], p->param[g], p->prefix };
-	double logit[MAX_LEN], mx = -1e300, sum = 0;
-	uint32_t hd = p->head_dim;
+	const struct ref_kv kv = { &kv_table[g][l][0][kh][WHICH_K][0], KV_HEADS * 2 * MAX_HD,
+				   MAX_HD };
 
-	for (uint32_t j = 0; j <= i; j++) {
-		double x = 0;
-
-		if (!sees(&m, i, j))
-			continue;
-		for (uint32_t d = 0; d < hd; d++)
-			x += q[d] * kv_table[g][l][j][kh][WHICH_K][d];
-		x *= (double)p->scale;
-		if (p->softcap > 0)
-			x = p->softcap * ref_tanh(x / p->softcap);
-		logit[j] = x;
-		mx = x > mx ? x : mx;
-	}
-	for (uint32_t d = 0; d < hd; d++)
-		out[d] = 0;
-	for (uint32_t j = 0; j <= i; j++) {
-		double w;
-
-		if (!sees(&m, i, j))
-			continue;
-		w = ref_exp(logit[j] - mx);
-		sum += w;
-		for (uint32_t d = 0; d < hd; d++)
-			out[d] += w * kv_table[g][l][j][kh][WHICH_V][d];
-	}
-	for (uint32_t d = 0; d < hd; d++)
-		out[d] /= sum;
+	ref_attend(&m, i, q, p->head_dim, (double)p->scale, p->softcap, &kv, out);
 }
 
 static void verify(const struct pool_def *p)
