@@ -34,7 +34,7 @@ dir=$(mktemp -d)
 sock=$dir/kvpool.sock
 daemon_pid='' bt_pid=''
 cleanup() {
-	[ -n "$bt_pid" ] && kill -INT "$bt_pid" 2>/dev/null && wait "$bt_pid" 2>/dev/null
+	[ -n "$bt_pid" ] && kill -KILL "$bt_pid" 2>/dev/null && wait "$bt_pid" 2>/dev/null
 	[ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
 	rm -rf "$dir"
 }
@@ -62,9 +62,19 @@ start_bt() {
 	cat "$bt_out"
 	fail "$1 did not start"
 }
-# Stops it with SIGINT, as Ctrl-C would: its END and map printing follow.
+# Stops it with SIGINT, as Ctrl-C would: its END and map printing follow. bpftrace can miss a
+# SIGINT that lands just before it blocks in epoll_wait (its handler only sets a flag, then nothing
+# wakes it), so the signal is repeated each second, for at most 30 s, until it has exited.
 stop_bt() {
-	kill -INT "$bt_pid"
+	local state
+	for _ in $(seq 30); do
+		kill -INT "$bt_pid" 2>/dev/null
+		for _ in $(seq 20); do
+			state=$(awk '{ print $3 }' "/proc/$bt_pid/stat" 2>/dev/null)
+			[ -z "$state" ] || [ "$state" = Z ] && break 2
+			sleep 0.05
+		done
+	done
 	wait "$bt_pid" || { cat "$bt_out"; fail "bpftrace exited $?"; }
 	bt_pid=
 }

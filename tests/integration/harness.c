@@ -88,6 +88,54 @@ long daemon_rss_kib(const struct daemon *d)
 	return kib;
 }
 
+/* Read by the SIGALRM handler, hence volatile and the message built ahead. */
+static struct daemon *volatile watched;
+static pid_t watchdog_pid;
+static char timeout_msg[128];
+static size_t timeout_len;
+
+static void watchdog_exit(void)
+{
+	struct daemon *d = watched;
+
+	/* A forked child exits through here too; the daemon is the main process's. */
+	if (d && getpid() == watchdog_pid) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+		fprintf(stderr, "kvpoold killed; its log: %s\n", d->log);
+	}
+}
+
+/* Async-signal-safe only: the test may be stuck anywhere, malloc and stdio included. */
+static void watchdog_alarm(int sig)
+{
+	struct daemon *d = watched;
+
+	(void)sig;
+	if (write(2, timeout_msg, timeout_len) < 0)
+		_exit(2);
+	if (d && getpid() == watchdog_pid)
+		kill(d->pid, SIGKILL);
+	_exit(1);
+}
+
+void watchdog_start(const char *test_name, unsigned seconds)
+{
+	int n = snprintf(timeout_msg, sizeof(timeout_msg), "%s: timed out\n", test_name);
+
+	CHECK(n > 0 && (size_t)n < sizeof(timeout_msg));
+	timeout_len = (size_t)n;
+	watchdog_pid = getpid();
+	atexit(watchdog_exit);
+	signal(SIGALRM, watchdog_alarm);
+	alarm(seconds);
+}
+
+void watchdog_watch(struct daemon *d)
+{
+	watched = d;
+}
+
 struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, const char *ns,
 				  bool admin)
 {

@@ -29,6 +29,22 @@ int daemon_stop(struct daemon *d);
 /* The daemon's resident set size in KiB (from /proc), or -1. */
 long daemon_rss_kib(const struct daemon *d);
 
+/*
+ * A test that fails (CHECK exits) or hangs must not leave its daemon running
+ * behind it, and whoever reads the failure wants the daemon's log. Call
+ * watchdog_start first thing in main, before any fork: at exit from this
+ * process (not from a forked child that exits, which shares the daemon) it
+ * SIGKILLs the watched daemon and prints where its log is; after @seconds it
+ * prints "@test_name: timed out", SIGKILLs the daemon and exits 1.
+ */
+void watchdog_start(const char *test_name, unsigned seconds);
+/*
+ * @d (NULL: none) becomes the daemon the watchdog kills: set it right after
+ * daemon_start, and back to NULL before a daemon_stop, whose exit status the
+ * test checks and whose log it keeps or removes.
+ */
+void watchdog_watch(struct daemon *d);
+
 /* Connects to @d: attached to @pool ("" for none), in @ns, admin or not; aborts the test on failure. */
 struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, const char *ns,
 				  bool admin);

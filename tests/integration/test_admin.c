@@ -18,34 +18,10 @@
 
 #define NOBODY 65534
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_admin: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 static void start(struct daemon *d, const char *const *args)
 {
 	CHECK_EQ(daemon_start(d, args), 0);
-	g_daemon = d;
+	watchdog_watch(d);
 	/* Let uid 65534 reach the socket: the harness makes the directory 0700 and the socket 0660. */
 	CHECK_EQ(chmod(d->dir, 0711), 0);
 	CHECK_EQ(chmod(d->socket, 0666), 0);
@@ -53,7 +29,7 @@ static void start(struct daemon *d, const char *const *args)
 
 static void stop(struct daemon *d)
 {
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(d), 0);
 }
 
@@ -302,10 +278,7 @@ int main(void)
 	struct daemon d;
 	FILE *f;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_admin", 30);
 
 	if (geteuid() != 0) {
 		printf("needs root: the test drops to uid/gid 65534\n");

@@ -18,30 +18,6 @@
 #define MAX_TOKENS 32
 #define MAX_IDS 16
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_cross_process: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 /* What a child reports after its phase: the lookup, the alloc and its table. */
 struct report {
 	int32_t lookup;
@@ -182,13 +158,10 @@ int main(void)
 	struct report ra, rb, rc, rna, rnb, rna2;
 	uint32_t sb, sc, sna, snb;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_cross_process", 30);
 
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
-	g_daemon = &dmn;
+	watchdog_watch(&dmn);
 	create_pool_or_die(&dmn, POOL, pool_kv);
 	check_stats(63, 0, 0);
 
@@ -301,7 +274,7 @@ int main(void)
 	}
 	check_stats(63, 0, 17);
 
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	return 0;
 }

@@ -19,30 +19,6 @@
 
 #define POOL "p"
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_fault_corrupt: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 static struct daemon dmn;
 
 static uint64_t now_ns(void)
@@ -136,13 +112,10 @@ int main(void)
 	uint64_t hy, hx, hw, hz;
 	uint32_t head;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_fault_corrupt", 30);
 
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
-	g_daemon = &dmn;
+	watchdog_watch(&dmn);
 	create_pool_or_die(&dmn, POOL, pool_kv);
 
 	/* Y, the good client: blocks 1, 2, both published. */
@@ -266,7 +239,7 @@ int main(void)
 		CHECK_EQ(st.blocks_used, 0);
 		CHECK_EQ(st.blocks_cached, 3);
 	}
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	return 0;
 }

@@ -25,30 +25,6 @@
 #define FIRST_UNKNOWN 32u
 _Static_assert(KVP_OP_ATTACH < FIRST_UNKNOWN, "FIRST_UNKNOWN must be unassigned");
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_fault_garbage: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 /* One raw entry, submitted and completed; the completion is returned whole. */
 static struct kvp_cqe raw(struct kvp_client *c, const struct kvp_sqe *in)
 {
@@ -285,13 +261,10 @@ int main(void)
 	long rss0;
 	char why[256];
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_fault_garbage", 30);
 
 	CHECK_EQ(daemon_start(&d, NULL), 0);
-	g_daemon = &d;
+	watchdog_watch(&d);
 	create_pool_or_die(&d, POOL, pool_kv);
 	c = connect_or_die(&d, POOL, "", false);
 	adm = connect_or_die(&d, POOL, "", true);
@@ -702,7 +675,7 @@ int main(void)
 	kvp_close(c2);
 	kvp_close(adm);
 
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&d), 0);
 	return 0;
 }

@@ -14,30 +14,6 @@
 
 #include "harness.h"
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_fault_huge_alloc: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 static long vm_size_kib(pid_t pid)
 {
 	char path[64], line[256];
@@ -64,13 +40,10 @@ int main(void)
 	uint64_t h;
 	long vm0, vm1;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_fault_huge_alloc", 30);
 
 	CHECK_EQ(daemon_start(&d, NULL), 0);
-	g_daemon = &d;
+	watchdog_watch(&d);
 	create_pool_or_die(&d, "p", pool_kv);
 	c = connect_or_die(&d, "p", "", false);
 	CHECK_EQ(kvp_seq_open(c, prompt, 8, NULL, 0, -1, &h), 0);
@@ -90,7 +63,7 @@ int main(void)
 
 	CHECK_EQ(kvp_seq_close(c, h), 0);
 	kvp_close(c);
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&d), 0);
 	return 0;
 }

@@ -16,30 +16,6 @@
 
 #define POOL "p"
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_fault_kill: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 static struct daemon dmn;
 
 struct child {
@@ -167,13 +143,10 @@ int main(void)
 	pid_t pid;
 	char b;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_fault_kill", 30);
 
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
-	g_daemon = &dmn;
+	watchdog_watch(&dmn);
 	create_pool_or_die(&dmn, POOL, pool_kv);
 	pool_stats(63, 0, 0);
 	obs = connect_or_die(&dmn, POOL, "", false);
@@ -241,7 +214,7 @@ int main(void)
 	pool_stats(63, 0, 5);
 	kvp_close(obs);
 
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	return 0;
 }

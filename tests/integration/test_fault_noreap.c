@@ -17,30 +17,6 @@
 
 #define ATTEMPTS 100000
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_fault_noreap: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -117,13 +93,10 @@ int main(void)
 	uint32_t sqn, cqn;
 	long rss0, rss1;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_fault_noreap", 30);
 
 	CHECK_EQ(daemon_start(&d, NULL), 0);
-	g_daemon = &d;
+	watchdog_watch(&d);
 	o.socket_path = d.socket;
 	CHECK_EQ(kvp_connect(&o, &c), 0);
 	other = connect_or_die(&d, "", "", false);
@@ -183,7 +156,7 @@ int main(void)
 
 	kvp_close(c);
 	kvp_close(other);
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&d), 0);
 	return 0;
 }

@@ -20,30 +20,6 @@
 
 #define WINDOW_MS 300
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_fault_noreap_idle: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -109,13 +85,10 @@ int main(void)
 	struct kvp_client *c, *other;
 	long idle, blocked;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_fault_noreap_idle", 30);
 
 	CHECK_EQ(daemon_start(&d, NULL), 0);
-	g_daemon = &d;
+	watchdog_watch(&d);
 	c = connect_or_die(&d, "", "", false);
 	other = connect_or_die(&d, "", "", false);
 	CHECK_EQ(kvp_nop(c), 0);
@@ -141,7 +114,7 @@ int main(void)
 
 	kvp_close(c);
 	kvp_close(other);
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&d), 0);
 	return 0;
 }

@@ -15,30 +15,6 @@
 
 #include "harness.h"
 
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_handles_foreign: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
-
 union lists {
 	struct kvp_block_lists l;
 	uint8_t bytes[sizeof(struct kvp_block_lists) + 64 * sizeof(uint32_t)];
@@ -64,13 +40,10 @@ int main(void)
 	union lists lb;
 	uint64_t ha, hb;
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_handles_foreign", 30);
 
 	CHECK_EQ(daemon_start(&d, NULL), 0);
-	g_daemon = &d;
+	watchdog_watch(&d);
 	create_pool_or_die(&d, "p", pool_kv);
 	a = connect_or_die(&d, "p", "", false);
 	b = connect_or_die(&d, "p", "", false);
@@ -96,7 +69,7 @@ int main(void)
 	kvp_close(b);
 	check_pool_or_die(&d, "p", &st);
 	CHECK_EQ(st.blocks_used, 0);
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&d), 0);
 	return 0;
 }

@@ -221,8 +221,9 @@ int main(void)
 					   "layers_per_group=2", NULL };
 	struct kvp_pool_stats st;
 
-	alarm(30);
+	watchdog_start("test_kv_commit", 30);
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
+	watchdog_watch(&dmn);
 	create_pool_or_die(&dmn, "one", one);
 	create_pool_or_die(&dmn, "two", two);
 	test_no_leak_across_owners();
@@ -235,6 +236,7 @@ int main(void)
 	CHECK_EQ(st.blocks_used, 0);
 	check_pool_or_die(&dmn, "two", &st);
 	CHECK_EQ(st.blocks_used, 0);
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	return 0;
 }

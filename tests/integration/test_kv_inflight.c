@@ -53,29 +53,6 @@
 #define MAX_QUEUED 40
 
 static struct daemon dmn;
-static struct daemon *g_daemon;
-static pid_t g_main;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_kv_inflight: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon && getpid() == g_main)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
 
 static uint64_t now_ns(void)
 {
@@ -505,13 +482,10 @@ int main(void)
 		"head_dim=64", "dtype=f32", "layers_per_group=1", NULL,
 	};
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_kv_inflight", 30);
 
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
-	g_daemon = &dmn;
+	watchdog_watch(&dmn);
 	create_pool_or_die(&dmn, POOL, pool_kv);
 	pool_stats(0);
 
@@ -519,7 +493,7 @@ int main(void)
 	kill_with_attends_queued();
 	free_behind_write();
 
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	return 0;
 }

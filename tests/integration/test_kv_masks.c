@@ -91,31 +91,8 @@ struct seq {
 static double kv_table[NSEQS][NGROUPS][LAYERS][LEN][KV_HEADS][2][MAX_HD];
 
 static struct daemon dmn;
-static struct daemon *g_daemon;
-static pid_t g_main;
 static uint64_t n_attends, n_values;
 static double worst[3]; /* per output dtype: the largest |out - ref| / tolerance seen */
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_kv_masks: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
 
 static void create_pool(const struct pool_def *p)
 {
@@ -349,10 +326,7 @@ int main(void)
 	/* NULL: the best level the CPU has; then each lower level forced (or the best, if absent). */
 	static const char *const isas[] = { NULL, "avx512", "avx2", "c" };
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(60);
+	watchdog_start("test_kv_masks", 60);
 	self_check();
 
 	for (uint32_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -361,7 +335,7 @@ int main(void)
 		else
 			CHECK_EQ(unsetenv("KVPOOL_ATTN_ISA"), 0);
 		CHECK_EQ(daemon_start(&dmn, NULL), 0);
-		g_daemon = &dmn;
+		watchdog_watch(&dmn);
 		for (uint32_t pi = 0; pi < sizeof(pools) / sizeof(pools[0]); pi++)
 			create_pool(&pools[pi]);
 		/*
@@ -373,7 +347,7 @@ int main(void)
 			if (!isas[i] || (pools[pi].head_dim % 16 == 0 &&
 					 (strcmp(isas[i], "avx512") || pools[pi].dtype == KVP_DTYPE_BF16)))
 				run_pool(&pools[pi], 1000 * i + pi);
-		g_daemon = NULL;
+		watchdog_watch(NULL);
 		CHECK_EQ(daemon_stop(&dmn), 0);
 	}
 	printf("test_kv_masks: %llu attends, %llu values checked; worst |error| / tolerance: "

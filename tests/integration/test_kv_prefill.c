@@ -95,30 +95,7 @@ static uint8_t outs[NMODES][MAX_GROUPS][LAYERS][MAX_LEN][MAX_Q_HEADS * MAX_HD * 
 static double kv_table[MAX_GROUPS][LAYERS][MAX_LEN][KV_HEADS][2][MAX_HD];
 
 static struct daemon dmn;
-static struct daemon *g_daemon;
-static pid_t g_main;
 static double worst[3];
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_kv_prefill: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
 
 static uint32_t qdtype(const struct pool_def *p)
 {
@@ -417,19 +394,16 @@ static void run_pool(const struct pool_def *p)
 
 int main(void)
 {
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_kv_prefill", 30);
 	self_check();
 
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
-	g_daemon = &dmn;
+	watchdog_watch(&dmn);
 	for (uint32_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
 		create_pool(&pools[i]);
 	for (uint32_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
 		run_pool(&pools[i]);
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	printf("test_kv_prefill: worst |error| / tolerance: f32 %.3f, f16 %.3f, bf16 %.3f\n",
 	       worst[KVP_DTYPE_F32], worst[KVP_DTYPE_F16], worst[KVP_DTYPE_BF16]);

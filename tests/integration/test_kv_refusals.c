@@ -38,30 +38,7 @@
 #define MAXQ 40
 
 static struct daemon dmn;
-static struct daemon *g_daemon;
-static pid_t g_main;
 static uint64_t next_ud;
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_kv_refusals: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
 
 static uint64_t mix(uint64_t x)
 {
@@ -246,13 +223,10 @@ int main(void)
 	uint8_t *arena;
 	const uint64_t kv20 = 2ull * 4 * ROW * sizeof(float); /* K and V of 4 tokens */
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(30);
+	watchdog_start("test_kv_refusals", 30);
 
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
-	g_daemon = &dmn;
+	watchdog_watch(&dmn);
 	create_pool_or_die(&dmn, POOL, kv_words);
 	create_pool_or_die(&dmn, NOKV, nokv_words);
 	c = connect_or_die(&dmn, POOL, "", false);
@@ -544,7 +518,7 @@ int main(void)
 	kvp_close(c);
 	kvp_close(other);
 	kvp_close(plain);
-	g_daemon = NULL;
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	return 0;
 }

@@ -57,31 +57,8 @@ static const struct pool_def pools[] = {
 static double kv_table[NGROUPS][LEN][MAX_KV][2][MAX_HD];
 
 static struct daemon dmn;
-static struct daemon *g_daemon;
-static pid_t g_main;
 static uint64_t n_values;
 static double worst[3];
-
-static void cleanup(void)
-{
-	if (g_daemon && getpid() == g_main) {
-		kill(g_daemon->pid, SIGKILL);
-		waitpid(g_daemon->pid, NULL, 0);
-		fprintf(stderr, "kvpoold killed; its log: %s\n", g_daemon->log);
-	}
-}
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_kv_split: timed out\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(2);
-	if (g_daemon)
-		kill(g_daemon->pid, SIGKILL);
-	_exit(1);
-}
 
 static void create_pool(const struct pool_def *p)
 {
@@ -257,10 +234,7 @@ int main(void)
 	static const char *const isas[] = { NULL, "avx2", "c" };
 	static const char *const args[] = { "--threads", "4", NULL };
 
-	g_main = getpid();
-	atexit(cleanup);
-	signal(SIGALRM, on_alarm);
-	alarm(120);
+	watchdog_start("test_kv_split", 120);
 	self_check();
 
 	for (uint32_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -269,13 +243,13 @@ int main(void)
 		else
 			CHECK_EQ(unsetenv("KVPOOL_ATTN_ISA"), 0);
 		CHECK_EQ(daemon_start(&dmn, args), 0);
-		g_daemon = &dmn;
+		watchdog_watch(&dmn);
 		for (uint32_t pi = 0; pi < sizeof(pools) / sizeof(pools[0]); pi++)
 			create_pool(&pools[pi]);
 		for (uint32_t pi = 0; pi < sizeof(pools) / sizeof(pools[0]); pi++)
 			if (!isas[i] || pools[pi].head_dim % 16 == 0)
 				run_pool(&pools[pi], 1000 * i + pi);
-		g_daemon = NULL;
+		watchdog_watch(NULL);
 		CHECK_EQ(daemon_stop(&dmn), 0);
 	}
 	printf("test_kv_split: %llu values checked; worst |error| / tolerance: f32 %.3f, f16 %.3f, "

@@ -72,8 +72,9 @@ int main(void)
 	uint64_t h;
 	pid_t child;
 
-	alarm(30);
+	watchdog_start("test_pool_owned", 30);
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
+	watchdog_watch(&dmn);
 	probe = connect_or_die(&dmn, "", "", true);
 
 	/* Closed by its creator. */
@@ -117,6 +118,7 @@ int main(void)
 	CHECK(pool_exists(probe, "kept"));
 	CHECK_EQ(kvp_pool_destroy(probe, "kept"), 0);
 	kvp_close(probe);
+	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	return 0;
 }
