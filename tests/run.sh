@@ -3,7 +3,9 @@
 # the ASan+UBSan build (whose core checks every invariant after every
 # operation), the kvtrace command-line tests, and a warning-free clang build.
 # Prints one line per test and ends with "N passed, N failed, N skipped".
-# A test exiting 77 is skipped (its last output line says why).
+# A test exiting 77 is skipped (its last output line says why); one running past
+# TEST_TIMEOUT seconds (default 300; the slowest takes well under a minute) fails,
+# so a hang costs minutes, not the whole CI run.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -13,8 +15,9 @@ failed=()
 run() {
 	local name=$1 out rc
 	shift
-	out=$("$@" 2>&1)
+	out=$(timeout --kill-after=10 "${TEST_TIMEOUT:-300}" "$@" 2>&1)
 	rc=$?
+	[ $rc = 124 ] && out+=$'\n'"timed out after ${TEST_TIMEOUT:-300} s"
 	case $rc in
 	0) pass=$((pass + 1)); echo "ok    $name" ;;
 	77) skip=$((skip + 1)); echo "skip  $name: $(tail -n 1 <<<"$out")" ;;
