@@ -311,7 +311,7 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 	uint8_t *data;
 	int ret;
 
-	if (sqe->op_flags || count == 0 || (uint64_t)first + count > UINT32_MAX)
+	if (count == 0 || (uint64_t)first + count > UINT32_MAX)
 		return -EINVAL;
 	ret = view_seq(c, sqe->handle, group, layer, &v);
 	if (ret)
@@ -450,7 +450,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	int ret = 0;
 
 	/* The copy below is bounded: at most KVPD_MAX_ATTEND_SEQS entries. */
-	if (!src || sqe->len < sizeof(*a) || sqe->op_flags ||
+	if (!src || sqe->len < sizeof(*a) ||
 	    sqe->len > sizeof(*a) + KVPD_MAX_ATTEND_SEQS * sizeof(a->seqs[0]))
 		return -EINVAL;
 	if (!c->pool->layout.slot_bytes)

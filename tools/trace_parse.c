@@ -49,17 +49,30 @@ static int split(char *line, struct fields *f)
 }
 
 /* Decimal digits only: no sign, no blanks, no hex; [min, max]. */
-static int parse_num(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+/* Decimal digits only (no sign, blanks or hex); a value past @cap reads as @cap. */
+static int parse_digits(const char *s, uint64_t cap, uint64_t *out)
 {
 	uint64_t v = 0;
 
 	if (!*s)
 		return -EINVAL;
 	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+		if (*s < '0' || *s > '9')
 			return -EINVAL;
-		v = v * 10 + (uint64_t)(*s - '0');
+		v = v > (cap - (uint64_t)(*s - '0')) / 10 ? cap : v * 10 + (uint64_t)(*s - '0');
 	}
+	*out = v;
+	return 0;
+}
+
+/* [min, max], else -ERANGE. */
+static int parse_num(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t v;
+	int ret = parse_digits(s, UINT64_MAX, &v);
+
+	if (ret)
+		return ret;
 	if (v < min || v > max)
 		return -ERANGE;
 	*out = v;
@@ -89,16 +102,8 @@ static int num_field(const char *what, const char *s, uint64_t min, uint64_t max
 static int count_field(const char *what, const char *s, uint64_t max, uint64_t *out,
 		       char *err, size_t len)
 {
-	uint64_t v = 0;
-
-	if (!*s)
+	if (parse_digits(s, max, out))
 		return syntax(err, len, "bad number for %s: '%s'", what, s);
-	for (const char *c = s; *c; c++) {
-		if (*c < '0' || *c > '9')
-			return syntax(err, len, "bad number for %s: '%s'", what, s);
-		v = v > (max - (uint64_t)(*c - '0')) / 10 ? max : v * 10 + (uint64_t)(*c - '0');
-	}
-	*out = v;
 	return 0;
 }
 
