@@ -73,6 +73,12 @@ struct kvpd_job {
 
 	uint8_t *scratch;          /* ATTEND: the split units' partials (in the job's allocation) */
 
+	/*
+	 * Every task is short (split-K parts, decode queries): the event loop may run
+	 * them between turns instead of waiting for a worker. A long one (a prefill)
+	 * would keep the loop from the other clients' rings.
+	 */
+	bool short_tasks;
 	uint32_t ntasks;
 	uint32_t next_task;        /* under the workers' lock */
 	uint32_t tasks_left;       /* atomic */
@@ -89,14 +95,29 @@ struct kvpd_workers {
 	struct kvpd_job *done, *done_tail;    /* finished, for the event loop */
 	uint32_t ndone;                        /* atomic: a cheap check for the spinning loop */
 	int done_efd;                          /* written when a job finishes */
+	unsigned running;                      /* tasks running, the loop's included (under lock) */
+	unsigned max_running;                  /* at most this many: the number of workers */
+	unsigned sleepers;                     /* workers waiting on wake (under lock) */
+	unsigned spinning;                     /* workers spinning on the queue (under lock) */
+	uint64_t spin_ns;                      /* a worker out of tasks spins this long, then sleeps */
+	bool loop_sleeping;                    /* atomic: finish writes done_efd only then */
 	bool stop;
 	const struct kvpd_backend_ops *backend;
 };
 
-int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads,
+int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_us,
 		       const struct kvpd_backend_ops *backend);
 void kvpd_workers_stop(struct kvpd_workers *w);
 void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job);
+/* The event loop runs the next task if it is short and a slot is free; false: it did not. */
+bool kvpd_workers_help(struct kvpd_workers *w);
+/*
+ * The loop is about to sleep (true) or awake (false). Going to sleep, it returns
+ * true if jobs finished meanwhile: then it must not sleep, no eventfd is coming.
+ */
+bool kvpd_workers_loop_sleeping(struct kvpd_workers *w, bool sleeping);
+/* Tasks running now (a hint: read without the lock). */
+unsigned kvpd_workers_running(struct kvpd_workers *w);
 /* The finished jobs, oldest first; the caller owns them. */
 struct kvpd_job *kvpd_workers_take_done(struct kvpd_workers *w);
 

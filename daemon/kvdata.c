@@ -28,6 +28,11 @@
 #define KVPD_SPLIT_TASKS 2
 #define KVPD_SPLIT_MIN_KEYS 2048
 #define KVPD_SPLIT_SCRATCH (64u << 20)
+/*
+ * An ATTEND whose every task reads at most this many key positions (per kv head:
+ * about 100-300 us) may run on the event loop between turns (jobs.h short_tasks).
+ */
+#define KVPD_SHORT_TASK_KEYS 8192
 #include "probes.h"
 
 /* Positions written since the last commit, for one (group, layer). */
@@ -520,8 +525,14 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		.softcap = a->softcap,
 		.q_dtype = a->flags & KVP_ATTEND_Q_F32 ? ATTN_F32 : l->dtype,
 	};
-	for (uint32_t s = 0; s < a->num_seqs; s++)
-		job->bytes += job->units[s].keys * 2 * l->kv_heads * l->row_bytes;
+	job->short_tasks = true;
+	for (uint32_t s = 0; s < a->num_seqs; s++) {
+		const struct kvpd_attend_unit *u = &job->units[s];
+
+		job->bytes += u->keys * 2 * l->kv_heads * l->row_bytes;
+		if ((u->keys + u->split - 1) / u->split > KVPD_SHORT_TASK_KEYS)
+			job->short_tasks = false;
+	}
 	ret = launch(d, job);
 out_free:
 	free(a);

@@ -16,17 +16,9 @@
 
 #include "kvpoold.h"
 #include "probes.h"
+#include "spin.h"
 
 #define SETUP_TIMEOUT_NS (5ull * 1000000000ull)
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
 
 static struct io_uring_sqe *get_sqe(struct kvpd *d)
 {
@@ -326,6 +318,9 @@ int kvpd_loop_run(struct kvpd *d)
 			kvpd_jobs_complete(d);
 			done++;
 		}
+		/* idle: a short task run here is one worker fewer to wake, and to wait for */
+		if (!done && kvpd_workers_help(&d->workers))
+			done++;
 		if (done) {
 			last_work = kvpd_now_ns();
 			continue;
@@ -342,13 +337,13 @@ int kvpd_loop_run(struct kvpd *d)
 			if (++spins % 32 == 0)
 				sched_yield();
 			else
-				cpu_relax();
+				kvpd_cpu_relax();
 			continue;
 		}
 		set_sleeping(d, true);
 		/* Pairs with the client's fence between publishing its tail and reading our flag. */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (!any_pending(d)) {
+		if (!any_pending(d) && !kvpd_workers_loop_sleeping(&d->workers, true)) {
 			uint64_t slept = kvpd_now_ns();
 			int ret;
 
@@ -358,6 +353,7 @@ int kvpd_loop_run(struct kvpd *d)
 			if (ret < 0 && ret != -EINTR)
 				return ret;
 		}
+		kvpd_workers_loop_sleeping(&d->workers, false);
 		set_sleeping(d, false);
 		last_work = kvpd_now_ns();
 	}

@@ -23,10 +23,12 @@ static const char usage[] =
 	"  -c, --config FILE      read daemon settings, pools and namespaces from FILE (INI)\n"
 	"  -g, --group NAME       give the socket to group NAME (mode 0660)\n"
 	"      --spin-us N        spin on the clients' rings N µs before sleeping (default 50;\n"
-	"                         0 sleeps at once; spinning stops when clients outnumber cores)\n"
+	"                         0 sleeps at once; spinning stops when clients outnumber cores);\n"
+	"                         a worker thread out of tasks spins as long for the next one\n"
 	"      --budget N         entries taken from one client per loop turn (default 64)\n"
 	"      --max-clients N    connections served at once (default 128)\n"
-	"  -t, --threads N        worker threads for WRITE_KV, READ_KV and ATTEND\n"
+	"  -t, --threads N        worker threads for WRITE_KV, READ_KV and ATTEND, and the\n"
+	"                         most tasks running at once, the event loop's included\n"
 	"                         (default: the online cores)\n"
 	"  -v, --verbose          log connections, disconnections, pools and signals\n"
 	"  -h, --help             show this help and exit\n"
@@ -275,7 +277,7 @@ int main(int argc, char **argv)
 			ret == -EADDRINUSE ? "another kvpoold is listening there" : strerror(-ret));
 		goto out_pools;
 	}
-	ret = kvpd_workers_start(&d.workers, d.cfg.threads, d.backend);
+	ret = kvpd_workers_start(&d.workers, d.cfg.threads, d.cfg.spin_us, d.backend);
 	if (ret) {
 		fprintf(stderr, "kvpoold: worker threads: %s\n", strerror(-ret));
 		goto out_listen;

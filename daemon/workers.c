@@ -1,12 +1,21 @@
 /* SPDX-License-Identifier: MIT */
-/* The worker threads: take tasks of queued jobs in order, hand finished jobs back. */
+/*
+ * The worker threads: take tasks of queued jobs in order, hand finished jobs back.
+ *
+ * At most max_running tasks run at once, the event loop's included (it runs short
+ * ones when idle: kvpd_workers_help): more would only share cores, and a task
+ * that loses its core for a time slice delays its whole job by milliseconds.
+ */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "jobs.h"
+#include "spin.h"
 
 static void finish(struct kvpd_workers *w, struct kvpd_job *job)
 {
@@ -21,46 +30,145 @@ static void finish(struct kvpd_workers *w, struct kvpd_job *job)
 	w->done_tail = job;
 	__atomic_add_fetch(&w->ndone, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&w->lock);
+	/*
+	 * Only a sleeping loop needs the eventfd; a write that wakes nobody still
+	 * costs a syscall. Pairs with the fence in kvpd_workers_loop_sleeping.
+	 */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&w->loop_sleeping, __ATOMIC_RELAXED))
+		return;
 	/* The daemon's own eventfd (never shared): a write cannot block. */
 	if (write(w->done_efd, &one, sizeof(one)) < 0)
 		abort();
 }
 
+/* Takes the next task of the queue's first job; the caller holds the lock. */
+static struct kvpd_job *take_task(struct kvpd_workers *w, uint32_t *task)
+{
+	struct kvpd_job *job = w->queue;
+
+	*task = job->next_task++;
+	if (job->next_task == job->ntasks) {
+		/* atomic: kvpd_workers_help peeks at it without the lock */
+		__atomic_store_n(&w->queue, job->next, __ATOMIC_RELAXED);
+		if (!w->queue)
+			w->queue_tail = NULL;
+	}
+	w->running++;
+	return job;
+}
+
+/* Runs a task taken with take_task; returns with the lock held. */
+static void run_task(struct kvpd_workers *w, struct kvpd_job *job, uint32_t task)
+{
+	pthread_mutex_unlock(&w->lock);
+	w->backend->run_task(job, task);
+	if (__atomic_sub_fetch(&job->tasks_left, 1, __ATOMIC_ACQ_REL) == 0)
+		finish(w, job);
+	pthread_mutex_lock(&w->lock);
+	w->running--;
+	/* a worker that found no free slot sleeps: this one was freed for it */
+	if (w->queue && w->sleepers)
+		pthread_cond_signal(&w->wake);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Spins until a job is queued, stop is set or @deadline passes; the lock is not held. */
+static void spin_for_job(struct kvpd_workers *w, uint64_t deadline)
+{
+	for (unsigned spins = 1; !__atomic_load_n(&w->queue, __ATOMIC_RELAXED) &&
+				 !__atomic_load_n(&w->stop, __ATOMIC_RELAXED); spins++) {
+		if (spins % 32)
+			kvpd_cpu_relax();
+		else if (now_ns() < deadline)
+			sched_yield(); /* never hold a core a runnable client needs */
+		else
+			break;
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct kvpd_workers *w = arg;
+	uint64_t last_task = 0;
 
 	pthread_mutex_lock(&w->lock);
 	while (!w->stop) {
-		struct kvpd_job *job = w->queue;
+		struct kvpd_job *job;
 		uint32_t task;
 
-		if (!job) {
-			pthread_cond_wait(&w->wake, &w->lock);
+		if (!w->queue && w->spin_ns && now_ns() - last_task < w->spin_ns) {
+			w->spinning++;
+			pthread_mutex_unlock(&w->lock);
+			spin_for_job(w, last_task + w->spin_ns);
+			pthread_mutex_lock(&w->lock);
+			w->spinning--;
+			if (!w->queue)
+				last_task = 0;
 			continue;
 		}
-		task = job->next_task++;
-		if (job->next_task == job->ntasks) {
-			w->queue = job->next;
-			if (!w->queue)
-				w->queue_tail = NULL;
+		if (!w->queue || w->running >= w->max_running) {
+			w->sleepers++;
+			pthread_cond_wait(&w->wake, &w->lock);
+			w->sleepers--;
+			continue;
 		}
-		pthread_mutex_unlock(&w->lock);
-		w->backend->run_task(job, task);
-		if (__atomic_sub_fetch(&job->tasks_left, 1, __ATOMIC_ACQ_REL) == 0)
-			finish(w, job);
-		pthread_mutex_lock(&w->lock);
+		job = take_task(w, &task);
+		run_task(w, job, task);
+		last_task = now_ns();
 	}
 	pthread_mutex_unlock(&w->lock);
 	return NULL;
 }
 
-int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads,
+bool kvpd_workers_help(struct kvpd_workers *w)
+{
+	struct kvpd_job *job;
+	uint32_t task;
+
+	if (!__atomic_load_n(&w->queue, __ATOMIC_RELAXED))
+		return false;
+	pthread_mutex_lock(&w->lock);
+	job = w->queue;
+	if (!job || !job->short_tasks || w->running >= w->max_running) {
+		pthread_mutex_unlock(&w->lock);
+		return false;
+	}
+	job = take_task(w, &task);
+	run_task(w, job, task);
+	pthread_mutex_unlock(&w->lock);
+	return true;
+}
+
+bool kvpd_workers_loop_sleeping(struct kvpd_workers *w, bool sleeping)
+{
+	__atomic_store_n(&w->loop_sleeping, sleeping, __ATOMIC_RELAXED);
+	if (!sleeping)
+		return false;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return __atomic_load_n(&w->ndone, __ATOMIC_RELAXED) != 0;
+}
+
+unsigned kvpd_workers_running(struct kvpd_workers *w)
+{
+	return __atomic_load_n(&w->running, __ATOMIC_RELAXED);
+}
+
+int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_us,
 		       const struct kvpd_backend_ops *backend)
 {
 	int ret = 0;
 
 	w->backend = backend;
+	w->max_running = nthreads;
+	w->spin_ns = spin_us * 1000ull;
 	w->done_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->done_efd < 0)
 		return -errno;
@@ -100,7 +208,7 @@ void kvpd_workers_stop(struct kvpd_workers *w)
 	if (!w->threads)
 		return;
 	pthread_mutex_lock(&w->lock);
-	w->stop = true;
+	__atomic_store_n(&w->stop, true, __ATOMIC_RELAXED); /* spinners read it unlocked */
 	pthread_cond_broadcast(&w->wake);
 	pthread_mutex_unlock(&w->lock);
 	for (unsigned i = 0; i < w->nthreads; i++)
@@ -115,6 +223,8 @@ void kvpd_workers_stop(struct kvpd_workers *w)
 
 void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job)
 {
+	unsigned wake;
+
 	job->next = NULL;
 	job->next_task = 0;
 	job->tasks_left = job->ntasks;
@@ -122,12 +232,26 @@ void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job)
 	if (w->queue_tail)
 		w->queue_tail->next = job;
 	else
-		w->queue = job;
+		__atomic_store_n(&w->queue, job, __ATOMIC_RELAXED);
 	w->queue_tail = job;
-	if (job->ntasks == 1)
-		pthread_cond_signal(&w->wake);
-	else
+	/*
+	 * Wake one worker per task that has a free slot, less the one the loop
+	 * takes itself when the tasks are short: a worker woken for nothing costs a
+	 * core some microseconds.
+	 */
+	wake = w->max_running > w->running ? w->max_running - w->running : 0;
+	if (wake > job->ntasks)
+		wake = job->ntasks;
+	if (job->short_tasks && wake > 1)
+		wake--;
+	wake = wake > w->spinning ? wake - w->spinning : 0;
+	if (wake > w->sleepers)
+		wake = w->sleepers;
+	if (wake == w->sleepers && wake > 1)
 		pthread_cond_broadcast(&w->wake);
+	else
+		while (wake--)
+			pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->lock);
 }
 

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker pool (daemon/workers.c) with a fake backend whose tasks sleep a
+ * little and record how many run at once: every task runs exactly once, never
+ * more than --threads at a time counting the event loop's own (played here by
+ * the test thread calling kvpd_workers_help), the loop takes only short tasks,
+ * and a finished job writes the loop's eventfd only while the loop sleeps.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../daemon/jobs.h"
+
+#define MAX_TASKS 64
+
+struct fake {
+	unsigned now, peak;        /* tasks running, the most at once */
+	unsigned runs[MAX_TASKS];  /* times each task ran */
+};
+
+static struct fake fake;
+
+static void fake_task(struct kvpd_job *job, uint32_t task)
+{
+	unsigned now = __atomic_add_fetch(&fake.now, 1, __ATOMIC_SEQ_CST), peak;
+	struct timespec ts = { 0, 1000000 }; /* 1 ms: long enough for the others to pile up */
+
+	(void)job;
+	peak = __atomic_load_n(&fake.peak, __ATOMIC_SEQ_CST);
+	while (now > peak && !__atomic_compare_exchange_n(&fake.peak, &peak, now, false,
+							  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		;
+	nanosleep(&ts, NULL);
+	__atomic_add_fetch(&fake.runs[task], 1, __ATOMIC_SEQ_CST);
+	__atomic_sub_fetch(&fake.now, 1, __ATOMIC_SEQ_CST);
+}
+
+static const struct kvpd_backend_ops fake_backend = { .name = "fake", .run_task = fake_task };
+
+/* Submits a job of @ntasks; the test thread helps until it is done. Returns the tasks it ran. */
+static unsigned run_job(struct kvpd_workers *w, uint32_t ntasks, bool short_tasks)
+{
+	struct kvpd_job job = { .ntasks = ntasks, .short_tasks = short_tasks };
+	struct kvpd_job *done;
+	unsigned helped = 0;
+
+	memset(&fake, 0, sizeof(fake));
+	kvpd_workers_submit(w, &job);
+	while (!(done = kvpd_workers_take_done(w)))
+		helped += kvpd_workers_help(w);
+	assert_ptr_equal(done, &job);
+	assert_null(done->next);
+	assert_null(kvpd_workers_take_done(w));
+	for (uint32_t t = 0; t < ntasks; t++)
+		assert_int_equal(fake.runs[t], 1);
+	return helped;
+}
+
+static void test_short_tasks_share_the_slots_with_the_loop(void **state)
+{
+	struct kvpd_workers w = { 0 };
+	unsigned helped;
+
+	(void)state;
+	assert_int_equal(kvpd_workers_start(&w, 2, 0, &fake_backend), 0);
+	helped = run_job(&w, 16, true);
+	assert_true(helped >= 1);
+	assert_true(helped <= 16);
+	assert_int_equal(fake.peak, 2);
+	kvpd_workers_stop(&w);
+}
+
+static void test_long_tasks_stay_with_the_workers(void **state)
+{
+	struct kvpd_workers w = { 0 };
+
+	(void)state;
+	assert_int_equal(kvpd_workers_start(&w, 3, 0, &fake_backend), 0);
+	assert_int_equal(run_job(&w, 24, false), 0);
+	assert_int_equal(fake.peak, 3);
+	kvpd_workers_stop(&w);
+}
+
+static void test_one_thread_one_task_at_a_time(void **state)
+{
+	struct kvpd_workers w = { 0 };
+
+	(void)state;
+	/* spinning workers: the spin ends in a sleep that submit must still wake */
+	assert_int_equal(kvpd_workers_start(&w, 1, 50, &fake_backend), 0);
+	run_job(&w, 8, true);
+	assert_int_equal(fake.peak, 1);
+	run_job(&w, 8, false);
+	assert_int_equal(fake.peak, 1);
+	kvpd_workers_stop(&w);
+}
+
+static void wait_done(struct kvpd_workers *w)
+{
+	while (!__atomic_load_n(&w->ndone, __ATOMIC_ACQUIRE))
+		usleep(100);
+}
+
+static void test_eventfd_only_for_a_sleeping_loop(void **state)
+{
+	struct kvpd_workers w = { 0 };
+	struct kvpd_job a = { .ntasks = 1 }, b = { .ntasks = 1 };
+	uint64_t v = 0;
+
+	(void)state;
+	assert_int_equal(kvpd_workers_start(&w, 1, 0, &fake_backend), 0);
+	memset(&fake, 0, sizeof(fake));
+
+	/* awake loop: no write; going to sleep, it learns a job is waiting */
+	assert_false(kvpd_workers_loop_sleeping(&w, false));
+	kvpd_workers_submit(&w, &a);
+	wait_done(&w);
+	assert_int_equal(read(w.done_efd, &v, sizeof(v)), -1);
+	assert_int_equal(errno, EAGAIN);
+	assert_true(kvpd_workers_loop_sleeping(&w, true));
+	assert_ptr_equal(kvpd_workers_take_done(&w), &a);
+
+	/* sleeping loop, nothing done: it may sleep, and the next job wakes it */
+	assert_false(kvpd_workers_loop_sleeping(&w, true));
+	kvpd_workers_submit(&w, &b);
+	wait_done(&w);
+	assert_int_equal(read(w.done_efd, &v, sizeof(v)), (ssize_t)sizeof(v));
+	assert_int_equal(v, 1);
+	assert_ptr_equal(kvpd_workers_take_done(&w), &b);
+	kvpd_workers_stop(&w);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_short_tasks_share_the_slots_with_the_loop),
+		cmocka_unit_test(test_long_tasks_stay_with_the_workers),
+		cmocka_unit_test(test_one_thread_one_task_at_a_time),
+		cmocka_unit_test(test_eventfd_only_for_a_sleeping_loop),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
