@@ -94,7 +94,7 @@ struct kvpd_workers {
 	struct kvpd_job *queue, *queue_tail;  /* jobs with tasks not yet taken */
 	struct kvpd_job *done, *done_tail;    /* finished, for the event loop */
 	uint32_t ndone;                        /* atomic: a cheap check for the spinning loop */
-	int done_efd;                          /* written when a job finishes */
+	int done_efd;                          /* written when a job finishes while the loop sleeps */
 	unsigned running;                      /* tasks running, the loop's included (under lock) */
 	unsigned max_running;                  /* at most this many: the number of workers */
 	unsigned sleepers;                     /* workers waiting on wake (under lock) */
@@ -116,8 +116,6 @@ bool kvpd_workers_help(struct kvpd_workers *w);
  * true if jobs finished meanwhile: then it must not sleep, no eventfd is coming.
  */
 bool kvpd_workers_loop_sleeping(struct kvpd_workers *w, bool sleeping);
-/* Tasks running now (a hint: read without the lock). */
-unsigned kvpd_workers_running(struct kvpd_workers *w);
 /* The finished jobs, oldest first; the caller owns them. */
 struct kvpd_job *kvpd_workers_take_done(struct kvpd_workers *w);
 

@@ -156,11 +156,6 @@ bool kvpd_workers_loop_sleeping(struct kvpd_workers *w, bool sleeping)
 	return __atomic_load_n(&w->ndone, __ATOMIC_RELAXED) != 0;
 }
 
-unsigned kvpd_workers_running(struct kvpd_workers *w)
-{
-	return __atomic_load_n(&w->running, __ATOMIC_RELAXED);
-}
-
 int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_us,
 		       const struct kvpd_backend_ops *backend)
 {
