@@ -67,9 +67,6 @@ static void run_task(struct kvpd_workers *w, struct kvpd_job *job, uint32_t task
 		finish(w, job);
 	pthread_mutex_lock(&w->lock);
 	w->running--;
-	/* a worker that found no free slot sleeps: this one was freed for it */
-	if (w->queue && w->sleepers)
-		pthread_cond_signal(&w->wake);
 }
 
 static uint64_t now_ns(void)
@@ -143,6 +140,13 @@ bool kvpd_workers_help(struct kvpd_workers *w)
 	}
 	job = take_task(w, &task);
 	run_task(w, job, task);
+	/*
+	 * The slot is free again. A worker that goes on takes its next task itself,
+	 * but the loop takes only short ones: a long one next in the queue needs a
+	 * worker that slept for want of this slot.
+	 */
+	if (w->queue && !w->queue->short_tasks && w->sleepers && !w->spinning)
+		pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->lock);
 	return true;
 }

@@ -27,6 +27,13 @@
 #define BW_BYTES (1ull << 30)
 /* Each row alternates this many bandwidth passes and attend runs and keeps the best of each. */
 #define PASSES 3
+/*
+ * The daemon's --spin-us and the client's spin_us: a decode engine waits for each
+ * step, and a wake-up across cores (eventfd, futex) costs the waker 10-60 us on
+ * some machines, as much as an 8k step's reading. Both sides spin through the
+ * round trip between two steps instead, as a latency-bound engine would set them.
+ */
+#define SPIN_US 200
 
 struct attend_opts {
 	char daemon[PATH_MAX];
@@ -201,7 +208,8 @@ static int run_dtype(const struct attend_opts *o, const char *dtype, struct row 
 	char blocks[32], dt[16];
 	const char *kv[] = { blocks, "block_size=16", "groups=full", "kv_heads=1", "head_dim=128",
 			     dt, "layers_per_group=1", NULL };
-	struct kvp_connect_opts copts = { .pool = "bench", .arena_bytes = 64u << 20, };
+	struct kvp_connect_opts copts = { .pool = "bench", .arena_bytes = 64u << 20,
+					  .spin_us = SPIN_US };
 	struct kvp_pool_params p;
 	struct bench_daemon d;
 	struct kvp_client *c, *admin;
@@ -210,7 +218,7 @@ static int run_dtype(const struct attend_opts *o, const char *dtype, struct row 
 
 	snprintf(blocks, sizeof(blocks), "blocks=%u", max_seqs * max_context / BLOCK_SIZE + 64);
 	snprintf(dt, sizeof(dt), "dtype=%s", dtype);
-	ret = bench_daemon_start(&d, o->daemon, 50);
+	ret = bench_daemon_start(&d, o->daemon, SPIN_US);
 	if (ret)
 		return ret;
 	struct kvp_connect_opts aopts = { .socket_path = d.socket, .admin = true };
@@ -328,10 +336,12 @@ int bench_attend(int argc, char **argv)
 	if (!o.json) {
 		bench_print_machine();
 		printf("# kvbench attend: decode (1 query per sequence), head_dim %d, 1 kv head, block_size %d,\n"
-		       "# through kvpoold with its default worker threads; bw: read bandwidth of %ld threads\n"
+		       "# through kvpoold with its default worker threads, --spin-us %d, the client spinning\n"
+		       "# %d us for each step; bw: read bandwidth of %ld threads\n"
 		       "# summing 1 GiB; each row: best of %d alternating bandwidth passes and attend runs\n"
 		       "# each step attends the next sequences of all those filled, "
-		       "round-robin: working set = their contexts\n", HEAD_DIM, BLOCK_SIZE, cores, PASSES);
+		       "round-robin: working set = their contexts\n", HEAD_DIM, BLOCK_SIZE, SPIN_US, SPIN_US,
+		       cores, PASSES);
 		printf("%-5s %4s %8s %5s %12s %9s %6s %10s\n", "dtype", "gqa", "context", "seqs",
 		       "kv_read_GB/s", "bw_GB/s", "ratio", "set_MiB");
 	}

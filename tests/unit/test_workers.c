@@ -4,6 +4,7 @@
  * little and record how many run at once: every task runs exactly once, never
  * more than --threads at a time counting the event loop's own (played here by
  * the test thread calling kvpd_workers_help), the loop takes only short tasks,
+ * a long job queued behind the loop's task gets a worker when that task ends,
  * and a finished job writes the loop's eventfd only while the loop sleeps.
  */
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@
 struct fake {
 	unsigned now, peak;        /* tasks running, the most at once */
 	unsigned runs[MAX_TASKS];  /* times each task ran */
+	void (*hook)(struct kvpd_job *job); /* called first by every task */
 };
 
 static struct fake fake;
@@ -35,7 +38,8 @@ static void fake_task(struct kvpd_job *job, uint32_t task)
 	unsigned now = __atomic_add_fetch(&fake.now, 1, __ATOMIC_SEQ_CST), peak;
 	struct timespec ts = { 0, 1000000 }; /* 1 ms: long enough for the others to pile up */
 
-	(void)job;
+	if (fake.hook)
+		fake.hook(job);
 	peak = __atomic_load_n(&fake.peak, __ATOMIC_SEQ_CST);
 	while (now > peak && !__atomic_compare_exchange_n(&fake.peak, &peak, now, false,
 							  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
@@ -105,6 +109,61 @@ static void test_one_thread_one_task_at_a_time(void **state)
 	kvpd_workers_stop(&w);
 }
 
+/* The job the running task queues (test_the_loops_slot_goes_to_a_long_job). */
+static struct kvpd_workers *behind_pool;
+static struct kvpd_job behind;
+static pthread_t loop_thread;
+static bool ran_on_loop;
+
+static void queue_a_long_job(struct kvpd_job *job)
+{
+	if (job == &behind)
+		return;
+	ran_on_loop = pthread_equal(pthread_self(), loop_thread);
+	behind = (struct kvpd_job){ .ntasks = 1, .short_tasks = false };
+	/* every slot is taken (this task's): submit wakes nobody */
+	kvpd_workers_submit(behind_pool, &behind);
+}
+
+/*
+ * One slot, one sleeping worker; the loop runs a short task that queues a long
+ * job. The loop never takes a long task, and the worker sleeps for want of the
+ * slot: only the loop, giving its slot back, can hand the job over.
+ */
+static void test_the_loops_slot_goes_to_a_long_job(void **state)
+{
+	struct kvpd_workers w = { 0 };
+	unsigned on_loop = 0;
+
+	(void)state;
+	assert_int_equal(kvpd_workers_start(&w, 1, 0, &fake_backend), 0);
+	behind_pool = &w;
+	loop_thread = pthread_self();
+	for (int i = 0; i < 20; i++) {
+		struct kvpd_job first = { .ntasks = 1, .short_tasks = true };
+		unsigned ndone = 0;
+
+		memset(&fake, 0, sizeof(fake));
+		fake.hook = queue_a_long_job;
+		/* the worker asleep first: submit wakes it, and the loop races it for the task */
+		while (!__atomic_load_n(&w.sleepers, __ATOMIC_ACQUIRE))
+			usleep(100);
+		kvpd_workers_submit(&w, &first);
+		kvpd_workers_help(&w);
+		on_loop += ran_on_loop;
+		for (int ms = 0; ndone < 2 && ms < 5000; ms++) {
+			for (struct kvpd_job *j = kvpd_workers_take_done(&w); j; j = j->next)
+				ndone++;
+			usleep(1000);
+		}
+		assert_int_equal(ndone, 2);
+	}
+	/* the worker's futex wake-up takes microseconds, the loop's help none */
+	assert_true(on_loop > 0);
+	fake.hook = NULL;
+	kvpd_workers_stop(&w);
+}
+
 static void wait_done(struct kvpd_workers *w)
 {
 	while (!__atomic_load_n(&w->ndone, __ATOMIC_ACQUIRE))
@@ -146,6 +205,7 @@ int main(void)
 		cmocka_unit_test(test_short_tasks_share_the_slots_with_the_loop),
 		cmocka_unit_test(test_long_tasks_stay_with_the_workers),
 		cmocka_unit_test(test_one_thread_one_task_at_a_time),
+		cmocka_unit_test(test_the_loops_slot_goes_to_a_long_job),
 		cmocka_unit_test(test_eventfd_only_for_a_sleeping_loop),
 	};
 
