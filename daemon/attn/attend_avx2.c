@@ -29,11 +29,10 @@
 
 #define LOG2E 1.44269504088896341f
 #define LN2 0.693147180559945309f
-#define TK 16
-#define PF_TILES 3
-#define RING (PF_TILES + 2)
-#define PF_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
-#define PF_L1(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define TK ATTN_TILE
+/* Tile slots: the PV tile, the QK tile and the next one, being prefetched. */
+#define RING 3
+#define PF(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 /* Bytes per vector of a row. */
 #define VB(dt) ((dt) == DT_F32 ? 32 : 16)
 
@@ -53,8 +52,9 @@ struct k2 {
 	/* this step: QK of kq (nq keys, weights into pb[par]), PV of kp (np keys, pb[par^1]) */
 	const uint8_t *const *kq, *const *kp;
 	unsigned nq, np, par;
-	/* prefetch: K rows for QK and V rows for PV, PF_TILES ahead (L2) and next (L1) */
-	const uint8_t *const *aq, *const *ap, *const *xq, *const *xp;
+	/* prefetch: line tables of the next QK tile (K) and the next PV tile (V: + v_delta) */
+	const uint8_t *const *pfk, *const *pfv;
+	unsigned pf_lines;    /* lines a row; 0: no prefetch */
 };
 
 typedef void tile_fn(struct k2 *c, unsigned ci, unsigned h0);
@@ -152,17 +152,20 @@ NOINL T2 void softcap(__m256 *sv, int ns, float capv)
 
 /* ---- one step, one chunk of G heads ---- */
 
-/* Scores of the QK tile: 2G vectors; pf: prefetch the K rows of the tiles ahead. */
+/*
+ * Scores of the QK tile: 2G vectors. pf: prefetch the K rows of the next tile, a
+ * line per 64 bytes of a row: line off/64 of keys sub*KB.. takes prefetch slots
+ * (sub * lines + off/64) * KB...
+ */
 INL T2 void qk(struct k2 *c, const int dt, const int G, unsigned h0, int pf, __m256 *sv)
 {
 	const int KB = 8 / G, U = 32 / VB(dt); /* 32 bytes a step */
 	const size_t qstride = c->hd;
 	const float *qh = c->qs + h0 * qstride;
-	const unsigned n = c->nq;
+	const unsigned n = c->nq, lines = c->pf_lines;
 
 	for (int sub = 0; sub < 2 * G; sub++) {
 		const uint8_t *const *r = c->kq + sub * KB;
-		const uint8_t *const *pa = c->aq + sub * KB, *const *px = c->xq + sub * KB;
 		__m256 a[8];
 
 		if ((unsigned)(sub * KB) >= n) {
@@ -173,17 +176,14 @@ INL T2 void qk(struct k2 *c, const int dt, const int G, unsigned h0, int pf, __m
 			a[i] = _mm256_setzero_ps();
 		for (unsigned v = 0; v < c->nv; v += U) {
 			size_t off = v * VB(dt);
+			unsigned s0 = (sub * lines + (unsigned)(off / 64)) * KB;
 			/* reload the row pointers each step: hoisted, they would not fit in registers */
-			const uint8_t *const *rv = r, *const *pav = pa, *const *pxv = px;
+			const uint8_t *const *rv = r;
 
 			OPAQUE(rv);
-			OPAQUE(pav);
-			OPAQUE(pxv);
 			UNROLL for (int kk = 0; kk < KB; kk++) {
-				if (pf && (off & 32) == 0) {
-					PF_L2(pav[kk] + off);
-					PF_L1(pxv[kk] + off);
-				}
+				if (pf && (off & 32) == 0)
+					PF(c->pfk[s0 + kk]);
 				UNROLL for (int u = 0; u < U; u++) {
 					__m256 kv = ld(dt, rv[kk] + off, u);
 
@@ -236,14 +236,16 @@ INL T2 void softmax(struct k2 *c, const int G, __m256 *sv, unsigned ci, float *p
 
 /*
  * PV of the PV tile: accumulators of G heads x CP vectors from vector v0, over its keys;
- * prefetches the V lines of the tiles ahead that start in these bytes. PAR: v0 is odd
- * (bf16 with CP 1: the odd half of a 16-dim unit).
+ * prefetches the V lines of the next PV tile that start in these bytes (slots
+ * 16 * (first line) + j * lines + i). PAR: v0 is odd (bf16 with CP 1: the odd half
+ * of a 16-dim unit).
  */
 INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int PAR, unsigned h0,
 	       unsigned v0, int pf, const float *pb, const float *al, int rs)
 {
 	const size_t stride = c->hd, off = c->v_delta + (v0 - PAR) * VB(dt);
-	const size_t pb0 = (v0 * VB(dt) + 63) & ~(size_t)63, pb1 = (v0 + CP) * VB(dt);
+	const unsigned l0 = (v0 * VB(dt) + 63) / 64, l1 = ((v0 + CP) * VB(dt) + 63) / 64;
+	const uint8_t *const *pl = c->pfv + TK * l0;
 	float *acc = c->acc + h0 * stride + v0 * 8;
 	const unsigned n = c->np;
 	__m256 a[8];
@@ -264,12 +266,9 @@ INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int 
 		const float *w = pb + j * G;
 
 		OPAQUE(r);
-		if (pf) {
-			for (size_t b = pb0; b < pb1; b += 64) {
-				PF_L2(c->ap[j] + c->v_delta + b);
-				PF_L1(c->xp[j] + c->v_delta + b);
-			}
-		}
+		if (pf)
+			for (unsigned l = 0; l < l1 - l0; l++)
+				PF(pl[j * (l1 - l0) + l] + c->v_delta);
 		UNROLL for (int cc = 0; cc < CP; cc++) {
 			__m256 x = ld(dt, r, PAR + cc);
 
@@ -312,7 +311,7 @@ INL T2 void pv_all(struct k2 *c, const int dt, const int G, unsigned h0, int pf,
 #define TILE(NAME, DT, G)                                                                \
 	NOINL T2 void NAME(struct k2 *c, unsigned ci, unsigned h0)                        \
 	{                                                                                \
-		const int pf = ci == 0;                                                  \
+		const int pf = ci == 0 && c->pf_lines;                                   \
 		if (c->nq) {                                                             \
 			__m256 sv[2 * G];                                                \
 			qk(c, DT, G, h0, pf, sv);                                        \
@@ -393,8 +392,10 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 	float acc[ATTN_SCRATCH] __attribute__((aligned(32)));
 	float tmp[16] __attribute__((aligned(32)));
 	const uint8_t *rr[RING][TK];
+	const uint8_t *pft[2][TK * ATTN_PF_LINES]; /* [t & 1]: the line table of tile t */
 	unsigned rn[RING];
 	const unsigned hd = k->head_dim, g = p->g;
+	const size_t row_bytes = (size_t)hd * attn_dtype_size(k->dtype);
 	const enum attn_dtype odt = q->lse ? ATTN_F32 : p->q_dtype;
 	struct k2 c;
 	unsigned hw;
@@ -405,6 +406,7 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 	c.v_delta = k->v_delta;
 	c.qs = qs;
 	c.acc = acc;
+	c.pf_lines = attn_pf_lines(row_bytes);
 	if (p->softcap > 0) {
 		qscale = p->scale / p->softcap;
 		c.capv = p->softcap * LOG2E;
@@ -446,27 +448,25 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 			h += G;
 		}
 
-		/* step t: QK of tile t, PV of tile t-1 (see attend_avx512.c) */
+		/* step t: QK of tile t, PV of tile t-1, tile t+1 walked (see attend_avx512.c) */
 		attn_walk_init(&wk, k, q);
 		rn[0] = fill_tile(&wk, rr[0], NULL);
 		any = rr[0][0];
-		for (unsigned t = 1; t < PF_TILES; t++)
-			rn[t] = fill_tile(&wk, rr[t], any);
+		if (rn[0])
+			attn_pf_table(pft[0], rr[0], c.pf_lines, row_bytes);
 		for (unsigned t = 0;; t++) {
-			unsigned sq = t % RING, sp = (t + RING - 1) % RING;
-			unsigned sa = (t + PF_TILES) % RING;
+			unsigned sq = t % RING, sp = (t + RING - 1) % RING, sn = (t + 1) % RING;
 
 			c.nq = rn[sq];
 			c.np = t ? rn[sp] : 0;
 			if (!c.nq && !c.np)
 				break;
-			rn[sa] = fill_tile(&wk, rr[sa], any);
+			rn[sn] = fill_tile(&wk, rr[sn], any);
+			attn_pf_table(pft[(t + 1) & 1], rr[sn], c.pf_lines, row_bytes);
 			c.kq = rr[sq];
 			c.kp = rr[sp];
-			c.aq = rr[sa];
-			c.ap = rr[(t + PF_TILES - 1) % RING];
-			c.xq = rr[(t + 1) % RING];
-			c.xp = rr[sq];
+			c.pfk = pft[(t + 1) & 1];
+			c.pfv = pft[t & 1];
 			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
 				tiles[cg[i]](&c, i, ch0[i]);

@@ -25,10 +25,12 @@
  * products, f32 sums; PV stays in f32 FMAs: rounding the weights to bf16
  * would cost accuracy).
  *
- * Memory: blocks are scattered, so there is no hardware stream to ride. Each
- * step prefetches, spread over its work (a line per load step, not a burst at
- * the start: a burst fills the miss buffers and stalls the core), the K and V
- * rows of the tile PF_TILES ahead into L2 and those of the next tile into L1.
+ * Memory: each step prefetches into L1 the K rows of the next QK tile (in QK)
+ * and the V rows of the next PV tile (in PV), spread over its work (a line per
+ * load step, not a burst at the start: a burst fills the miss buffers and
+ * stalls the core), in the rising order of attn_pf_table (attend_internal.h).
+ * Prefetching tiles further ahead into L2 as well read slower (47 GB/s against
+ * 53 on two cores, cold f16 gqa 4).
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -52,18 +54,11 @@
 #define LOG2E 1.44269504088896341f
 #define LN2 0.693147180559945309f
 /* Keys per tile: one online-softmax step, one rescale of the accumulators. */
-#define TK 16
-/* Tiles ahead prefetched into L2 (2-4 measure alike; bench_kernel.c). */
-#define PF_TILES 3
-/* Tile slots: the PV tile, the QK tile, and those up to PF_TILES ahead of it. */
-#define RING (PF_TILES + 2)
+#define TK ATTN_TILE
+/* Tile slots: the PV tile, the QK tile and the next one, being prefetched. */
+#define RING 3
 
-#define PF_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
-#ifndef NOL1
-#define PF_L1(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-#else
-#define PF_L1(p) ((void)(p))
-#endif
+#define PF(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 enum dt {
 	DT_F32,
@@ -91,8 +86,9 @@ struct k512 {
 	/* this step: QK of kq (nq keys, weights into pb[par]), PV of kp (np keys, pb[par^1]) */
 	const uint8_t *const *kq, *const *kp;
 	unsigned nq, np, par;
-	/* prefetch: K rows for QK and V rows for PV, PF_TILES ahead (L2) and next (L1) */
-	const uint8_t *const *aq, *const *ap, *const *xq, *const *xp;
+	/* prefetch: line tables of the next QK tile (K) and the next PV tile (V: + v_delta) */
+	const uint8_t *const *pfk, *const *pfv;
+	unsigned pf_lines;    /* lines a row; 0: no prefetch */
 };
 
 typedef void tile_fn(struct k512 *c, unsigned ci, unsigned h0);
@@ -200,18 +196,18 @@ NOINL T512 void softcap(__m512 *sv, int ns, float capv)
 
 /*
  * Scores of the QK tile (c->kq, n keys): TK*G/16 vectors. pf: prefetch the K rows
- * of the tiles ahead (the first head chunk only), a line per 64-byte step.
+ * of the next tile (the first head chunk only), a line per 64-byte step: step v/U
+ * of keys sub*KB.. takes prefetch slots (sub * steps + v/U) * KB...
  */
 INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf, __m512 *sv)
 {
 	const int KB = 16 / G, U = 64 / VB(dt), NS = TK * G / 16;
 	const size_t qstride = (size_t)c->nv * 16;
 	const float *qh = c->qs + h0 * qstride;
-	const unsigned nv = c->nv, nfull = nv - nv % U, n = c->nq;
+	const unsigned nv = c->nv, nfull = nv - nv % U, n = c->nq, steps = (nv + U - 1) / U;
 
 	for (int sub = 0; sub < NS; sub++) {
 		const uint8_t *const *r = c->kq + sub * KB;
-		const uint8_t *const *pa = c->aq + sub * KB, *const *px = c->xq + sub * KB;
 		__m512 a[16];
 		unsigned v;
 
@@ -223,17 +219,14 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 			a[i] = _mm512_setzero_ps();
 		for (v = 0; v < nfull; v += U) {
 			size_t off = v * VB(dt);
+			unsigned s0 = (sub * steps + v / U) * KB;
 			/* reload the row pointers each step: hoisted, they would not fit in registers */
-			const uint8_t *const *rv = r, *const *pav = pa, *const *pxv = px;
+			const uint8_t *const *rv = r;
 
 			OPAQUE(rv);
-			OPAQUE(pav);
-			OPAQUE(pxv);
 			UNROLL for (int kk = 0; kk < KB; kk++) {
-				if (pf) {
-					PF_L2(pav[kk] + off);
-					PF_L1(pxv[kk] + off);
-				}
+				if (pf)
+					PF(c->pfk[s0 + kk]);
 				UNROLL for (int u = 0; u < U; u++) {
 					__m512 kv = ld(dt, rv[kk] + off, u);
 
@@ -246,14 +239,13 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 		}
 		if (U > 1 && v < nv) { /* an odd vector at the end (head_dim % 32 == 16) */
 			size_t off = v * VB(dt);
+			unsigned s0 = (sub * steps + v / U) * KB;
 
 			UNROLL for (int kk = 0; kk < KB; kk++) {
 				__m512 kv = ld(dt == DT_BF16P ? DT_BF16N : dt, r[kk] + off, 0);
 
-				if (pf) {
-					PF_L2(pa[kk] + off);
-					PF_L1(px[kk] + off);
-				}
+				if (pf)
+					PF(c->pfk[s0 + kk]);
 				UNROLL for (int h = 0; h < G; h++)
 					a[kk * G + h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + h * qstride + v * 16), kv,
 									a[kk * G + h]);
@@ -267,12 +259,11 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 INL T512BF void qk_dp(struct k512 *c, const int G, unsigned h0, int pf, __m512 *sv)
 {
 	const int KB = 16 / G, NS = TK * G / 16;
-	const unsigned hd = c->hd, n = c->nq;
+	const unsigned hd = c->hd, n = c->nq, steps = hd / 32;
 	const uint16_t *qh = c->qb + (size_t)h0 * hd;
 
 	for (int sub = 0; sub < NS; sub++) {
 		const uint8_t *const *r = c->kq + sub * KB;
-		const uint8_t *const *pa = c->aq + sub * KB, *const *px = c->xq + sub * KB;
 		__m512 a[16];
 
 		if ((unsigned)(sub * KB) >= n) {
@@ -282,18 +273,15 @@ INL T512BF void qk_dp(struct k512 *c, const int G, unsigned h0, int pf, __m512 *
 		UNROLL for (int i = 0; i < 16; i++)
 			a[i] = _mm512_setzero_ps();
 		for (unsigned d = 0; d < hd; d += 32) {
-			const uint8_t *const *rv = r, *const *pav = pa, *const *pxv = px;
+			const uint8_t *const *rv = r;
+			unsigned s0 = (sub * steps + d / 32) * KB;
 
 			OPAQUE(rv);
-			OPAQUE(pav);
-			OPAQUE(pxv);
 			UNROLL for (int kk = 0; kk < KB; kk++) {
 				__m512bh kv = (__m512bh)_mm512_loadu_si512(rv[kk] + 2 * d);
 
-				if (pf) {
-					PF_L2(pav[kk] + 2 * d);
-					PF_L1(pxv[kk] + 2 * d);
-				}
+				if (pf)
+					PF(c->pfk[s0 + kk]);
 				UNROLL for (int h = 0; h < G; h++)
 					a[kk * G + h] = _mm512_dpbf16_ps(
 						a[kk * G + h], (__m512bh)_mm512_loadu_si512(qh + h * hd + d), kv);
@@ -348,12 +336,15 @@ INL T512 void softmax(struct k512 *c, const int G, __m512 *sv, unsigned ci, floa
 
 /*
  * PV of the PV tile (c->kp): accumulators of G heads x CP vectors from vector v0,
- * over its keys; prefetches the same part of the V rows of the tiles ahead.
+ * over its keys. pf: prefetch the V lines of the next PV tile that start in these
+ * bytes, LP a key: slots 16 * (v0 * VB / 64) + j * LP...
  */
 INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP, unsigned h0,
 		 unsigned v0, int pf, const float *pb, const float *al, int rs)
 {
+	const int LP = (CP * VB(dt) + 63) / 64;
 	const size_t stride = (size_t)c->nv * 16, off = c->v_delta + v0 * VB(dt);
+	const uint8_t *const *pl = c->pfv + TK * (v0 * VB(dt) / 64);
 	float *acc = c->acc + h0 * stride + v0 * 16;
 	const unsigned n = c->np;
 	__m512 a[16];
@@ -374,12 +365,9 @@ INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP, unsign
 		const float *w = pb + j * G;
 
 		OPAQUE(r);
-		if (pf) {
-			for (int l = 0; l < (CP * VB(dt) + 63) / 64; l++) {
-				PF_L2(c->ap[j] + off + 64 * l);
-				PF_L1(c->xp[j] + off + 64 * l);
-			}
-		}
+		if (pf)
+			UNROLL for (int l = 0; l < LP; l++)
+				PF(pl[j * LP + l] + c->v_delta);
 		UNROLL for (int cc = 0; cc < CP; cc++) {
 			__m512 x = ld(dt, r, cc);
 
@@ -423,7 +411,7 @@ INL T512 void pv_all(struct k512 *c, const int dt, const int G, unsigned h0, int
 #define TILE(NAME, TGT, DT, G, QK)                                                         \
 	NOINL TGT void NAME(struct k512 *c, unsigned ci, unsigned h0)                       \
 	{                                                                                  \
-		const int pf = ci == 0;                                                    \
+		const int pf = ci == 0 && c->pf_lines;                                     \
 		if (c->nq) {                                                               \
 			__m512 sv[TK * G / 16];                                            \
 			QK;                                                                \
@@ -503,12 +491,14 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	float qs[ATTN_SCRATCH] __attribute__((aligned(64)));
 	float acc[ATTN_SCRATCH] __attribute__((aligned(64)));
 	const uint8_t *rr[RING][TK];
+	const uint8_t *pft[2][TK * ATTN_PF_LINES]; /* [t & 1]: the line table of tile t */
 	unsigned rn[RING];
 	const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 	const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
 	const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
 	const __m512i ih = _mm512_add_epi32(il, _mm512_set1_epi32(8));
 	const unsigned hd = k->head_dim, g = p->g;
+	const size_t row_bytes = (size_t)hd * attn_dtype_size(k->dtype);
 	const enum attn_dtype odt = q->lse ? ATTN_F32 : p->q_dtype;
 	struct k512 c;
 	unsigned hw;
@@ -519,6 +509,7 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	c.v_delta = k->v_delta;
 	c.qs = qs;
 	c.acc = acc;
+	c.pf_lines = attn_pf_lines(row_bytes);
 	if (p->softcap > 0) {
 		qscale = p->scale / p->softcap;
 		c.capv = p->softcap * LOG2E;
@@ -578,29 +569,27 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 		}
 
 		/*
-		 * Step t: QK of tile t, PV of tile t-1; tiles up to t+PF_TILES are walked (the
-		 * ring holds t-1 .. t+PF_TILES). Empty tiles past the end: n 0, rows `any`.
+		 * Step t: QK of tile t, PV of tile t-1, and tile t+1 walked and prefetched.
+		 * Empty tiles past the end: n 0, rows `any`.
 		 */
 		attn_walk_init(&wk, k, q);
 		rn[0] = fill_tile(&wk, rr[0], NULL);
 		any = rr[0][0];
-		for (unsigned t = 1; t < PF_TILES; t++)
-			rn[t] = fill_tile(&wk, rr[t], any);
+		if (rn[0])
+			attn_pf_table(pft[0], rr[0], c.pf_lines, row_bytes);
 		for (unsigned t = 0;; t++) {
-			unsigned sq = t % RING, sp = (t + RING - 1) % RING;
-			unsigned sa = (t + PF_TILES) % RING;
+			unsigned sq = t % RING, sp = (t + RING - 1) % RING, sn = (t + 1) % RING;
 
 			c.nq = rn[sq];
 			c.np = t ? rn[sp] : 0;
 			if (!c.nq && !c.np)
 				break;
-			rn[sa] = fill_tile(&wk, rr[sa], any);
+			rn[sn] = fill_tile(&wk, rr[sn], any);
+			attn_pf_table(pft[(t + 1) & 1], rr[sn], c.pf_lines, row_bytes);
 			c.kq = rr[sq];
 			c.kp = rr[sp];
-			c.aq = rr[sa];
-			c.ap = rr[(t + PF_TILES - 1) % RING];
-			c.xq = rr[(t + 1) % RING];
-			c.xp = rr[sq];
+			c.pfk = pft[(t + 1) & 1];
+			c.pfv = pft[t & 1];
 			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
 				tiles[cg[i]](&c, i, ch0[i]);
