@@ -369,16 +369,6 @@ INL T2 void st_out(enum attn_dtype t, void *out, size_t d, __m256 x)
 	}
 }
 
-/* The next tile of the walk into a ring slot, padded with its first row (or any). */
-static inline unsigned fill_tile(struct attn_walk *w, const uint8_t **rows, const uint8_t *any)
-{
-	unsigned n = attn_walk_fill(w, rows, TK);
-
-	for (unsigned i = n; i < TK; i++)
-		rows[i] = n ? rows[0] : any;
-	return n;
-}
-
 /* Position of dim d in vector order. */
 static inline unsigned vpos(int dt, unsigned d)
 {
@@ -392,7 +382,7 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 	float acc[ATTN_SCRATCH] __attribute__((aligned(32)));
 	float tmp[16] __attribute__((aligned(32)));
 	const uint8_t *rr[RING][TK];
-	const uint8_t *pft[2][TK * ATTN_PF_LINES]; /* [t & 1]: the line table of tile t */
+	const uint8_t *pft[RING][TK * ATTN_PF_LINES]; /* the line tables of rr */
 	unsigned rn[RING];
 	const unsigned hd = k->head_dim, g = p->g;
 	const size_t row_bytes = (size_t)hd * attn_dtype_size(k->dtype);
@@ -450,10 +440,8 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 
 		/* step t: QK of tile t, PV of tile t-1, tile t+1 walked (see attend_avx512.c) */
 		attn_walk_init(&wk, k, q);
-		rn[0] = fill_tile(&wk, rr[0], NULL);
+		rn[0] = attn_next_tile(&wk, rr[0], pft[0], c.pf_lines, row_bytes, NULL);
 		any = rr[0][0];
-		if (rn[0])
-			attn_pf_table(pft[0], rr[0], c.pf_lines, row_bytes);
 		for (unsigned t = 0;; t++) {
 			unsigned sq = t % RING, sp = (t + RING - 1) % RING, sn = (t + 1) % RING;
 
@@ -461,12 +449,11 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 			c.np = t ? rn[sp] : 0;
 			if (!c.nq && !c.np)
 				break;
-			rn[sn] = fill_tile(&wk, rr[sn], any);
-			attn_pf_table(pft[(t + 1) & 1], rr[sn], c.pf_lines, row_bytes);
+			rn[sn] = attn_next_tile(&wk, rr[sn], pft[sn], c.pf_lines, row_bytes, any);
 			c.kq = rr[sq];
 			c.kp = rr[sp];
-			c.pfk = pft[(t + 1) & 1];
-			c.pfv = pft[t & 1];
+			c.pfk = pft[sn];
+			c.pfv = pft[sq];
 			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
 				tiles[cg[i]](&c, i, ch0[i]);

@@ -475,23 +475,13 @@ INL T512 void st_out(enum attn_dtype t, void *out, size_t d, __m512 x)
 	}
 }
 
-/* The next tile of the walk into a ring slot, padded with its first row (or any). */
-static inline unsigned fill_tile(struct attn_walk *w, const uint8_t **rows, const uint8_t *any)
-{
-	unsigned n = attn_walk_fill(w, rows, TK);
-
-	for (unsigned i = n; i < TK; i++)
-		rows[i] = n ? rows[0] : any;
-	return n;
-}
-
 NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 		       const struct attn_params *p, int dt, tile_fn *const *tiles, int dp)
 {
 	float qs[ATTN_SCRATCH] __attribute__((aligned(64)));
 	float acc[ATTN_SCRATCH] __attribute__((aligned(64)));
 	const uint8_t *rr[RING][TK];
-	const uint8_t *pft[2][TK * ATTN_PF_LINES]; /* [t & 1]: the line table of tile t */
+	const uint8_t *pft[RING][TK * ATTN_PF_LINES]; /* the line tables of rr */
 	unsigned rn[RING];
 	const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 	const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
@@ -573,10 +563,8 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 		 * Empty tiles past the end: n 0, rows `any`.
 		 */
 		attn_walk_init(&wk, k, q);
-		rn[0] = fill_tile(&wk, rr[0], NULL);
+		rn[0] = attn_next_tile(&wk, rr[0], pft[0], c.pf_lines, row_bytes, NULL);
 		any = rr[0][0];
-		if (rn[0])
-			attn_pf_table(pft[0], rr[0], c.pf_lines, row_bytes);
 		for (unsigned t = 0;; t++) {
 			unsigned sq = t % RING, sp = (t + RING - 1) % RING, sn = (t + 1) % RING;
 
@@ -584,12 +572,11 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 			c.np = t ? rn[sp] : 0;
 			if (!c.nq && !c.np)
 				break;
-			rn[sn] = fill_tile(&wk, rr[sn], any);
-			attn_pf_table(pft[(t + 1) & 1], rr[sn], c.pf_lines, row_bytes);
+			rn[sn] = attn_next_tile(&wk, rr[sn], pft[sn], c.pf_lines, row_bytes, any);
 			c.kq = rr[sq];
 			c.kp = rr[sp];
-			c.pfk = pft[(t + 1) & 1];
-			c.pfv = pft[t & 1];
+			c.pfk = pft[sn];
+			c.pfv = pft[sq];
 			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
 				tiles[cg[i]](&c, i, ch0[i]);

@@ -160,4 +160,21 @@ static inline unsigned attn_walk_fill(struct attn_walk *w, const uint8_t **rows,
 	return n;
 }
 
+/*
+ * The next tile of the walk: its rows, padded with its first row (with any past
+ * the end), and their table of lines to prefetch; the keys in it, 0 at the end.
+ */
+static inline unsigned attn_next_tile(struct attn_walk *w, const uint8_t **rows,
+				      const uint8_t **tab, uint32_t lines, size_t row_bytes,
+				      const uint8_t *any)
+{
+	unsigned n = attn_walk_fill(w, rows, ATTN_TILE);
+
+	for (unsigned i = n; i < ATTN_TILE; i++)
+		rows[i] = n ? rows[0] : any;
+	if (rows[0]) /* NULL: a walk with no keys at all */
+		attn_pf_table(tab, rows, lines, row_bytes);
+	return n;
+}
+
 #endif
