@@ -30,9 +30,10 @@
 #define LOG2E 1.44269504088896341f
 #define LN2 0.693147180559945309f
 #define TK ATTN_TILE
-/* Tile slots: the PV tile, the QK tile and the next one, being prefetched. */
-#define RING 3
+/* Tile slots: the PV tile, the QK tile, and the tiles up to ATTN_PF_FAR ahead. */
+#define RING (ATTN_PF_FAR + 2)
 #define PF(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define PF_FAR(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 /* Bytes per vector of a row. */
 #define VB(dt) ((dt) == DT_F32 ? 32 : 16)
 
@@ -54,6 +55,7 @@ struct k2 {
 	unsigned nq, np, par;
 	/* prefetch: line tables of the next QK tile (K) and the next PV tile (V: + v_delta) */
 	const uint8_t *const *pfk, *const *pfv;
+	const uint8_t *const *pff; /* and of the tile ATTN_PF_FAR ahead (K and V) */
 	unsigned pf_lines;    /* lines a row; 0: no prefetch */
 };
 
@@ -153,9 +155,9 @@ NOINL T2 void softcap(__m256 *sv, int ns, float capv)
 /* ---- one step, one chunk of G heads ---- */
 
 /*
- * Scores of the QK tile: 2G vectors. pf: prefetch the K rows of the next tile, a
- * line per 64 bytes of a row: line off/64 of keys sub*KB.. takes prefetch slots
- * (sub * lines + off/64) * KB...
+ * Scores of the QK tile: 2G vectors. pf: prefetch the K rows of the next and of
+ * the far tile, a line per 64 bytes of a row: line off/64 of keys sub*KB.. takes
+ * prefetch slots (sub * lines + off/64) * KB...
  */
 INL T2 void qk(struct k2 *c, const int dt, const int G, unsigned h0, int pf, __m256 *sv)
 {
@@ -182,8 +184,10 @@ INL T2 void qk(struct k2 *c, const int dt, const int G, unsigned h0, int pf, __m
 
 			OPAQUE(rv);
 			UNROLL for (int kk = 0; kk < KB; kk++) {
-				if (pf && (off & 32) == 0)
+				if (pf && (off & 32) == 0) {
 					PF(c->pfk[s0 + kk]);
+					PF_FAR(c->pff[s0 + kk]);
+				}
 				UNROLL for (int u = 0; u < U; u++) {
 					__m256 kv = ld(dt, rv[kk] + off, u);
 
@@ -236,16 +240,16 @@ INL T2 void softmax(struct k2 *c, const int G, __m256 *sv, unsigned ci, float *p
 
 /*
  * PV of the PV tile: accumulators of G heads x CP vectors from vector v0, over its keys;
- * prefetches the V lines of the next PV tile that start in these bytes (slots
- * 16 * (first line) + j * lines + i). PAR: v0 is odd (bf16 with CP 1: the odd half
- * of a 16-dim unit).
+ * prefetches the V lines of the next PV tile and of the far tile that start in
+ * these bytes (slots 16 * (first line) + j * lines + i). PAR: v0 is odd (bf16
+ * with CP 1: the odd half of a 16-dim unit).
  */
 INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int PAR, unsigned h0,
 	       unsigned v0, int pf, const float *pb, const float *al, int rs)
 {
 	const size_t stride = c->hd, off = c->v_delta + (v0 - PAR) * VB(dt);
 	const unsigned l0 = (v0 * VB(dt) + 63) / 64, l1 = ((v0 + CP) * VB(dt) + 63) / 64;
-	const uint8_t *const *pl = c->pfv + TK * l0;
+	const uint8_t *const *pl = c->pfv + TK * l0, *const *plf = c->pff + TK * l0;
 	float *acc = c->acc + h0 * stride + v0 * 8;
 	const unsigned n = c->np;
 	__m256 a[8];
@@ -267,8 +271,10 @@ INL T2 void pv(struct k2 *c, const int dt, const int G, const int CP, const int 
 
 		OPAQUE(r);
 		if (pf)
-			for (unsigned l = 0; l < l1 - l0; l++)
+			for (unsigned l = 0; l < l1 - l0; l++) {
 				PF(pl[j * (l1 - l0) + l] + c->v_delta);
+				PF_FAR(plf[j * (l1 - l0) + l] + c->v_delta);
+			}
 		UNROLL for (int cc = 0; cc < CP; cc++) {
 			__m256 x = ld(dt, r, PAR + cc);
 
@@ -438,22 +444,26 @@ NOINL T2 void run2(const struct attn_keys *k, const struct attn_query *q,
 			h += G;
 		}
 
-		/* step t: QK of tile t, PV of tile t-1, tile t+1 walked (see attend_avx512.c) */
+		/* step t: QK of tile t, PV of tile t-1, prefetches (see attend_avx512.c) */
 		attn_walk_init(&wk, k, q);
 		rn[0] = attn_next_tile(&wk, rr[0], pft[0], c.pf_lines, row_bytes, NULL);
 		any = rr[0][0];
+		for (unsigned i = 1; i < ATTN_PF_FAR; i++)
+			rn[i] = attn_next_tile(&wk, rr[i], pft[i], c.pf_lines, row_bytes, any);
 		for (unsigned t = 0;; t++) {
 			unsigned sq = t % RING, sp = (t + RING - 1) % RING, sn = (t + 1) % RING;
+			unsigned sf = (t + ATTN_PF_FAR) % RING;
 
 			c.nq = rn[sq];
 			c.np = t ? rn[sp] : 0;
 			if (!c.nq && !c.np)
 				break;
-			rn[sn] = attn_next_tile(&wk, rr[sn], pft[sn], c.pf_lines, row_bytes, any);
+			rn[sf] = attn_next_tile(&wk, rr[sf], pft[sf], c.pf_lines, row_bytes, any);
 			c.kq = rr[sq];
 			c.kp = rr[sp];
 			c.pfk = pft[sn];
 			c.pfv = pft[sq];
+			c.pff = pft[sf];
 			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
 				tiles[cg[i]](&c, i, ch0[i]);

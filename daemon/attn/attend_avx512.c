@@ -25,12 +25,11 @@
  * products, f32 sums; PV stays in f32 FMAs: rounding the weights to bf16
  * would cost accuracy).
  *
- * Memory: each step prefetches into L1 the K rows of the next QK tile (in QK)
- * and the V rows of the next PV tile (in PV), spread over its work (a line per
- * load step, not a burst at the start: a burst fills the miss buffers and
- * stalls the core), in the rising order of attn_pf_table (attend_internal.h).
- * Prefetching tiles further ahead into L2 as well read slower (47 GB/s against
- * 53 on two cores, cold f16 gqa 4).
+ * Memory: each step prefetches the K rows of the next QK tile into L1 (in QK)
+ * and the V rows of the next PV tile (in PV), and both of the tile
+ * ATTN_PF_FAR ahead into L2, spread over its work (a line per load step, not
+ * a burst at the start: a burst fills the miss buffers and stalls the core),
+ * in the rising order of attn_pf_table (attend_internal.h).
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -55,10 +54,11 @@
 #define LN2 0.693147180559945309f
 /* Keys per tile: one online-softmax step, one rescale of the accumulators. */
 #define TK ATTN_TILE
-/* Tile slots: the PV tile, the QK tile and the next one, being prefetched. */
-#define RING 3
+/* Tile slots: the PV tile, the QK tile, and the tiles up to ATTN_PF_FAR ahead. */
+#define RING (ATTN_PF_FAR + 2)
 
 #define PF(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define PF_FAR(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 
 enum dt {
 	DT_F32,
@@ -88,6 +88,7 @@ struct k512 {
 	unsigned nq, np, par;
 	/* prefetch: line tables of the next QK tile (K) and the next PV tile (V: + v_delta) */
 	const uint8_t *const *pfk, *const *pfv;
+	const uint8_t *const *pff; /* and of the tile ATTN_PF_FAR ahead (K and V) */
 	unsigned pf_lines;    /* lines a row; 0: no prefetch */
 };
 
@@ -196,8 +197,8 @@ NOINL T512 void softcap(__m512 *sv, int ns, float capv)
 
 /*
  * Scores of the QK tile (c->kq, n keys): TK*G/16 vectors. pf: prefetch the K rows
- * of the next tile (the first head chunk only), a line per 64-byte step: step v/U
- * of keys sub*KB.. takes prefetch slots (sub * steps + v/U) * KB...
+ * of the next and of the far tile (the first head chunk only), a line per 64-byte
+ * step: step v/U of keys sub*KB.. takes prefetch slots (sub * steps + v/U) * KB...
  */
 INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf, __m512 *sv)
 {
@@ -225,8 +226,10 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 
 			OPAQUE(rv);
 			UNROLL for (int kk = 0; kk < KB; kk++) {
-				if (pf)
+				if (pf) {
 					PF(c->pfk[s0 + kk]);
+					PF_FAR(c->pff[s0 + kk]);
+				}
 				UNROLL for (int u = 0; u < U; u++) {
 					__m512 kv = ld(dt, rv[kk] + off, u);
 
@@ -244,8 +247,10 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 			UNROLL for (int kk = 0; kk < KB; kk++) {
 				__m512 kv = ld(dt == DT_BF16P ? DT_BF16N : dt, r[kk] + off, 0);
 
-				if (pf)
+				if (pf) {
 					PF(c->pfk[s0 + kk]);
+					PF_FAR(c->pff[s0 + kk]);
+				}
 				UNROLL for (int h = 0; h < G; h++)
 					a[kk * G + h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + h * qstride + v * 16), kv,
 									a[kk * G + h]);
@@ -280,8 +285,10 @@ INL T512BF void qk_dp(struct k512 *c, const int G, unsigned h0, int pf, __m512 *
 			UNROLL for (int kk = 0; kk < KB; kk++) {
 				__m512bh kv = (__m512bh)_mm512_loadu_si512(rv[kk] + 2 * d);
 
-				if (pf)
+				if (pf) {
 					PF(c->pfk[s0 + kk]);
+					PF_FAR(c->pff[s0 + kk]);
+				}
 				UNROLL for (int h = 0; h < G; h++)
 					a[kk * G + h] = _mm512_dpbf16_ps(
 						a[kk * G + h], (__m512bh)_mm512_loadu_si512(qh + h * hd + d), kv);
@@ -336,8 +343,8 @@ INL T512 void softmax(struct k512 *c, const int G, __m512 *sv, unsigned ci, floa
 
 /*
  * PV of the PV tile (c->kp): accumulators of G heads x CP vectors from vector v0,
- * over its keys. pf: prefetch the V lines of the next PV tile that start in these
- * bytes, LP a key: slots 16 * (v0 * VB / 64) + j * LP...
+ * over its keys. pf: prefetch the V lines of the next PV tile and of the far tile
+ * that start in these bytes, LP a key: slots 16 * (v0 * VB / 64) + j * LP...
  */
 INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP, unsigned h0,
 		 unsigned v0, int pf, const float *pb, const float *al, int rs)
@@ -345,6 +352,7 @@ INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP, unsign
 	const int LP = (CP * VB(dt) + 63) / 64;
 	const size_t stride = (size_t)c->nv * 16, off = c->v_delta + v0 * VB(dt);
 	const uint8_t *const *pl = c->pfv + TK * (v0 * VB(dt) / 64);
+	const uint8_t *const *plf = c->pff + TK * (v0 * VB(dt) / 64);
 	float *acc = c->acc + h0 * stride + v0 * 16;
 	const unsigned n = c->np;
 	__m512 a[16];
@@ -366,8 +374,10 @@ INL T512 void pv(struct k512 *c, const int dt, const int G, const int CP, unsign
 
 		OPAQUE(r);
 		if (pf)
-			UNROLL for (int l = 0; l < LP; l++)
+			UNROLL for (int l = 0; l < LP; l++) {
 				PF(pl[j * LP + l] + c->v_delta);
+				PF_FAR(plf[j * LP + l] + c->v_delta);
+			}
 		UNROLL for (int cc = 0; cc < CP; cc++) {
 			__m512 x = ld(dt, r, cc);
 
@@ -559,24 +569,29 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 		}
 
 		/*
-		 * Step t: QK of tile t, PV of tile t-1, and tile t+1 walked and prefetched.
-		 * Empty tiles past the end: n 0, rows `any`.
+		 * Step t: QK of tile t, PV of tile t-1, tile t+1 prefetched into L1, tile
+		 * t+ATTN_PF_FAR walked and prefetched into L2. Empty tiles past the end:
+		 * n 0, rows `any`.
 		 */
 		attn_walk_init(&wk, k, q);
 		rn[0] = attn_next_tile(&wk, rr[0], pft[0], c.pf_lines, row_bytes, NULL);
 		any = rr[0][0];
+		for (unsigned i = 1; i < ATTN_PF_FAR; i++)
+			rn[i] = attn_next_tile(&wk, rr[i], pft[i], c.pf_lines, row_bytes, any);
 		for (unsigned t = 0;; t++) {
 			unsigned sq = t % RING, sp = (t + RING - 1) % RING, sn = (t + 1) % RING;
+			unsigned sf = (t + ATTN_PF_FAR) % RING;
 
 			c.nq = rn[sq];
 			c.np = t ? rn[sp] : 0;
 			if (!c.nq && !c.np)
 				break;
-			rn[sn] = attn_next_tile(&wk, rr[sn], pft[sn], c.pf_lines, row_bytes, any);
+			rn[sf] = attn_next_tile(&wk, rr[sf], pft[sf], c.pf_lines, row_bytes, any);
 			c.kq = rr[sq];
 			c.kp = rr[sp];
 			c.pfk = pft[sn];
 			c.pfv = pft[sq];
+			c.pff = pft[sf];
 			c.par = t & 1;
 			for (unsigned i = 0; i < nch; i++)
 				tiles[cg[i]](&c, i, ch0[i]);

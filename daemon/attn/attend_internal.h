@@ -40,15 +40,23 @@ const char *attn_level_name(enum attn_level l);
 #define ATTN_SCRATCH 4096
 
 /*
- * Prefetch order. While it computes a tile, a kernel prefetches the K and V rows
- * of a tile ahead, a 64-byte line per load step, from a table of that tile's
- * lines in rising order: each row's lines, the rows in order, so a block is
- * requested as one rising stream. (Line i of every row, then line i + 1, read
- * 12-17 GB/s a core here; the rising order 25.) Rows longer than ATTN_PF_LINES
- * lines are not prefetched. Prefetches never fault: a padded row costs a wasted
- * line, nothing else.
+ * Prefetch. While it computes a tile, a kernel prefetches the K and V lines of
+ * the next tile into L1 and those of the tile ATTN_PF_FAR ahead into L2, a line
+ * of each per load step, from tables of each tile's lines in rising order:
+ * each row's lines, the rows in order, so a block is requested as one rising
+ * stream. (Line i of every row, then line i + 1, read 12-17 GB/s a core; the
+ * rising order 25.) The L1 prefetch alone cannot keep enough misses in flight
+ * when memory is slow: on a VM whose plain read ran 30 GB/s a core, the
+ * kernels read 12 (f16, 4 heads a kv head); with the L2 prefetch 4 tiles
+ * (32 KiB of KV) ahead, 18, and 23 -> 35 on two cores. Rows longer than
+ * ATTN_PF_LINES lines are not prefetched. Prefetches never fault: a padded row
+ * costs a wasted line, nothing else.
  */
 #define ATTN_PF_LINES 64
+#ifndef ATTN_PF_FAR /* -D to try other distances: 2 to 6 measured the same */
+#define ATTN_PF_FAR 4
+#endif
+_Static_assert(ATTN_PF_FAR >= 2, "the far tile lies beyond the next one");
 
 /* The lines of a row of row_bytes; 0 when it is too long to prefetch. */
 static inline uint32_t attn_pf_lines(size_t row_bytes)
@@ -163,10 +171,13 @@ static inline unsigned attn_walk_fill(struct attn_walk *w, const uint8_t **rows,
 /*
  * The next tile of the walk: its rows, padded with its first row (with any past
  * the end), and their table of lines to prefetch; the keys in it, 0 at the end.
+ * Always inlined: the kernels call it from two places, and GCC would make it a
+ * call costing 1-5 cycles a key. (The walk, the rows and the tables stay local
+ * arrays of the kernels: gathered in one struct, they cost 4-6 cycles a key.)
  */
-static inline unsigned attn_next_tile(struct attn_walk *w, const uint8_t **rows,
-				      const uint8_t **tab, uint32_t lines, size_t row_bytes,
-				      const uint8_t *any)
+static inline __attribute__((always_inline)) unsigned
+attn_next_tile(struct attn_walk *w, const uint8_t **rows, const uint8_t **tab, uint32_t lines,
+	       size_t row_bytes, const uint8_t *any)
 {
 	unsigned n = attn_walk_fill(w, rows, ATTN_TILE);
 
