@@ -99,7 +99,7 @@ $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -lpthread -lbpf -lelf -lz -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lpthread -lbpf -lelf -lz -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)

@@ -11,6 +11,7 @@
  * keep and so flatter the ratio.
  */
 #include <errno.h>
+#include <json-c/json.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -256,6 +257,40 @@ out:
 	return ret;
 }
 
+/* A figure rounded to @decimals places, printed as such (json-c would print all 17 digits). */
+static json_object *json_fixed(double v, int decimals)
+{
+	char text[32];
+
+	snprintf(text, sizeof(text), "%.*f", decimals, v);
+	return json_object_new_double_s(v, text);
+}
+
+/* One row as one line of JSON: the fields of the issue, then head_dim, working set, cores. */
+static int print_json_row(const struct row *r, long cores)
+{
+	json_object *o = json_object_new_object();
+	const char *text;
+
+	if (!o)
+		return -ENOMEM;
+	json_object_object_add(o, "context_tokens", json_object_new_int64(r->context));
+	json_object_object_add(o, "seqs", json_object_new_int64(r->seqs));
+	json_object_object_add(o, "dtype", json_object_new_string(r->dtype));
+	json_object_object_add(o, "gqa", json_object_new_int64(r->gqa));
+	json_object_object_add(o, "head_dim", json_object_new_int64(HEAD_DIM));
+	json_object_object_add(o, "kv_read_gbps", json_fixed(r->kv_gbps, 2));
+	json_object_object_add(o, "bw_gbps", json_fixed(r->bw_gbps, 2));
+	json_object_object_add(o, "ratio", json_fixed(r->kv_gbps / r->bw_gbps, 3));
+	json_object_object_add(o, "working_set_mib", json_fixed(r->working_set_mib, 0));
+	json_object_object_add(o, "cores", json_object_new_int64(cores));
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	if (text)
+		puts(text);
+	json_object_put(o);
+	return text ? 0 : -ENOMEM;
+}
+
 /* The value of a row filter: one of the table's values. */
 static int pick_value(const char *opt, const char *arg, const unsigned *allowed, unsigned n,
 		      unsigned *out)
@@ -348,13 +383,13 @@ int bench_attend(int argc, char **argv)
 	for (unsigned i = 0; i < nrows; i++) {
 		const struct row *r = &rows[i];
 
-		if (o.json)
-			printf("{\"context_tokens\": %u, \"seqs\": %u, \"dtype\": \"%s\", \"gqa\": %u, "
-			       "\"head_dim\": %d, \"kv_read_gbps\": %.2f, \"bw_gbps\": %.2f, \"ratio\": %.3f, "
-			       "\"working_set_mib\": %.0f, \"cores\": %ld}\n", r->context, r->seqs, r->dtype,
-			       r->gqa, HEAD_DIM, r->kv_gbps, r->bw_gbps, r->kv_gbps / r->bw_gbps,
-			       r->working_set_mib, cores);
-		else
+		if (o.json) {
+			ret = print_json_row(r, cores);
+			if (ret) {
+				fprintf(stderr, "kvbench attend: %s\n", strerror(-ret));
+				return 1;
+			}
+		} else
 			printf("%-5s %4u %8u %5u %12.2f %9.2f %6.3f %10.0f\n", r->dtype, r->gqa, r->context,
 			       r->seqs, r->kv_gbps, r->bw_gbps, r->kv_gbps / r->bw_gbps, r->working_set_mib);
 	}

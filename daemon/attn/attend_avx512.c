@@ -29,7 +29,10 @@
  * and the V rows of the next PV tile (in PV), and both of the tile
  * ATTN_PF_FAR ahead into L2, spread over its work (a line per load step, not
  * a burst at the start: a burst fills the miss buffers and stalls the core),
- * in the rising order of attn_pf_table (attend_internal.h).
+ * in the rising order of attn_pf_table (attend_internal.h). With one head over
+ * rising keys (attn_keys_rising) a step runs PV first and QK row by row, so that
+ * the loads themselves rise through memory, and prefetches nothing: the hardware
+ * prefetchers do better there (docs/kvdata.md).
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -90,6 +93,7 @@ struct k512 {
 	const uint8_t *const *pfk, *const *pfv;
 	const uint8_t *const *pff; /* and of the tile ATTN_PF_FAR ahead (K and V) */
 	unsigned pf_lines;    /* lines a row; 0: no prefetch */
+	int rising;           /* one head over keys in one rising run (attn_keys_rising) */
 };
 
 typedef void tile_fn(struct k512 *c, unsigned ci, unsigned h0);
@@ -260,6 +264,34 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 	}
 }
 
+/*
+ * The scores of one head (G = 1) over rising keys (c->rising): each K row read
+ * whole before the next, so that the loads rise through memory as the PV of the
+ * tile before read the V rows just below them; no software prefetch. q stays in
+ * registers (head_dim <= 128). Two sums a key halve its chain of FMAs.
+ */
+INL T512 void qk_rows(struct k512 *c, const int dt, __m512 *sv)
+{
+	const unsigned nv = c->nv;
+	const uint8_t *const *r = c->kq;
+	__m512 q[8], a[16];
+
+	UNROLL for (int i = 0; i < 8; i++)
+		q[i] = i < (int)nv ? _mm512_loadu_ps(c->qs + 16 * i) : _mm512_setzero_ps();
+	UNROLL for (int kk = 0; kk < TK; kk++) {
+		__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+
+		UNROLL for (int i = 0; i < 8; i += 2) {
+			if (i < (int)nv)
+				s0 = _mm512_fmadd_ps(q[i], ld(dt, r[kk], i), s0);
+			if (i + 1 < (int)nv)
+				s1 = _mm512_fmadd_ps(q[i + 1], ld(dt, r[kk], i + 1), s1);
+		}
+		a[kk] = _mm512_add_ps(s0, s1);
+	}
+	sv[0] = hsum16(a);
+}
+
 /* The same with vdpbf16ps: raw bf16 q and K pairs, f32 sums; scaled afterwards. */
 INL T512BF void qk_dp(struct k512 *c, const int G, unsigned h0, int pf, __m512 *sv)
 {
@@ -417,27 +449,37 @@ INL T512 void pv_all(struct k512 *c, const int dt, const int G, unsigned h0, int
 		pv(c, dt, G, 1, h0, v0, pf, pb, al, rs);
 }
 
-/* A step for the chunk ci of G heads from h0: QK + softmax of c->kq, then PV of c->kp. */
-#define TILE(NAME, TGT, DT, G, QK)                                                         \
+/*
+ * A step for the chunk ci of G heads from h0: QK + softmax of c->kq, then PV of c->kp.
+ * Over rising keys (one head), PV first: V of the tile before lies just below K of this
+ * one, so the reads rise through memory; the softmax of the tile before is long done.
+ */
+#define TILE(NAME, TGT, DT, G, QK, QK_ROWS)                                                \
 	NOINL TGT void NAME(struct k512 *c, unsigned ci, unsigned h0)                       \
 	{                                                                                  \
-		const int pf = ci == 0 && c->pf_lines;                                     \
+		const int pf = ci == 0 && c->pf_lines, rising = G == 1 && c->rising;        \
+		if (rising && c->np)                                                       \
+			pv_all(c, DT, G, h0, 0, c->pb[c->par ^ 1] + h0 * TK,               \
+			       c->al[c->par ^ 1] + h0, c->rs[c->par ^ 1][ci]);             \
 		if (c->nq) {                                                               \
 			__m512 sv[TK * G / 16];                                            \
-			QK;                                                                \
+			if (rising)                                                        \
+				QK_ROWS;                                                   \
+			else                                                               \
+				QK;                                                        \
 			c->rs[c->par][ci] = 0;                                             \
 			softmax(c, G, sv, ci, c->pb[c->par] + h0 * TK, c->al[c->par] + h0, \
 				&c->rs[c->par][ci]);                                       \
 		}                                                                          \
-		if (c->np)                                                                 \
+		if (!rising && c->np)                                                      \
 			pv_all(c, DT, G, h0, pf, c->pb[c->par ^ 1] + h0 * TK,              \
 			       c->al[c->par ^ 1] + h0, c->rs[c->par ^ 1][ci]);             \
 	}
-#define TILES(SFX, DT)                                                         \
-	TILE(tile_##SFX##_1, T512, DT, 1, qk(c, DT, 1, h0, pf, sv))             \
-	TILE(tile_##SFX##_2, T512, DT, 2, qk(c, DT, 2, h0, pf, sv))             \
-	TILE(tile_##SFX##_4, T512, DT, 4, qk(c, DT, 4, h0, pf, sv))             \
-	TILE(tile_##SFX##_8, T512, DT, 8, qk(c, DT, 8, h0, pf, sv))             \
+#define TILES(SFX, DT)                                                                \
+	TILE(tile_##SFX##_1, T512, DT, 1, qk(c, DT, 1, h0, pf, sv), qk_rows(c, DT, sv)) \
+	TILE(tile_##SFX##_2, T512, DT, 2, qk(c, DT, 2, h0, pf, sv), (void)0)            \
+	TILE(tile_##SFX##_4, T512, DT, 4, qk(c, DT, 4, h0, pf, sv), (void)0)            \
+	TILE(tile_##SFX##_8, T512, DT, 8, qk(c, DT, 8, h0, pf, sv), (void)0)            \
 	static tile_fn *const tiles_##SFX[4] = { tile_##SFX##_1, tile_##SFX##_2, \
 						 tile_##SFX##_4, tile_##SFX##_8 };
 
@@ -446,10 +488,10 @@ TILES(f16, DT_F16)
 TILES(bf16p, DT_BF16P)
 TILES(bf16n, DT_BF16N)
 
-TILE(tile_dp_1, T512BF, DT_BF16P, 1, qk_dp(c, 1, h0, pf, sv))
-TILE(tile_dp_2, T512BF, DT_BF16P, 2, qk_dp(c, 2, h0, pf, sv))
-TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp(c, 4, h0, pf, sv))
-TILE(tile_dp_8, T512BF, DT_BF16P, 8, qk_dp(c, 8, h0, pf, sv))
+TILE(tile_dp_1, T512BF, DT_BF16P, 1, qk_dp(c, 1, h0, pf, sv), (void)0)
+TILE(tile_dp_2, T512BF, DT_BF16P, 2, qk_dp(c, 2, h0, pf, sv), (void)0)
+TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp(c, 4, h0, pf, sv), (void)0)
+TILE(tile_dp_8, T512BF, DT_BF16P, 8, qk_dp(c, 8, h0, pf, sv), (void)0)
 static tile_fn *const tiles_dp[4] = { tile_dp_1, tile_dp_2, tile_dp_4, tile_dp_8 };
 
 /* ---- setup and the walk ---- */
@@ -509,7 +551,12 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	c.v_delta = k->v_delta;
 	c.qs = qs;
 	c.acc = acc;
-	c.pf_lines = attn_pf_lines(row_bytes);
+	/*
+	 * Not with vdpbf16ps: over rising keys its QK, as fast as the loads, read faster
+	 * with software prefetch (two cores, bf16: 44-49 GB/s against 37-39 without).
+	 */
+	c.rising = g == 1 && !dp && hd <= 128 && attn_keys_rising(k);
+	c.pf_lines = c.rising ? 0 : attn_pf_lines(row_bytes);
 	if (p->softcap > 0) {
 		qscale = p->scale / p->softcap;
 		c.capv = p->softcap * LOG2E;

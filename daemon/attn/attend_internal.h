@@ -84,6 +84,25 @@ static inline void attn_pf_table(const uint8_t **tab, const uint8_t *const *rows
 }
 
 /*
+ * Whether the keys lie in one rising run of memory: each block's K rows, then its
+ * V rows, then the next block's K rows (a slot of one layer's one kv head, blocks
+ * in order). Read in that order, such a run needs no software prefetch: the
+ * hardware prefetchers follow it across pages, and prefetch instructions only
+ * get in their way (a core read 30 GB/s of it with none, 19-24 with them).
+ */
+static inline int attn_keys_rising(const struct attn_keys *k)
+{
+	size_t block = (size_t)k->block_size * k->head_dim * attn_dtype_size(k->dtype);
+
+	if (k->ring_tokens || k->v_delta != block || k->slot_bytes != 2 * block)
+		return 0;
+	for (uint32_t i = 1; i < k->nblocks; i++)
+		if (k->ids[i] != k->ids[i - 1] + 1)
+			return 0;
+	return 1;
+}
+
+/*
  * The key positions of a query, in order, as row pointers. Divisions happen
  * only where a range starts; the rest is counting rows within blocks.
  */

@@ -102,6 +102,7 @@ struct tcase {
 	uint32_t ring;
 	float scale, softcap;
 	float ramp; /* != 0: head 0's score grows by ramp per key (forces max updates) */
+	bool rising; /* slots of one K and one V block, blocks in order (attn_keys_rising) */
 };
 
 struct tenv {
@@ -128,7 +129,7 @@ static void build(const struct tcase *t, struct tenv *e)
 {
 	size_t ds = attn_dtype_size(t->dt), row_bytes = t->hd * ds;
 	size_t head_bytes = t->bs * row_bytes, layer_bytes = 2 * 2 * head_bytes;
-	size_t slot = 2 * layer_bytes + 32, words;
+	size_t slot = t->rising ? 2 * head_bytes : 2 * layer_bytes + 32, words;
 	uint32_t first, last, nblocks, pblocks, *perm;
 	uint64_t lo_min = UINT32_MAX, hi_max = 0;
 	double q2 = 0;
@@ -154,13 +155,14 @@ static void build(const struct tcase *t, struct tenv *e)
 	assert_non_null(e->ids);
 	for (uint32_t i = 0; i < pblocks; i++)
 		perm[i] = i;
-	for (uint32_t i = pblocks - 1; i > 0; i--) {
+	for (uint32_t i = pblocks - 1; i > 0 && !t->rising; i--) {
 		uint32_t j = (uint32_t)(rnd() % (i + 1)), x = perm[i];
 
 		perm[i] = perm[j];
 		perm[j] = x;
 	}
-	memcpy(e->ids, perm, sizeof(*e->ids) * nblocks);
+	/* rising: the run starts past block 0, whose slot stays NaN */
+	memcpy(e->ids, perm + (t->rising ? 1 : 0), sizeof(*e->ids) * nblocks);
 	free(perm);
 
 	/* NaN everywhere: a row read that the ranges don't cover poisons the output */
@@ -177,8 +179,8 @@ static void build(const struct tcase *t, struct tenv *e)
 	e->keys = (struct attn_keys){
 		.pool = e->pool,
 		.slot_bytes = slot,
-		.k_off = layer_bytes + head_bytes, /* layer 1, kv head 1 */
-		.v_delta = 2 * head_bytes,
+		.k_off = t->rising ? 0 : layer_bytes + head_bytes, /* layer 1, kv head 1 */
+		.v_delta = t->rising ? head_bytes : 2 * head_bytes,
 		.block_size = t->bs,
 		.head_dim = t->hd,
 		.dtype = t->dt,
@@ -508,6 +510,27 @@ static void test_other_head_dims(void **state)
 				}
 }
 
+/* Runs t over 2996 keys from 5, then over a sink of 4 and a window of 1500 (soft-capped). */
+static void long_ranges(struct tcase *t)
+{
+	t->what = "long range";
+	t->hd = 128;
+	t->bs = 16;
+	t->nr = 1;
+	t->lo[0] = 5;
+	t->hi[0] = 3001;
+	t->scale = 0.5f;
+	run_case(t);
+	t->what = "long, sink + window";
+	t->nr = 2;
+	t->lo[0] = 0;
+	t->hi[0] = 4;
+	t->lo[1] = 1000;
+	t->hi[1] = 2500;
+	t->softcap = 8.0f;
+	run_case(t);
+}
+
 /* Long contexts: many tiles, many rescales; a ring that is not a multiple of the block size. */
 static void test_long(void **state)
 {
@@ -519,20 +542,9 @@ static void test_long(void **state)
 	(void)state;
 	for (size_t d = 0; d < 5; d++) {
 		for (uint32_t g = 1; g <= 4; g *= 4) {
-			struct tcase t = {
-				.what = "long range", .dt = dts[d][0], .qdt = dts[d][1], .g = g, .hd = 128,
-				.bs = 16, .nr = 1, .lo = { 5 }, .hi = { 3001 }, .scale = 0.5f,
-			};
+			struct tcase t = { .dt = dts[d][0], .qdt = dts[d][1], .g = g };
 
-			run_case(&t);
-			t.what = "long, sink + window";
-			t.nr = 2;
-			t.lo[0] = 0;
-			t.hi[0] = 4;
-			t.lo[1] = 1000;
-			t.hi[1] = 2500;
-			t.softcap = 8.0f;
-			run_case(&t);
+			long_ranges(&t);
 			t.what = "ring of 45 (bs 4)";
 			t.bs = 4;
 			t.nr = 1;
@@ -542,6 +554,53 @@ static void test_long(void **state)
 			t.softcap = 0;
 			run_case(&t);
 		}
+	}
+}
+
+/*
+ * Keys in one rising run of memory (a slot per K and V block of one head, blocks in
+ * order), which the SIMD kernels read with one head in another order and without
+ * software prefetch; the other layout never takes that path.
+ */
+static void test_rising(void **state)
+{
+	static const uint32_t hds[] = { 16, 64, 80, 128, 256 }, bss[] = { 1, 4, 16 };
+	static const enum attn_dtype dts[][2] = {
+		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_F16, ATTN_F32 },
+		{ ATTN_BF16, ATTN_BF16 }, { ATTN_BF16, ATTN_F32 },
+	};
+
+	(void)state;
+	for (size_t d = 0; d < 5; d++)
+		for (size_t hi = 0; hi < 5; hi++)
+			for (size_t bi = 0; bi < 3; bi++)
+				for (uint32_t g = 1; g <= 4; g *= 2)
+					for (int sh = 0; sh < SH_N; sh++) {
+						struct tcase t = {
+							.dt = dts[d][0], .qdt = dts[d][1], .g = g, .hd = hds[hi],
+							.bs = bss[bi], .scale = 4.0f / sqrtf((float)hds[hi]),
+							.softcap = g == 2 ? 5.0f : 0.0f, .rising = true,
+						};
+						struct tenv e;
+
+						shape_ranges(&t, (enum shape)sh);
+						build(&t, &e);
+						assert_int_equal(attn_keys_rising(&e.keys), sh != SH_RING);
+						destroy(&e);
+						run_case(&t);
+						t.rising = false;
+						build(&t, &e);
+						assert_int_equal(attn_keys_rising(&e.keys), 0);
+						destroy(&e);
+					}
+	for (size_t d = 0; d < 5; d++) {
+		struct tcase t = { .dt = dts[d][0], .qdt = dts[d][1], .g = 1, .rising = true };
+
+		long_ranges(&t);
+		t = (struct tcase){ .what = "long rising, climbing scores", .dt = dts[d][0],
+				    .qdt = dts[d][1], .g = 1, .hd = 128, .bs = 16, .nr = 1, .hi = { 900 },
+				    .scale = 0.5f, .ramp = 0.4f, .rising = true };
+		run_case(&t);
 	}
 }
 
@@ -938,6 +997,7 @@ int main(void)
 		cmocka_unit_test(test_other_head_dims),
 		cmocka_unit_test(test_long),
 		cmocka_unit_test(test_rescale),
+		cmocka_unit_test(test_rising),
 		cmocka_unit_test(test_split),
 		cmocka_unit_test(test_env_isa),
 		cmocka_unit_test(test_report),
