@@ -200,6 +200,34 @@ NOINL T512 void softcap(__m512 *sv, int ns, float capv)
 /* ---- one step, one chunk of G heads ---- */
 
 /*
+ * The scores of one head (G = 1) over rising keys (c->rising): each K row read
+ * whole before the next, so that the loads rise through memory as the PV of the
+ * tile before read the V rows just below them; no software prefetch. q stays in
+ * registers (head_dim <= 128). Two sums a key halve its chain of FMAs.
+ */
+INL T512 void qk_rows(struct k512 *c, const int dt, __m512 *sv)
+{
+	const unsigned nv = c->nv;
+	const uint8_t *const *r = c->kq;
+	__m512 q[8], a[16];
+
+	UNROLL for (int i = 0; i < 8; i++)
+		q[i] = i < (int)nv ? _mm512_loadu_ps(c->qs + 16 * i) : _mm512_setzero_ps();
+	UNROLL for (int kk = 0; kk < TK; kk++) {
+		__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+
+		UNROLL for (int i = 0; i < 8; i += 2) {
+			if (i < (int)nv)
+				s0 = _mm512_fmadd_ps(q[i], ld(dt, r[kk], i), s0);
+			if (i + 1 < (int)nv)
+				s1 = _mm512_fmadd_ps(q[i + 1], ld(dt, r[kk], i + 1), s1);
+		}
+		a[kk] = _mm512_add_ps(s0, s1);
+	}
+	sv[0] = hsum16(a);
+}
+
+/*
  * Scores of the QK tile (c->kq, n keys): TK*G/16 vectors. pf: prefetch the K rows
  * of the next and of the far tile (the first head chunk only), a line per 64-byte
  * step: step v/U of keys sub*KB.. takes prefetch slots (sub * steps + v/U) * KB...
@@ -211,6 +239,10 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 	const float *qh = c->qs + h0 * qstride;
 	const unsigned nv = c->nv, nfull = nv - nv % U, n = c->nq, steps = (nv + U - 1) / U;
 
+	if (G == 1 && c->rising) {
+		qk_rows(c, dt, sv);
+		return;
+	}
 	for (int sub = 0; sub < NS; sub++) {
 		const uint8_t *const *r = c->kq + sub * KB;
 		__m512 a[16];
@@ -262,34 +294,6 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 		}
 		sv[sub] = hsum16(a);
 	}
-}
-
-/*
- * The scores of one head (G = 1) over rising keys (c->rising): each K row read
- * whole before the next, so that the loads rise through memory as the PV of the
- * tile before read the V rows just below them; no software prefetch. q stays in
- * registers (head_dim <= 128). Two sums a key halve its chain of FMAs.
- */
-INL T512 void qk_rows(struct k512 *c, const int dt, __m512 *sv)
-{
-	const unsigned nv = c->nv;
-	const uint8_t *const *r = c->kq;
-	__m512 q[8], a[16];
-
-	UNROLL for (int i = 0; i < 8; i++)
-		q[i] = i < (int)nv ? _mm512_loadu_ps(c->qs + 16 * i) : _mm512_setzero_ps();
-	UNROLL for (int kk = 0; kk < TK; kk++) {
-		__m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-
-		UNROLL for (int i = 0; i < 8; i += 2) {
-			if (i < (int)nv)
-				s0 = _mm512_fmadd_ps(q[i], ld(dt, r[kk], i), s0);
-			if (i + 1 < (int)nv)
-				s1 = _mm512_fmadd_ps(q[i + 1], ld(dt, r[kk], i + 1), s1);
-		}
-		a[kk] = _mm512_add_ps(s0, s1);
-	}
-	sv[0] = hsum16(a);
 }
 
 /* The same with vdpbf16ps: raw bf16 q and K pairs, f32 sums; scaled afterwards. */
@@ -454,7 +458,7 @@ INL T512 void pv_all(struct k512 *c, const int dt, const int G, unsigned h0, int
  * Over rising keys (one head), PV first: V of the tile before lies just below K of this
  * one, so the reads rise through memory; the softmax of the tile before is long done.
  */
-#define TILE(NAME, TGT, DT, G, QK, QK_ROWS)                                                \
+#define TILE(NAME, TGT, DT, G, QK)                                                         \
 	NOINL TGT void NAME(struct k512 *c, unsigned ci, unsigned h0)                       \
 	{                                                                                  \
 		const int pf = ci == 0 && c->pf_lines, rising = G == 1 && c->rising;        \
@@ -463,10 +467,7 @@ INL T512 void pv_all(struct k512 *c, const int dt, const int G, unsigned h0, int
 			       c->al[c->par ^ 1] + h0, c->rs[c->par ^ 1][ci]);             \
 		if (c->nq) {                                                               \
 			__m512 sv[TK * G / 16];                                            \
-			if (rising)                                                        \
-				QK_ROWS;                                                   \
-			else                                                               \
-				QK;                                                        \
+			QK;                                                                \
 			c->rs[c->par][ci] = 0;                                             \
 			softmax(c, G, sv, ci, c->pb[c->par] + h0 * TK, c->al[c->par] + h0, \
 				&c->rs[c->par][ci]);                                       \
@@ -475,11 +476,11 @@ INL T512 void pv_all(struct k512 *c, const int dt, const int G, unsigned h0, int
 			pv_all(c, DT, G, h0, pf, c->pb[c->par ^ 1] + h0 * TK,              \
 			       c->al[c->par ^ 1] + h0, c->rs[c->par ^ 1][ci]);             \
 	}
-#define TILES(SFX, DT)                                                                \
-	TILE(tile_##SFX##_1, T512, DT, 1, qk(c, DT, 1, h0, pf, sv), qk_rows(c, DT, sv)) \
-	TILE(tile_##SFX##_2, T512, DT, 2, qk(c, DT, 2, h0, pf, sv), (void)0)            \
-	TILE(tile_##SFX##_4, T512, DT, 4, qk(c, DT, 4, h0, pf, sv), (void)0)            \
-	TILE(tile_##SFX##_8, T512, DT, 8, qk(c, DT, 8, h0, pf, sv), (void)0)            \
+#define TILES(SFX, DT)                                                         \
+	TILE(tile_##SFX##_1, T512, DT, 1, qk(c, DT, 1, h0, pf, sv))             \
+	TILE(tile_##SFX##_2, T512, DT, 2, qk(c, DT, 2, h0, pf, sv))             \
+	TILE(tile_##SFX##_4, T512, DT, 4, qk(c, DT, 4, h0, pf, sv))             \
+	TILE(tile_##SFX##_8, T512, DT, 8, qk(c, DT, 8, h0, pf, sv))             \
 	static tile_fn *const tiles_##SFX[4] = { tile_##SFX##_1, tile_##SFX##_2, \
 						 tile_##SFX##_4, tile_##SFX##_8 };
 
@@ -488,10 +489,10 @@ TILES(f16, DT_F16)
 TILES(bf16p, DT_BF16P)
 TILES(bf16n, DT_BF16N)
 
-TILE(tile_dp_1, T512BF, DT_BF16P, 1, qk_dp(c, 1, h0, pf, sv), (void)0)
-TILE(tile_dp_2, T512BF, DT_BF16P, 2, qk_dp(c, 2, h0, pf, sv), (void)0)
-TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp(c, 4, h0, pf, sv), (void)0)
-TILE(tile_dp_8, T512BF, DT_BF16P, 8, qk_dp(c, 8, h0, pf, sv), (void)0)
+TILE(tile_dp_1, T512BF, DT_BF16P, 1, qk_dp(c, 1, h0, pf, sv))
+TILE(tile_dp_2, T512BF, DT_BF16P, 2, qk_dp(c, 2, h0, pf, sv))
+TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp(c, 4, h0, pf, sv))
+TILE(tile_dp_8, T512BF, DT_BF16P, 8, qk_dp(c, 8, h0, pf, sv))
 static tile_fn *const tiles_dp[4] = { tile_dp_1, tile_dp_2, tile_dp_4, tile_dp_8 };
 
 /* ---- setup and the walk ---- */
