@@ -26,8 +26,10 @@
 #define BLOCK_SIZE 16
 #define WRITE_CHUNK 4096u
 #define BW_BYTES (1ull << 30)
-/* Each row alternates this many bandwidth passes and attend runs and keeps the best of each. */
+/* Each row measures this many (bandwidth, attend) pairs and keeps the one of median ratio. */
 #define PASSES 3
+/* Each bandwidth and each attend measurement runs this long at least. */
+#define MEASURE_NS 100000000ull
 /*
  * The daemon's --spin-us and the client's spin_us: a decode engine waits for each
  * step, and a wake-up across cores (eventfd, futex) costs the waker 10-60 us on
@@ -81,24 +83,38 @@ static void *sum_part(void *arg)
 	return NULL;
 }
 
-/* GB/s of one pass of @threads threads over @bytes of @buf. */
-static double read_pass(const uint64_t *buf, size_t bytes, unsigned threads)
+/* One pass of @threads threads over @bytes of @buf. */
+static void read_pass(const uint64_t *buf, size_t bytes, unsigned threads)
 {
 	size_t n = bytes / sizeof(uint64_t);
 	struct bw_part parts[64];
 	pthread_t tids[64];
-	uint64_t start;
 
 	if (threads > 64)
 		threads = 64;
-	start = bench_now_ns();
 	for (unsigned t = 0; t < threads; t++) {
 		parts[t] = (struct bw_part){ buf + n / threads * t, n / threads, 0 };
 		pthread_create(&tids[t], NULL, sum_part, &parts[t]);
 	}
 	for (unsigned t = 0; t < threads; t++)
 		pthread_join(tids[t], NULL);
-	return (double)bytes / (double)(bench_now_ns() - start);
+}
+
+/*
+ * GB/s of passes over BW_BYTES of @buf for MEASURE_NS or more: as long as an attend
+ * run, so that a short spell of faster memory weighs on both alike.
+ */
+static double measure_bw(const uint64_t *buf, unsigned threads)
+{
+	uint64_t start = bench_now_ns(), elapsed;
+	unsigned passes = 0;
+
+	do {
+		read_pass(buf, BW_BYTES, threads);
+		passes++;
+		elapsed = bench_now_ns() - start;
+	} while (elapsed < MEASURE_NS);
+	return (double)passes * BW_BYTES / (double)elapsed;
 }
 
 /* ---- the pool: seqs sequences of max_context tokens of random KV, committed ---- */
@@ -148,7 +164,7 @@ static int step(struct kvp_client *c, const uint64_t *handles, unsigned nhandles
 	return kvp_attend(c, 0, 0, gqa, 0.088f, 0, true, req, seqs);
 }
 
-/* Decode steps of @seqs sequences at @context, round-robin over all handles, for >= 0.2 s. */
+/* Decode steps of @seqs sequences at @context, round-robin over all handles, for MEASURE_NS. */
 static int measure(struct kvp_client *c, const uint64_t *handles, unsigned nhandles,
 		   unsigned seqs, unsigned context, unsigned gqa, size_t token_bytes, double *gbps)
 {
@@ -162,7 +178,7 @@ static int measure(struct kvp_client *c, const uint64_t *handles, unsigned nhand
 		q[i] = (float)(i % 7) * 0.01f;
 	ret = ret ?: step(c, handles, nhandles, 0, seqs, context, gqa, q, out); /* warm */
 	start = bench_now_ns();
-	while (!ret && (elapsed < 100000000ull || reps < 3)) {
+	while (!ret && (elapsed < MEASURE_NS || reps < 3)) {
 		ret = step(c, handles, nhandles, (reps + 1) * seqs, seqs, context, gqa, q, out);
 		reps++;
 		elapsed = bench_now_ns() - start;
@@ -174,24 +190,39 @@ static int measure(struct kvp_client *c, const uint64_t *handles, unsigned nhand
 }
 
 /*
- * Fills in r's figures. The machine's bandwidth drifts (other tenants, clocks): each
- * ratio compares a bandwidth and an attend rate measured together, the best of
- * PASSES alternations of each.
+ * Fills in r's figures. The machine's bandwidth drifts, by half and for a second or
+ * so at a time (other tenants of the host): a row's two figures are a bandwidth and
+ * an attend rate measured back to back, over the same time, so both see the same
+ * machine; of PASSES such pairs the row keeps the one of median ratio. (The best of
+ * each, taken apart, paired the bandwidth of a fast spell with an attend rate
+ * measured outside it.)
  */
 static int measure_row(const struct attend_opts *o, struct kvp_client *c, const uint64_t *handles,
 		       unsigned nhandles, size_t token_bytes, struct row *r)
 {
+	double bw[PASSES], kv[PASSES];
+	unsigned order[PASSES];
 	int ret = 0;
 
-	r->kv_gbps = r->bw_gbps = 0;
 	for (unsigned p = 0; p < PASSES && !ret; p++) {
-		double bw = read_pass(o->bw_buf, BW_BYTES, o->cores), kv = 0;
-
-		ret = measure(c, handles, nhandles, r->seqs, r->context, r->gqa, token_bytes, &kv);
-		r->bw_gbps = bw > r->bw_gbps ? bw : r->bw_gbps;
-		r->kv_gbps = kv > r->kv_gbps ? kv : r->kv_gbps;
+		bw[p] = measure_bw(o->bw_buf, o->cores);
+		ret = measure(c, handles, nhandles, r->seqs, r->context, r->gqa, token_bytes, &kv[p]);
+		order[p] = p;
 	}
-	return ret;
+	if (ret)
+		return ret;
+	/* insertion sort of the pairs by ratio: kv/bw < kv'/bw' as kv*bw' < kv'*bw */
+	for (unsigned i = 1; i < PASSES; i++)
+		for (unsigned j = i; j > 0 && kv[order[j]] * bw[order[j - 1]] <
+						  kv[order[j - 1]] * bw[order[j]]; j--) {
+			unsigned t = order[j];
+
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	r->bw_gbps = bw[order[PASSES / 2]];
+	r->kv_gbps = kv[order[PASSES / 2]];
+	return 0;
 }
 
 static int run_dtype(const struct attend_opts *o, const char *dtype, struct row *rows,
@@ -372,8 +403,8 @@ int bench_attend(int argc, char **argv)
 		bench_print_machine();
 		printf("# kvbench attend: decode (1 query per sequence), head_dim %d, 1 kv head, block_size %d,\n"
 		       "# through kvpoold with its default worker threads, --spin-us %d, the client spinning\n"
-		       "# %d us for each step; bw: read bandwidth of %ld threads\n"
-		       "# summing 1 GiB; each row: best of %d alternating bandwidth passes and attend runs\n"
+		       "# %d us for each step; bw: read bandwidth of %ld threads summing 1 GiB\n"
+		       "# each row: of %d pairs (bandwidth, then attend, each >= 0.1 s), the one of median ratio\n"
 		       "# each step attends the next sequences of all those filled, "
 		       "round-robin: working set = their contexts\n", HEAD_DIM, BLOCK_SIZE, SPIN_US, SPIN_US,
 		       cores, PASSES);
