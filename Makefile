@@ -64,7 +64,14 @@ DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 .PHONY: all deps test demo install clean
 all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
 
-$(BUILD)/%.o: %.c
+# Every object depends on the compiler and flags it was built with (as git's GIT-CFLAGS):
+# after a `make CFLAGS=-DX`, a plain `make` rebuilds, never links objects of both.
+FLAGS_STAMP := $(BUILD)/.cflags
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' > $@
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 

@@ -40,7 +40,7 @@ $(BPF_OUT)/kvacct.skel.h: $(BPF_OUT)/kvacct.bpf.o
 	mv $@.tmp $@
 
 # User space, with the top Makefile's flags (warnings as errors) and the skeleton's directory.
-$(BPF_OUT)/%.o: tools/bpf/%.c
+$(BPF_OUT)/%.o: tools/bpf/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -I$(BPF_OUT) -c $< -o $@
 
