@@ -189,6 +189,19 @@ static int measure(struct kvp_client *c, const uint64_t *handles, unsigned nhand
 	return ret;
 }
 
+struct pair {
+	double bw, kv;
+};
+
+/* By ratio kv / bw, compared as products: kv / bw < kv' / bw' as kv * bw' < kv' * bw. */
+static int by_ratio(const void *a, const void *b)
+{
+	const struct pair *x = a, *y = b;
+	double l = x->kv * y->bw, r = y->kv * x->bw;
+
+	return (l > r) - (l < r);
+}
+
 /*
  * Fills in r's figures. The machine's bandwidth drifts, by half and for a second or
  * so at a time (other tenants of the host): a row's two figures are a bandwidth and
@@ -200,28 +213,19 @@ static int measure(struct kvp_client *c, const uint64_t *handles, unsigned nhand
 static int measure_row(const struct attend_opts *o, struct kvp_client *c, const uint64_t *handles,
 		       unsigned nhandles, size_t token_bytes, struct row *r)
 {
-	double bw[PASSES], kv[PASSES];
-	unsigned order[PASSES];
+	struct pair pairs[PASSES];
 	int ret = 0;
 
 	for (unsigned p = 0; p < PASSES && !ret; p++) {
-		bw[p] = measure_bw(o->bw_buf, o->cores);
-		ret = measure(c, handles, nhandles, r->seqs, r->context, r->gqa, token_bytes, &kv[p]);
-		order[p] = p;
+		pairs[p].bw = measure_bw(o->bw_buf, o->cores);
+		ret = measure(c, handles, nhandles, r->seqs, r->context, r->gqa, token_bytes,
+			      &pairs[p].kv);
 	}
 	if (ret)
 		return ret;
-	/* insertion sort of the pairs by ratio: kv/bw < kv'/bw' as kv*bw' < kv'*bw */
-	for (unsigned i = 1; i < PASSES; i++)
-		for (unsigned j = i; j > 0 && kv[order[j]] * bw[order[j - 1]] <
-						  kv[order[j - 1]] * bw[order[j]]; j--) {
-			unsigned t = order[j];
-
-			order[j] = order[j - 1];
-			order[j - 1] = t;
-		}
-	r->bw_gbps = bw[order[PASSES / 2]];
-	r->kv_gbps = kv[order[PASSES / 2]];
+	qsort(pairs, PASSES, sizeof(pairs[0]), by_ratio);
+	r->bw_gbps = pairs[PASSES / 2].bw;
+	r->kv_gbps = pairs[PASSES / 2].kv;
 	return 0;
 }
 
