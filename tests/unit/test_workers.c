@@ -51,6 +51,23 @@ static void fake_task(struct kvpd_job *job, uint32_t task)
 
 static const struct kvpd_backend_ops fake_backend = { .name = "fake", .run_task = fake_task };
 
+/*
+ * Starts @nthreads workers and waits until all of them sleep: one still starting up
+ * would find the queue on its own, without the wake-up the test is about.
+ */
+static void start_asleep(struct kvpd_workers *w, unsigned nthreads, unsigned spin_us)
+{
+	unsigned sleepers = 0;
+
+	assert_int_equal(kvpd_workers_start(w, nthreads, spin_us, &fake_backend), 0);
+	while (sleepers < nthreads) {
+		usleep(100);
+		pthread_mutex_lock(&w->lock);
+		sleepers = w->sleepers;
+		pthread_mutex_unlock(&w->lock);
+	}
+}
+
 /* Submits a job of @ntasks; the test thread helps until it is done. Returns the tasks it ran. */
 static unsigned run_job(struct kvpd_workers *w, uint32_t ntasks, bool short_tasks)
 {
@@ -76,7 +93,7 @@ static void test_short_tasks_share_the_slots_with_the_loop(void **state)
 	unsigned helped;
 
 	(void)state;
-	assert_int_equal(kvpd_workers_start(&w, 2, 0, &fake_backend), 0);
+	start_asleep(&w, 2, 0);
 	helped = run_job(&w, 16, true);
 	assert_true(helped >= 1);
 	assert_true(helped <= 16);
@@ -89,7 +106,7 @@ static void test_long_tasks_stay_with_the_workers(void **state)
 	struct kvpd_workers w = { 0 };
 
 	(void)state;
-	assert_int_equal(kvpd_workers_start(&w, 3, 0, &fake_backend), 0);
+	start_asleep(&w, 3, 0);
 	assert_int_equal(run_job(&w, 24, false), 0);
 	assert_int_equal(fake.peak, 3);
 	kvpd_workers_stop(&w);
@@ -101,7 +118,7 @@ static void test_one_thread_one_task_at_a_time(void **state)
 
 	(void)state;
 	/* spinning workers: the spin ends in a sleep that submit must still wake */
-	assert_int_equal(kvpd_workers_start(&w, 1, 50, &fake_backend), 0);
+	start_asleep(&w, 1, 50);
 	run_job(&w, 8, true);
 	assert_int_equal(fake.peak, 1);
 	run_job(&w, 8, false);
@@ -136,7 +153,7 @@ static void test_the_loops_slot_goes_to_a_long_job(void **state)
 	unsigned on_loop = 0;
 
 	(void)state;
-	assert_int_equal(kvpd_workers_start(&w, 1, 0, &fake_backend), 0);
+	start_asleep(&w, 1, 0);
 	behind_pool = &w;
 	loop_thread = pthread_self();
 	for (int i = 0; i < 20; i++) {
@@ -164,10 +181,22 @@ static void test_the_loops_slot_goes_to_a_long_job(void **state)
 	kvpd_workers_stop(&w);
 }
 
+/*
+ * Until a job is done and its worker is back under the lock: past finish(), whose
+ * eventfd write comes after ndone, so that what the test reads next is all there is.
+ */
 static void wait_done(struct kvpd_workers *w)
 {
-	while (!__atomic_load_n(&w->ndone, __ATOMIC_ACQUIRE))
+	for (;;) {
+		bool settled;
+
+		pthread_mutex_lock(&w->lock);
+		settled = w->ndone && !w->running;
+		pthread_mutex_unlock(&w->lock);
+		if (settled)
+			return;
 		usleep(100);
+	}
 }
 
 static void test_eventfd_only_for_a_sleeping_loop(void **state)
@@ -177,7 +206,7 @@ static void test_eventfd_only_for_a_sleeping_loop(void **state)
 	uint64_t v = 0;
 
 	(void)state;
-	assert_int_equal(kvpd_workers_start(&w, 1, 0, &fake_backend), 0);
+	start_asleep(&w, 1, 0);
 	memset(&fake, 0, sizeof(fake));
 
 	/* awake loop: no write; going to sleep, it learns a job is waiting */
