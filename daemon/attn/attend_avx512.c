@@ -24,7 +24,7 @@
  * accumulators are kept in that order, undone at the end). With AVX512_BF16
  * and a bf16 query over bf16 keys, QK is vdpbf16ps on the raw pairs (exact
  * products, f32 sums; PV stays in f32 FMAs: rounding the weights to bf16
- * would cost accuracy).
+ * would cost accuracy); at G = 4 with the keys across the lanes (qk_dp4).
  *
  * Memory: each step prefetches the K rows of the next QK tile into L1 (in QK)
  * and the V rows of the next PV tile (in PV), and both of the tile
@@ -83,6 +83,7 @@ struct k512 {
 	float *qs;            /* [heads][nv*16] prescaled q, in vector order */
 	float *acc;           /* [heads][nv*16] */
 	const uint16_t *qb;   /* dp path: raw bf16 q rows of the walk's heads */
+	const uint16_t *qx;   /* dp path, G = 4: per chunk, q for qk_dp4 (hd * 16 values) */
 	size_t v_delta;
 	unsigned nv, hd;
 	float qscale;         /* dp path: applied to the dot products */
@@ -297,6 +298,65 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
 	}
 }
 
+/*
+ * vdpbf16ps QK for G = 4 with the keys across the lanes: a K vector holds 8
+ * dims (4 pairs) of each of 4 keys, by a 4 x 4 transpose of the 128-bit lanes of
+ * the 4 keys' rows; the q vector, the same 8 dims of one head 4 times (c->qx,
+ * [dims / 8][head][4 x 8]). A (key, head) score then sums 4 lanes, not the 16
+ * of qk_dp's transpose-and-add trees: 7-10% faster in cache.
+ */
+INL T512BF void qk_dp4(struct k512 *c, unsigned h0, int pf, __m512 *sv)
+{
+	const unsigned lines = c->hd / 32;
+	const uint16_t *qx = c->qx + (size_t)h0 * c->hd * 4;
+	const uint8_t *const *pk = c->pfk, *const *pff = c->pff, *const *rows = c->kq;
+	__m512 a[16];
+
+	UNROLL for (int i = 0; i < 16; i++)
+		a[i] = _mm512_setzero_ps();
+	for (unsigned l = 0; l < lines; l++) {
+		const uint8_t *const *rl = rows;
+		const uint16_t *ql = qx + 512 * l;
+
+		OPAQUE(rl);
+		UNROLL for (int kg = 0; kg < 4; kg++) {
+			__m512i x[4], t[4];
+
+			UNROLL for (int k = 0; k < 4; k++) {
+				if (pf) {
+					PF(pk[l * TK + 4 * kg + k]);
+					PF_FAR(pff[l * TK + 4 * kg + k]);
+				}
+				x[k] = _mm512_loadu_si512(rl[4 * kg + k] + 64 * l);
+			}
+			t[0] = _mm512_shuffle_i32x4(x[0], x[1], 0x44);
+			t[1] = _mm512_shuffle_i32x4(x[0], x[1], 0xee);
+			t[2] = _mm512_shuffle_i32x4(x[2], x[3], 0x44);
+			t[3] = _mm512_shuffle_i32x4(x[2], x[3], 0xee);
+			x[0] = _mm512_shuffle_i32x4(t[0], t[2], 0x88);
+			x[1] = _mm512_shuffle_i32x4(t[0], t[2], 0xdd);
+			x[2] = _mm512_shuffle_i32x4(t[1], t[3], 0x88);
+			x[3] = _mm512_shuffle_i32x4(t[1], t[3], 0xdd);
+			UNROLL for (int i = 0; i < 4; i++)
+				UNROLL for (int h = 0; h < 4; h++)
+					a[4 * kg + h] = _mm512_dpbf16_ps(
+						a[4 * kg + h], (__m512bh)_mm512_load_si512(ql + 128 * i + 32 * h),
+						(__m512bh)x[i]);
+		}
+	}
+	/* lane 4 * key + j of a[4 * kg + head] -> lane 4 * key + head of sv[kg] */
+	UNROLL for (int kg = 0; kg < 4; kg++) {
+		const __m512 *b = a + 4 * kg;
+		__m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
+		__m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
+		__m512d x = _mm512_castps_pd(t0), y = _mm512_castps_pd(t1);
+		__m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+					 _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+
+		sv[kg] = _mm512_mul_ps(s, _mm512_set1_ps(c->qscale));
+	}
+}
+
 /* The same with vdpbf16ps: raw bf16 q and K pairs, f32 sums; scaled afterwards. */
 INL T512BF void qk_dp(struct k512 *c, const int G, unsigned h0, int pf, __m512 *sv)
 {
@@ -501,7 +561,7 @@ TILES(bf16n, DT_BF16N)
 
 TILE(tile_dp_1, T512BF, DT_BF16P, 1, qk_dp(c, 1, h0, pf, sv))
 TILE(tile_dp_2, T512BF, DT_BF16P, 2, qk_dp(c, 2, h0, pf, sv))
-TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp(c, 4, h0, pf, sv))
+TILE(tile_dp_4, T512BF, DT_BF16P, 4, qk_dp4(c, h0, pf, sv))
 TILE(tile_dp_8, T512BF, DT_BF16P, 8, qk_dp(c, 8, h0, pf, sv))
 static tile_fn *const tiles_dp[4] = { tile_dp_1, tile_dp_2, tile_dp_4, tile_dp_8 };
 
@@ -543,6 +603,7 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 {
 	float qs[ATTN_SCRATCH] __attribute__((aligned(64)));
 	float acc[ATTN_SCRATCH] __attribute__((aligned(64)));
+	uint16_t qx[4 * ATTN_SCRATCH] __attribute__((aligned(64)));
 	const uint8_t *rr[RING][TK];
 	const uint8_t *pft[RING][TK * ATTN_PF_LINES]; /* the line tables of rr */
 	unsigned rn[RING];
@@ -562,6 +623,7 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	c.v_delta = k->v_delta;
 	c.qs = qs;
 	c.acc = acc;
+	c.qx = qx;
 	/*
 	 * Not with vdpbf16ps: over rising keys its QK, as fast as the loads, read faster
 	 * with software prefetch (two cores, bf16: 44-49 GB/s against 37-39 without).
@@ -622,6 +684,12 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 			ch0[nch] = h;
 			c.mv[nch] = _mm512_set1_ps(-INFINITY);
 			c.lv[nch] = _mm512_setzero_ps();
+			if (dp && G == 4) /* qk_dp4's q: each 8 dims of each head, 4 times */
+				for (unsigned d = 0; d < hd; d += 8)
+					for (unsigned j = 0; j < 4; j++)
+						for (unsigned r = 0; r < 4; r++)
+							memcpy(qx + (size_t)h * hd * 4 + (d / 8 * 4 + j) * 32 + 8 * r,
+							       c.qb + (size_t)(h + j) * hd + d, 16);
 			nch++;
 			h += G;
 		}
