@@ -303,7 +303,7 @@ INL T512 void qk(struct k512 *c, const int dt, const int G, unsigned h0, int pf,
  * dims (4 pairs) of each of 4 keys, by a 4 x 4 transpose of the 128-bit lanes of
  * the 4 keys' rows; the q vector, the same 8 dims of one head 4 times (c->qx,
  * [dims / 8][head][4 x 8]). A (key, head) score then sums 4 lanes, not the 16
- * of qk_dp's transpose-and-add trees: 7-10% faster in cache.
+ * of qk_dp's transpose-and-add trees: 2-7% faster in cache (docs/kvdata.md).
  */
 INL T512BF void qk_dp4(struct k512 *c, unsigned h0, int pf, __m512 *sv)
 {
