@@ -119,20 +119,27 @@ INL T512 __m512 ld(const int dt, const uint8_t *p, const int i)
 		_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 32 * i))), 16));
 }
 
+/*
+ * Lane 4 * L + i: the sum of the 4 lanes of 128-bit lane L of a[i] (i < 4): the first
+ * two levels of hsum16, and all of qk_dp4's.
+ */
+INL T512 __m512 sum4(const __m512 *a)
+{
+	__m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a[0], a[1]), _mm512_unpackhi_ps(a[0], a[1]));
+	__m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a[2], a[3]), _mm512_unpackhi_ps(a[2], a[3]));
+	__m512d x = _mm512_castps_pd(t0), y = _mm512_castps_pd(t1);
+
+	return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+			     _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+}
+
 /* r[i] = sum of the lanes of a[i]. */
 INL T512 __m512 hsum16(const __m512 *a)
 {
-	__m512 t[8], u[4], v[2];
+	__m512 u[4], v[2];
 
-	UNROLL for (int i = 0; i < 8; i++)
-		t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-				     _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-	UNROLL for (int i = 0; i < 4; i++) {
-		__m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
-
-		u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-				     _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-	}
+	UNROLL for (int i = 0; i < 4; i++)
+		u[i] = sum4(a + 4 * i);
 	UNROLL for (int i = 0; i < 2; i++)
 		v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88),
 				     _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xdd));
@@ -345,16 +352,8 @@ INL T512BF void qk_dp4(struct k512 *c, unsigned h0, int pf, __m512 *sv)
 		}
 	}
 	/* lane 4 * key + j of a[4 * kg + head] -> lane 4 * key + head of sv[kg] */
-	UNROLL for (int kg = 0; kg < 4; kg++) {
-		const __m512 *b = a + 4 * kg;
-		__m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
-		__m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
-		__m512d x = _mm512_castps_pd(t0), y = _mm512_castps_pd(t1);
-		__m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-					 _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-
-		sv[kg] = _mm512_mul_ps(s, _mm512_set1_ps(c->qscale));
-	}
+	UNROLL for (int kg = 0; kg < 4; kg++)
+		sv[kg] = _mm512_mul_ps(sum4(a + 4 * kg), _mm512_set1_ps(c->qscale));
 }
 
 /* The same with vdpbf16ps: raw bf16 q and K pairs, f32 sums; scaled afterwards. */
