@@ -25,6 +25,9 @@ struct kvpd_kv_layout {
 	size_t head_bytes;  /* one kv head's rows in a block: block_size * row_bytes */
 	size_t layer_bytes; /* K and V of one layer: 2 * kv_heads * head_bytes */
 	size_t slot_bytes;  /* layers * layer_bytes */
+	/* filled by the backend's pool_init: */
+	size_t map_bytes;   /* the memory it mapped (num_blocks * slot_bytes, rounded up) */
+	size_t page_bytes;  /* the size of its pages (huge pages or not) */
 };
 
 static inline size_t kvpd_k_off(const struct kvpd_kv_layout *l, uint32_t layer, uint32_t head)
@@ -57,8 +60,11 @@ struct kvpd_job;
 
 struct kvpd_backend_ops {
 	const char *name;
-	/* Reserves pool memory for @l (zeroed); *mem is what the other calls get. */
-	int (*pool_init)(const struct kvpd_kv_layout *l, void **mem);
+	/*
+	 * Reserves pool memory for @l (zeroed) and fills l->map_bytes and l->page_bytes;
+	 * *mem is what the other calls get.
+	 */
+	int (*pool_init)(struct kvpd_kv_layout *l, void **mem);
 	void (*pool_fini)(const struct kvpd_kv_layout *l, void *mem);
 	/* Runs task @task of @job; called on worker threads, tasks of a job in parallel. */
 	void (*run_task)(struct kvpd_job *job, uint32_t task);

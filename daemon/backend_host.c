@@ -29,21 +29,36 @@ static void *map_memfd(size_t bytes, unsigned flags)
 	return mem;
 }
 
-static int host_pool_init(const struct kvpd_kv_layout *l, void **mem)
+#define HUGE_PAGE_BYTES (2ul << 20)
+#ifndef MFD_HUGE_2MB /* linux/memfd.h's, which clashes with glibc's MFD_ flags */
+#define MFD_HUGE_2MB (21u << 26)
+#endif
+
+static int host_pool_init(struct kvpd_kv_layout *l, void **mem)
 {
 	size_t bytes = (size_t)l->num_blocks * l->slot_bytes;
+	size_t huge_bytes = (bytes + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
 	void *m;
 
-	if (l->slot_bytes && bytes / l->slot_bytes != l->num_blocks)
+	if ((l->slot_bytes && bytes / l->slot_bytes != l->num_blocks) || huge_bytes < bytes)
 		return -EOVERFLOW;
-	/* Explicit huge pages only work when the admin reserved some (and the size fits them). */
-	m = (bytes % (2u << 20)) ? MAP_FAILED : map_memfd(bytes, MFD_HUGETLB);
-	if (m == MAP_FAILED) {
-		m = map_memfd(bytes, 0);
+	/*
+	 * Explicit huge pages only when the admin reserved enough; the mapping is rounded
+	 * up to whole pages (under 2 MiB more), which costs less than a TLB miss on every
+	 * block: scattered blocks over 4 KiB pages attend about a quarter slower.
+	 */
+	m = map_memfd(huge_bytes, MFD_HUGETLB | MFD_HUGE_2MB);
+	if (m != MAP_FAILED) {
+		l->page_bytes = HUGE_PAGE_BYTES;
+	} else {
+		m = map_memfd(huge_bytes, 0);
 		if (m == MAP_FAILED)
 			return -errno;
-		madvise(m, bytes, MADV_HUGEPAGE);
+		/* transparent huge pages, where shmem_enabled allows them */
+		madvise(m, huge_bytes, MADV_HUGEPAGE);
+		l->page_bytes = (size_t)sysconf(_SC_PAGESIZE);
 	}
+	l->map_bytes = huge_bytes;
 	*mem = m;
 	return 0;
 }
@@ -51,7 +66,7 @@ static int host_pool_init(const struct kvpd_kv_layout *l, void **mem)
 static void host_pool_fini(const struct kvpd_kv_layout *l, void *mem)
 {
 	if (mem)
-		munmap(mem, (size_t)l->num_blocks * l->slot_bytes);
+		munmap(mem, l->map_bytes);
 }
 
 /* WRITE_KV and READ_KV: task h copies kv head h of every token. */

@@ -118,8 +118,9 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params, uint3
 	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
 	d->pools[d->npools++] = pool;
 	kvpd_stats_pool_add(d, pool);
-	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups", pool->name,
-		 cfg.num_blocks, cfg.block_size, cfg.num_groups);
+	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups, KV %zu MiB in %zu KiB pages",
+		 pool->name, cfg.num_blocks, cfg.block_size, cfg.num_groups,
+		 pool->layout.map_bytes >> 20, pool->layout.page_bytes >> 10);
 	return 0;
 
 err_destroy_core:
