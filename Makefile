@@ -51,7 +51,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
 	     tools/trace_daemon.c tools/name_map.c
 BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c \
-	     tools/bench_daemon.c tools/bench_attend.c
+	     tools/bench_daemon.c tools/bench_attend.c tools/dtype_store.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c
@@ -94,7 +94,7 @@ $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
 
-$(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(LIB_A)
+$(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD)/tools/dtype_store.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
@@ -106,7 +106,7 @@ $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lpthread -lbpf -lelf -lz -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lpthread -lbpf -lelf -lz -lm -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../lib/libkvpool.h"
+#include "dtype_store.h"
 #include "kvbench.h"
 
 #define HEAD_DIM 128
@@ -151,35 +152,38 @@ static int fill(struct kvp_client *c, uint64_t *handles, unsigned seqs, unsigned
 	return ret;
 }
 
-/* The decode step of the @seqs sequences after @from (of @nhandles), at @context. */
+/*
+ * The decode step of the @seqs sequences after @from (of @nhandles), at @context: q and out
+ * in the pool's @dtype, as an engine running its model in that dtype passes them.
+ */
 static int step(struct kvp_client *c, const uint64_t *handles, unsigned nhandles, unsigned from,
-		unsigned seqs, unsigned context, unsigned gqa, float *q, float *out)
+		unsigned seqs, unsigned context, unsigned gqa, uint32_t dtype, uint8_t *q, uint8_t *out)
 {
+	size_t q_bytes = (size_t)gqa * HEAD_DIM * dtype_size(dtype);
 	struct kvp_attend_req req[64];
 
 	for (unsigned s = 0; s < seqs; s++)
 		req[s] = (struct kvp_attend_req){ handles[(from + s) % nhandles], context - 1, 1,
-						  q + (size_t)s * gqa * HEAD_DIM,
-						  out + (size_t)s * gqa * HEAD_DIM };
-	return kvp_attend(c, 0, 0, gqa, 0.088f, 0, true, req, seqs);
+						  q + s * q_bytes, out + s * q_bytes };
+	return kvp_attend(c, 0, 0, gqa, 0.088f, 0, dtype == KVP_DTYPE_F32, req, seqs);
 }
 
 /* Decode steps of @seqs sequences at @context, round-robin over all handles, for MEASURE_NS. */
 static int measure(struct kvp_client *c, const uint64_t *handles, unsigned nhandles,
-		   unsigned seqs, unsigned context, unsigned gqa, size_t token_bytes, double *gbps)
+		   unsigned seqs, unsigned context, unsigned gqa, uint32_t dtype, double *gbps)
 {
-	float *q = calloc((size_t)seqs * gqa * HEAD_DIM, sizeof(float));
-	float *out = calloc((size_t)seqs * gqa * HEAD_DIM, sizeof(float));
+	size_t n = (size_t)seqs * gqa * HEAD_DIM, token_bytes = 2 * HEAD_DIM * dtype_size(dtype);
+	uint8_t *q = malloc(n * dtype_size(dtype)), *out = malloc(n * dtype_size(dtype));
 	uint64_t start, elapsed = 0;
 	unsigned reps = 0;
 	int ret = q && out ? 0 : -ENOMEM;
 
-	for (unsigned i = 0; !ret && i < (size_t)seqs * gqa * HEAD_DIM; i++)
-		q[i] = (float)(i % 7) * 0.01f;
-	ret = ret ?: step(c, handles, nhandles, 0, seqs, context, gqa, q, out); /* warm */
+	for (size_t i = 0; !ret && i < n; i++)
+		dtype_store(q, i, (float)(i % 7) * 0.01f, dtype);
+	ret = ret ?: step(c, handles, nhandles, 0, seqs, context, gqa, dtype, q, out); /* warm */
 	start = bench_now_ns();
 	while (!ret && (elapsed < MEASURE_NS || reps < 3)) {
-		ret = step(c, handles, nhandles, (reps + 1) * seqs, seqs, context, gqa, q, out);
+		ret = step(c, handles, nhandles, (reps + 1) * seqs, seqs, context, gqa, dtype, q, out);
 		reps++;
 		elapsed = bench_now_ns() - start;
 	}
@@ -211,14 +215,14 @@ static int by_ratio(const void *a, const void *b)
  * measured outside it.)
  */
 static int measure_row(const struct attend_opts *o, struct kvp_client *c, const uint64_t *handles,
-		       unsigned nhandles, size_t token_bytes, struct row *r)
+		       unsigned nhandles, struct row *r)
 {
 	struct pair pairs[PASSES];
 	int ret = 0;
 
 	for (unsigned p = 0; p < PASSES && !ret; p++) {
 		pairs[p].bw = measure_bw(o->bw_buf, o->cores);
-		ret = measure(c, handles, nhandles, r->seqs, r->context, r->gqa, token_bytes,
+		ret = measure(c, handles, nhandles, r->seqs, r->context, r->gqa, dtype_code(r->dtype),
 			      &pairs[p].kv);
 	}
 	if (ret)
@@ -240,7 +244,7 @@ static int run_dtype(const struct attend_opts *o, const char *dtype, struct row 
 	unsigned max_context = ctxs[ncontexts - 1];
 	/* a filtered row reads from the same working set as in the whole table */
 	unsigned max_seqs = o->quick ? 8 : 64;
-	size_t dsize = strcmp(dtype, "f32") ? 2 : 4, token_bytes = 2 * HEAD_DIM * dsize;
+	size_t token_bytes = 2 * HEAD_DIM * dtype_size(dtype_code(dtype));
 	char blocks[32], dt[16];
 	const char *kv[] = { blocks, "block_size=16", "groups=full", "kv_heads=1", "head_dim=128",
 			     dt, "layers_per_group=1", NULL };
@@ -284,7 +288,7 @@ static int run_dtype(const struct attend_opts *o, const char *dtype, struct row 
 
 				*r = (struct row){ dtype, gs[gi], ctxs[ci], counts[si], 0, 0,
 						   (double)max_seqs * ctxs[ci] * token_bytes / (1 << 20) };
-				ret = measure_row(o, c, handles, max_seqs, token_bytes, r);
+				ret = measure_row(o, c, handles, max_seqs, r);
 			}
 	kvp_close(c);
 out:
@@ -406,6 +410,7 @@ int bench_attend(int argc, char **argv)
 	if (!o.json) {
 		bench_print_machine();
 		printf("# kvbench attend: decode (1 query per sequence), head_dim %d, 1 kv head, block_size %d,\n"
+		       "# q and out in the pool's dtype,\n"
 		       "# through kvpoold with its default worker threads, --spin-us %d, the client spinning\n"
 		       "# %d us for each step; bw: read bandwidth of %ld threads summing 1 GiB\n"
 		       "# each row: of %d pairs (bandwidth, then attend, each >= 0.1 s), the one of median ratio\n"

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype_store.h"
 #include "engine_model.h"
 
 #define VOCAB 256
@@ -90,46 +91,6 @@ static void rms_norm(const float *x, float *y, size_t n)
 		y[i] = x[i] * ss;
 }
 
-/* IEEE half, round to nearest even (no _Float16: not every compiler here has it). */
-static uint16_t f32_to_f16(float f)
-{
-	uint32_t u, sign, mag;
-
-	memcpy(&u, &f, sizeof(u));
-	sign = u >> 16 & 0x8000;
-	mag = u & 0x7fffffff;
-	if (mag >= 0x7f800000) /* inf, nan */
-		return (uint16_t)(sign | 0x7c00 | (mag > 0x7f800000 ? 0x200 : 0));
-	if (mag >= 0x477ff000) /* rounds past the largest half */
-		return (uint16_t)(sign | 0x7c00);
-	if (mag < 0x38800000) { /* subnormal half: scale into integer units of 2^-24 */
-		float a;
-		uint32_t q;
-
-		memcpy(&a, &mag, sizeof(a));
-		q = (uint32_t)nearbyintf(a * 16777216.0f);
-		return (uint16_t)(sign | q);
-	}
-	mag += 0xc8000fff + (mag >> 13 & 1); /* rebias the exponent, round to nearest even */
-	return (uint16_t)(sign | mag >> 13);
-}
-
-/* The pool stores KV in its dtype: f32, or f16 / bf16 rounded to nearest even. */
-static void store(void *dst, size_t i, float v, uint32_t dtype)
-{
-	if (dtype == KVP_DTYPE_F32) {
-		((float *)dst)[i] = v;
-	} else if (dtype == KVP_DTYPE_F16) {
-		((uint16_t *)dst)[i] = f32_to_f16(v);
-	} else {
-		uint32_t u;
-
-		memcpy(&u, &v, sizeof(u));
-		u += 0x7fff + (u >> 16 & 1);
-		((uint16_t *)dst)[i] = (uint16_t)(u >> 16);
-	}
-}
-
 int engine_model_forward(struct engine_model *m, struct kvp_client *c, uint64_t seq,
 			 const uint32_t *tokens, uint32_t first, uint32_t n, uint32_t *next)
 {
@@ -156,10 +117,10 @@ int engine_model_forward(struct engine_model *m, struct kvp_client *c, uint64_t 
 			matvec(m->wq + l * dim * dim, h, q + t * dim, dim, dim);
 			matvec(m->wk + l * kv_dim * dim, h, kv, kv_dim, dim);
 			for (size_t i = 0; i < kv_dim; i++)
-				store(k, t * kv_dim + i, kv[i], m->dtype);
+				dtype_store(k, t * kv_dim + i, kv[i], m->dtype);
 			matvec(m->wv + l * kv_dim * dim, h, kv, kv_dim, dim);
 			for (size_t i = 0; i < kv_dim; i++)
-				store(v, t * kv_dim + i, kv[i], m->dtype);
+				dtype_store(v, t * kv_dim + i, kv[i], m->dtype);
 		}
 		ret = kvp_write_kv(c, seq, group, layer, first, n, k, v) ?:
 		      kvp_attend(c, group, layer, m->q_heads, 1.0f / sqrtf((float)m->head_dim), 0,

@@ -623,10 +623,7 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	c.qs = qs;
 	c.acc = acc;
 	c.qx = qx;
-	/*
-	 * Not with vdpbf16ps: over rising keys its QK, as fast as the loads, read faster
-	 * with software prefetch (two cores, bf16: 44-49 GB/s against 37-39 without).
-	 */
+	/* qk_dp has no row-by-row form (attn_one_avx512bf16 keeps such calls off it) */
 	c.rising = g == 1 && !dp && hd <= 128 && attn_keys_rising(k);
 	c.pf_lines = c.rising ? 0 : attn_pf_lines(row_bytes);
 	if (p->softcap > 0) {
@@ -808,7 +805,14 @@ void attn_one_avx512bf16(const struct attn_keys *k, const struct attn_query *q,
 		return;
 	}
 	dt = pick(k, &tiles);
-	if (dt == DT_BF16P && p->q_dtype == ATTN_BF16)
+	/*
+	 * One head over rising keys reads faster through qk_rows in f32 (q widened exactly)
+	 * than through vdpbf16ps with prefetches: 0.78-0.83 of the bandwidth against
+	 * 0.89-0.93 (kvbench attend, bf16 GQA 1, two cores); from G = 2 the QK arithmetic
+	 * counts, and vdpbf16ps halves it.
+	 */
+	if (dt == DT_BF16P && p->q_dtype == ATTN_BF16 &&
+	    !(p->g == 1 && k->head_dim <= 128 && attn_keys_rising(k)))
 		run512(k, q, p, dt, tiles_dp, 1);
 	else
 		run512(k, q, p, dt, tiles, 0);
