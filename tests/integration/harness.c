@@ -72,20 +72,26 @@ int daemon_stop(struct daemon *d)
 	return WEXITSTATUS(status);
 }
 
-long daemon_rss_kib(const struct daemon *d)
+long proc_field(const char *path, const char *format)
 {
-	char path[64], line[256];
-	long kib = -1;
-	FILE *f;
+	char line[256];
+	long v = -1;
+	FILE *f = fopen(path, "r");
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
-	f = fopen(path, "r");
 	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+		if (sscanf(line, format, &v) == 1)
 			break;
 	if (f)
 		fclose(f);
-	return kib;
+	return v;
+}
+
+long daemon_rss_kib(const struct daemon *d)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+	return proc_field(path, "VmRSS: %ld kB");
 }
 
 /* Read by the SIGALRM handler, hence volatile and the message built ahead. */

@@ -26,6 +26,8 @@ struct daemon {
 int daemon_start(struct daemon *d, const char *const *extra_args);
 /* SIGTERM, then waits: returns the exit status (0 expected), or -1. */
 int daemon_stop(struct daemon *d);
+/* The number in the first line of @path that @format (with one %ld) matches, or -1. */
+long proc_field(const char *path, const char *format);
 /* The daemon's resident set size in KiB (from /proc), or -1. */
 long daemon_rss_kib(const struct daemon *d);
 

@@ -16,18 +16,10 @@
 
 static long vm_size_kib(pid_t pid)
 {
-	char path[64], line[256];
-	long kib = -1;
-	FILE *f;
+	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmSize: %ld kB", &kib) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kib;
+	return proc_field(path, "VmSize: %ld kB");
 }
 
 int main(void)

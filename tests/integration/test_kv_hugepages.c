@@ -28,19 +28,6 @@
 
 static long hugepages_before = -1;
 
-static long read_long(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	long v = -1;
-
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
 static int write_long(const char *path, long v)
 {
 	FILE *f = fopen(path, "w");
@@ -58,21 +45,6 @@ static void give_back_hugepages(void)
 {
 	if (hugepages_before >= 0)
 		write_long(NR_HUGEPAGES, hugepages_before);
-}
-
-/* HugePages_Free from /proc/meminfo, or -1. */
-static long hugepages_free(void)
-{
-	char line[128];
-	long v = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "HugePages_Free: %ld", &v) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return v;
 }
 
 /* Size and KernelPageSize (KiB) of the daemon's pool memfd mapping; 0 when found. */
@@ -156,14 +128,14 @@ int main(void)
 		printf("needs root: the test reserves huge pages (%s)\n", NR_HUGEPAGES);
 		return 77;
 	}
-	hugepages_before = read_long(NR_HUGEPAGES);
+	hugepages_before = proc_field(NR_HUGEPAGES, "%ld");
 	if (hugepages_before < 0) {
 		printf("no %s: no huge pages here\n", NR_HUGEPAGES);
 		return 77;
 	}
 	atexit(give_back_hugepages);
 	if (write_long(NR_HUGEPAGES, hugepages_before + POOL_PAGES) ||
-	    hugepages_free() < POOL_PAGES) {
+	    proc_field("/proc/meminfo", "HugePages_Free: %ld") < POOL_PAGES) {
 		printf("could not reserve %d huge pages of 2 MiB\n", POOL_PAGES);
 		return 77;
 	}
