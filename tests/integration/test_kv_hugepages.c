@@ -8,7 +8,7 @@
  *   - with none reserved, the same pool lives on the system's small pages, same
  *     size.
  * The daemon's mapping is read from /proc/PID/smaps. Needs root: the test
- * reserves the huge pages itself (16 more than there were) and gives them
+ * reserves the huge pages itself (POOL_PAGES more than there were) and gives them
  * back at exit; it runs the 4 KiB half only when none were reserved before.
  */
 #include <errno.h>
