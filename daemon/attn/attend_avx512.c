@@ -597,6 +597,12 @@ INL T512 void st_out(enum attn_dtype t, void *out, size_t d, __m512 x)
 	}
 }
 
+/* qk_rows' case: one head over keys in one rising run, q kept in registers (head_dim <= 128). */
+static int one_head_rising(const struct attn_keys *k, unsigned g)
+{
+	return g == 1 && k->head_dim <= 128 && attn_keys_rising(k);
+}
+
 NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 		       const struct attn_params *p, int dt, tile_fn *const *tiles, int dp)
 {
@@ -624,7 +630,7 @@ NOINL T512 void run512(const struct attn_keys *k, const struct attn_query *q,
 	c.acc = acc;
 	c.qx = qx;
 	/* qk_dp has no row-by-row form (attn_one_avx512bf16 keeps such calls off it) */
-	c.rising = g == 1 && !dp && hd <= 128 && attn_keys_rising(k);
+	c.rising = !dp && one_head_rising(k, g);
 	c.pf_lines = c.rising ? 0 : attn_pf_lines(row_bytes);
 	if (p->softcap > 0) {
 		qscale = p->scale / p->softcap;
@@ -811,8 +817,7 @@ void attn_one_avx512bf16(const struct attn_keys *k, const struct attn_query *q,
 	 * 0.89-0.93 (kvbench attend, bf16 GQA 1, two cores); from G = 2 the QK arithmetic
 	 * counts, and vdpbf16ps halves it.
 	 */
-	if (dt == DT_BF16P && p->q_dtype == ATTN_BF16 &&
-	    !(p->g == 1 && k->head_dim <= 128 && attn_keys_rising(k)))
+	if (dt == DT_BF16P && p->q_dtype == ATTN_BF16 && !one_head_rising(k, p->g))
 		run512(k, q, p, dt, tiles_dp, 1);
 	else
 		run512(k, q, p, dt, tiles, 0);
