@@ -58,11 +58,14 @@ INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c
 INTEG_SRC := $(filter-out $(INTEG_LIB_SRC),$(wildcard tests/integration/*.c))
 INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
+# Runs a program where io_uring is refused (a seccomp filter): the epoll fallback's test.
+NO_IO_URING := $(BUILD)/tests/no_io_uring
+
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
 .PHONY: all deps test demo install clean
-all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN)
+all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING)
 
 # Every object depends on the compiler and flags it was built with (as git's GIT-CFLAGS):
 # after a `make CFLAGS=-DX`, a plain `make` rebuilds, never links objects of both.
@@ -119,6 +122,10 @@ $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
 		$(INTEG_LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
+
+$(NO_IO_URING): $(BUILD)/tests/no_io_uring.o
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) $^ -o $@
 
 # The debug + sanitizer core on its own, for building a single unit test by hand.
 build/libkvcore-debug.a: FORCE

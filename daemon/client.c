@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Client sessions: accept, the setup handshake (rings in a sealed memfd, two
- * eventfds, all sent by SCM_RIGHTS), attach to a pool, and teardown.
+ * Client sessions: accept, the setup handshake (rings in a sealed memfd and
+ * the doorbell eventfd, sent by SCM_RIGHTS), attach to a pool, and teardown.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -32,6 +34,13 @@ static bool is_pow2(uint32_t v)
 	return v && !(v & (v - 1));
 }
 
+/* Messages a refused client may have queued that are taken off before the reply. */
+#define REFUSAL_DRAIN 16
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83 /* Linux 6.16 */
+#endif
+
 int kvpd_client_accept(struct kvpd *d, int fd)
 {
 	struct kvpd_client *c;
@@ -44,25 +53,35 @@ int kvpd_client_accept(struct kvpd *d, int fd)
 	if (slot == d->cfg.max_clients || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
 		kvpd_log(d, 1, "refusing a connection: %s",
 			 slot == d->cfg.max_clients ? "too many clients" : strerror(errno));
-		close(fd);
+		kvpd_courier_close(&d->courier, fd);
 		return -EMFILE;
 	}
+	/*
+	 * Descriptors a client sends are refused at its end (Linux 6.16 on).
+	 * Older kernels queue them: the setup message is only peeked at, so
+	 * they stay with it and go with the socket, on the courier.
+	 */
+	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		close(fd);
+		kvpd_courier_close(&d->courier, fd);
 		return -ENOMEM;
 	}
 	c->slot = slot;
 	c->gen = (uint32_t)++d->client_gen;
 	c->sock = fd;
-	c->mem_fd = c->sq_efd = c->cq_efd = -1;
+	c->bell = c->mem_fd = c->bell_efd = -1;
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
 	c->accepted_ns = kvpd_now_ns();
 	d->clients[slot] = c;
 	d->nclients++;
-	return kvpd_arm_poll(d, fd, KVPD_EV_SETUP, c, false);
+	if (d->ev->client_watch(d, c)) {
+		kvpd_client_close(d, c, "cannot watch its socket");
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t user_data)
@@ -209,44 +228,55 @@ static int map_rings(struct kvpd_client *c, const struct kvp_setup *s,
 					     (uint32_t)cqes_off, { 0 } };
 	r->arena_off = arena_off;
 	r->arena_bytes = c->arena_bytes;
+	return 0;
+}
 
-	/* Both eventfds are non-blocking: the daemon must never wait on a client's descriptor. */
-	c->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	c->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (c->sq_efd < 0 || c->cq_efd < 0)
+/*
+ * The doorbell: an eventfd the client writes and the daemon never reads (a
+ * read would walk the waiters the client put on it), inside an epoll set of
+ * the client's own that only the daemon holds, which is what the loop
+ * watches. Set up before the client has the eventfd: nothing contends yet.
+ */
+static int make_doorbell(struct kvpd_client *c)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET };
+
+	c->bell_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->bell_efd < 0)
+		return -errno;
+	c->bell = epoll_create1(EPOLL_CLOEXEC);
+	if (c->bell < 0 || epoll_ctl(c->bell, EPOLL_CTL_ADD, c->bell_efd, &ev))
 		return -errno;
 	return 0;
 }
 
-static int send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup_reply *r,
-		      bool with_fds)
+/*
+ * The reply goes out on the courier (the client's side may have any number of
+ * waiters for its wake-up to walk); the memfd and the doorbell's eventfd are
+ * closed once it is sent.
+ */
+static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup_reply *r)
 {
-	int fds[KVP_NUM_FDS] = { [KVP_FD_MEM] = c->mem_fd, [KVP_FD_SQ_DOORBELL] = c->sq_efd,
-				 [KVP_FD_CQ_EVENT] = c->cq_efd, [KVP_FD_STATS] = d->stats.fd };
-	size_t nfds = r->features & KVP_FEAT_STATS_PAGE ? KVP_NUM_FDS : KVP_FD_STATS;
-	union {
-		char buf[CMSG_SPACE(sizeof(fds))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { .iov_base = (void *)r, .iov_len = sizeof(*r) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct kvpd_parcel p = KVPD_PARCEL_INIT;
 
-	if (with_fds) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		msg.msg_control = ctl.buf;
-		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	_Static_assert(sizeof(*r) <= sizeof(p.msg), "a setup reply fits a parcel");
+	p.sock = c->sock;
+	p.len = sizeof(*r);
+	memcpy(p.msg, r, sizeof(*r));
+	if (r->result == 0) {
+		p.pass[KVP_FD_MEM] = c->mem_fd;
+		p.pass[KVP_FD_DOORBELL] = c->bell_efd;
+		p.npass = KVP_FD_STATS;
+		if (r->features & KVP_FEAT_STATS_PAGE)
+			p.pass[p.npass++] = d->stats.fd;
+		p.close[p.nclose++] = c->mem_fd;
+		p.close[p.nclose++] = c->bell_efd;
+		c->mem_fd = c->bell_efd = -1;
+	} else {
+		/* The socket closes next: the peeked setup message must not be left unread. */
+		p.drain = REFUSAL_DRAIN;
 	}
-	/* A fresh connection's send buffer is empty: MSG_DONTWAIT never leaves us waiting. */
-	if (sendmsg(c->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(*r))
-		return -errno ?: -EIO;
-	return 0;
+	kvpd_courier_post(&d->courier, &p);
 }
 
 static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup *s,
@@ -263,7 +293,7 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 	if (ret)
 		return ret;
 	memcpy(c->namespace_, s->namespace_, sizeof(c->namespace_));
-	ret = map_rings(c, s, r);
+	ret = map_rings(c, s, r) ?: make_doorbell(c);
 	if (ret)
 		return ret;
 	r->client_id = c->gen;
@@ -274,27 +304,34 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 	return 0;
 }
 
-/* The connection is readable: its setup message, or its hang-up. */
-int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
+/*
+ * The setup message has come (or the hang-up). It is only peeked at: taking
+ * it off the queue would wake the client's end, a pass over whatever waiters
+ * the client put there. It goes with the socket, closed on the courier.
+ */
+static void client_setup(struct kvpd *d, struct kvpd_client *c)
 {
 	struct kvp_setup s;
-	struct kvp_setup_reply r = { 0 };
+	struct kvp_setup_reply r = { .abi_version = KVP_ABI_VERSION };
 	/* MSG_TRUNC: the message's real length, so a longer one is refused, not cut short. */
-	ssize_t n = recv(c->sock, &s, sizeof(s), MSG_DONTWAIT | MSG_TRUNC);
+	ssize_t n = recv(c->sock, &s, sizeof(s), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
 	int ret;
 
 	if (n < 0 && errno == EAGAIN)
-		return kvpd_arm_poll(d, c->sock, KVPD_EV_SETUP, c, false);
+		return;
 	if (n <= 0) {
 		kvpd_client_close(d, c, n == 0 ? "hung up before setup" : "bad setup message");
-		return -EPROTO;
+		return;
 	}
 	ret = n == (ssize_t)sizeof(s) ? setup_session(d, c, &s, &r) : -EINVAL;
-	r.result = ret;
+	if (!ret && d->ev->doorbell_watch(d, c))
+		ret = -ENOMEM;
 	if (ret) {
-		send_reply(d, c, &r, false);
+		/* A refusal carries nothing but why, and the ABI we speak. */
+		r = (struct kvp_setup_reply){ .result = ret, .abi_version = KVP_ABI_VERSION };
+		send_reply(d, c, &r);
 		kvpd_client_close(d, c, strerror(-ret));
-		return ret;
+		return;
 	}
 	/* Counted and published before the reply: a client sees itself in the stats at once. */
 	c->ready = true;
@@ -306,19 +343,22 @@ int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c)
 	kvpd_stats_client(d, c);
 	kvpd_stats_end(d);
 	KVPD_PROBE(client_connect, c->gen, (int32_t)c->pid, (uint32_t)c->uid);
-	if (send_reply(d, c, &r, true)) {
-		kvpd_client_close(d, c, "setup reply failed");
-		return -EIO;
-	}
+	send_reply(d, c, &r);
 	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
 		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
 		 c->admin ? " admin" : "");
-	ret = kvpd_arm_poll(d, c->sock, KVPD_EV_HANGUP, c, false);
-	if (!ret)
-		ret = kvpd_arm_doorbell(d, c);
-	if (ret)
-		kvpd_client_close(d, c, "cannot watch its descriptors");
-	return ret;
+}
+
+/*
+ * After setup the socket is silent: only its hang-up matters. Anything else
+ * the client sends stays queued, charged to its own send buffer.
+ */
+void kvpd_client_event(struct kvpd *d, struct kvpd_client *c, int revents)
+{
+	if (!c->ready)
+		client_setup(d, c); /* reads the hang-up too */
+	else if (revents & (POLLHUP | POLLRDHUP | POLLERR))
+		kvpd_client_close(d, c, "hung up");
 }
 
 static void close_fd(int *fd)
@@ -330,9 +370,9 @@ static void close_fd(int *fd)
 
 /*
  * Closes every sequence (published blocks stay cached) and frees the session.
- * Its armed polls and reads are cancelled first, so they drop their file
- * references and the peer sees the hang-up; completions that still arrive
- * name a client that is gone and are ignored.
+ * The event loop stops watching its socket and hands it to the courier, whose
+ * close is the peer's hang-up; events that still arrive name a client that is
+ * gone and are ignored.
  */
 void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 {
@@ -348,7 +388,7 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	}
 	kvpd_log(d, 1, "client %u (pid %d) %s: %s; %u sequences closed", c->gen, (int)c->pid,
 		 c->ready ? "disconnected" : "refused", why, seqs_open);
-	kvpd_cancel_client(d, c);
+	d->ev->client_release(d, c);
 	kvpd_stats_begin(d);
 	if (c->pool) {
 		kvpd_seqs_close_all(c);
@@ -368,13 +408,13 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 			   (uint32_t)killed, seqs_open);
 	}
 	kvpd_stats_end(d);
-	close_fd(&c->sock);
 	close_fd(&c->mem_fd);
-	close_fd(&c->sq_efd);
-	close_fd(&c->cq_efd);
+	close_fd(&c->bell_efd); /* never sent: the client does not hold it */
 	d->clients[c->slot] = NULL;
 	d->nclients--;
 	c->dead = true;
+	/* A descriptor is free again: if accept ran out of them, try now. */
+	kvpd_loop_accept_resume(d);
 	/* Workers may still read or write its arena: the mapping outlives its jobs. */
 	if (c->inflight == 0)
 		kvpd_client_free(c);

@@ -2,7 +2,7 @@
 /*
  * The config file (INI, read with inih):
  *
- *   [daemon]            socket, socket_group, spin_us, budget, max_clients
+ *   [daemon]            socket, socket_group, spin_us, budget, max_clients, event_loop
  *   [pool.NAME]         kvctl's pool keys: blocks, block_size, groups, ...
  *   [namespace.NAME]    uids = 1000 1001   (who may use the namespace)
  */
@@ -48,6 +48,21 @@ static int parse_unsigned(const char *s, unsigned *out)
 	return 0;
 }
 
+int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out)
+{
+	static const char *const names[] = { [KVPD_EVLOOP_AUTO] = "auto",
+					     [KVPD_EVLOOP_IO_URING] = "io_uring",
+					     [KVPD_EVLOOP_EPOLL] = "epoll" };
+
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!strcmp(s, names[i])) {
+			*out = (enum kvpd_evloop_choice)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 static int daemon_key(struct kvpd_config *cfg, const char *name, const char *value)
 {
 	if (!strcmp(name, "socket"))
@@ -60,6 +75,8 @@ static int daemon_key(struct kvpd_config *cfg, const char *name, const char *val
 		return parse_unsigned(value, &cfg->budget) ?: (cfg->budget ? 0 : -EINVAL);
 	if (!strcmp(name, "max_clients"))
 		return parse_unsigned(value, &cfg->max_clients) ?: (cfg->max_clients ? 0 : -EINVAL);
+	if (!strcmp(name, "event_loop"))
+		return kvpd_parse_event_loop(value, &cfg->event_loop);
 	return -EINVAL;
 }
 

@@ -587,8 +587,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 			probe_job(job, ns);
 			kvpd_stats_pool(d, job->pool, c);
 			kvpd_stats_client(d, c);
-			/* Last: waking a client that made its eventfd blocking closes (and may free) it. */
-			kvpd_ring_post(d, c, &cqe);
+			kvpd_ring_post(c, &cqe);
 		} else if (c->inflight == 0) {
 			kvpd_stats_pool(d, job->pool, NULL);
 			kvpd_client_free(c);

@@ -3,13 +3,14 @@
 #ifndef KVPOOLD_H
 #define KVPOOLD_H
 
-#include <liburing.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "backend.h"
 #include "charge.h"
+#include "courier.h"
+#include "evloop.h"
 #include "jobs.h"
 #include "kvcore.h"
 #include "../uapi/kvpool.h"
@@ -59,8 +60,12 @@ struct kvpd_op_batch {
 };
 
 struct kvpd_client {
-	uint32_t slot, gen;  /* in kvpd.clients: io_uring user_data names (slot, gen) */
-	int sock, mem_fd, sq_efd, cq_efd;
+	uint32_t slot, gen;  /* in kvpd.clients: an event's key names (slot, gen) */
+	int sock;            /* handed to the courier to close, at release */
+	int bell;            /* its own epoll set, holding its doorbell eventfd: the loop
+			      * watches this, never the eventfd the client holds */
+	int mem_fd, bell_efd; /* until the setup reply carries them away */
+	void *ev_sock, *ev_bell; /* the event loop implementation's */
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
@@ -102,6 +107,8 @@ struct kvpd_namespace {
 	uint32_t nuids;
 };
 
+enum kvpd_evloop_choice { KVPD_EVLOOP_AUTO, KVPD_EVLOOP_IO_URING, KVPD_EVLOOP_EPOLL };
+
 struct kvpd_config {
 	const char *socket_path;
 	const char *socket_group; /* NULL: the daemon's group */
@@ -109,6 +116,7 @@ struct kvpd_config {
 	unsigned budget;          /* entries per client per loop iteration */
 	unsigned max_clients;
 	unsigned threads;         /* data-path workers */
+	enum kvpd_evloop_choice event_loop;
 	int verbose;
 	struct kvp_pool_params pools[KVPD_MAX_POOLS];
 	unsigned npools;
@@ -130,9 +138,13 @@ struct kvpd_statpage {
 /* The daemon: every piece of mutable state lives here. */
 struct kvpd {
 	struct kvpd_config cfg;
-	struct io_uring ring;
-	int listen_fd, signal_fd, timer_fd;
+	const struct kvpd_evloop_ops *ev;
+	void *ev_state;           /* the implementation's */
+	struct kvpd_courier courier;
+	int listen_fd, lock_fd, signal_fd, timer_fd;
 	bool stopping;
+	bool accept_paused;       /* accept failed (out of descriptors): until a client leaves */
+	bool accept_paused_logged;
 	long ncpus;
 
 	struct kvpd_pool *pools[KVPD_MAX_POOLS];
@@ -152,28 +164,9 @@ struct kvpd {
 	struct kvpd_client *batch_pending; /* clients with an op_batch to fire */
 
 	uint64_t connected, disconnected, killed;
-	uint64_t doorbell_sink; /* where doorbell reads land; their value is never used */
-	uint64_t jobs_sink;     /* likewise for the workers' eventfd */
 	uint8_t *stats_buf;
 	size_t stats_cap;
 };
-
-/* user_data of the daemon's own io_uring requests: kind | slot << 8 | gen << 32. */
-enum kvpd_event {
-	KVPD_EV_ACCEPT = 1,
-	KVPD_EV_SIGNAL,
-	KVPD_EV_TIMER,
-	KVPD_EV_SETUP,    /* a new connection's setup message is readable */
-	KVPD_EV_HANGUP,   /* the client's socket */
-	KVPD_EV_DOORBELL, /* the client's SQ eventfd */
-	KVPD_EV_CANCEL,
-	KVPD_EV_JOBS,     /* a worker finished a job */
-};
-
-static inline uint64_t kvpd_ev(enum kvpd_event ev, const struct kvpd_client *c)
-{
-	return (uint64_t)ev | (c ? (uint64_t)c->slot << 8 | (uint64_t)c->gen << 32 : 0);
-}
 
 #define kvpd_log(d, level, ...)                                           \
 	do {                                                              \
@@ -186,6 +179,8 @@ uint64_t kvpd_now_ns(void);
 /* config.c */
 int kvpd_config_load(struct kvpd_config *cfg, const char *path);
 int kvpd_parse_groups(const char *spec, struct kvp_pool_params *p);
+/* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
+int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
 void kvpd_config_release(struct kvpd_config *cfg);
 
 /* pools.c */
@@ -202,7 +197,8 @@ void kvpd_pools_reap(struct kvpd *d);
 
 /* client.c */
 int kvpd_client_accept(struct kvpd *d, int fd);
-int kvpd_client_setup(struct kvpd *d, struct kvpd_client *c);
+/* Its socket has news (@revents: POLL* bits): the setup message, or its hang-up. */
+void kvpd_client_event(struct kvpd *d, struct kvpd_client *c, int revents);
 void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why);
 /* The last of a closed client's jobs is back: unmap and free it. */
 void kvpd_client_free(struct kvpd_client *c);
@@ -214,7 +210,7 @@ bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid);
 int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget);
 bool kvpd_ring_pending(struct kvpd_client *c);
 /* Posts a completion whose CQ room was reserved when its entry was taken. */
-void kvpd_ring_post(struct kvpd *d, struct kvpd_client *c, const struct kvp_cqe *cqe);
+void kvpd_ring_post(struct kvpd_client *c, const struct kvp_cqe *cqe);
 void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping);
 
 /* dispatch.c: false when the request went to the workers (completed later). */
@@ -256,13 +252,11 @@ void kvpd_stats_client_remove(struct kvpd *d, struct kvpd_client *c);
 void kvpd_stats_fragmentation(struct kvpd *d);
 
 /* loop.c */
+/* Picks the implementation (logging which, and why), watches the daemon's descriptors. */
 int kvpd_loop_init(struct kvpd *d);
 int kvpd_loop_run(struct kvpd *d);
 void kvpd_loop_exit(struct kvpd *d);
-int kvpd_arm_poll(struct kvpd *d, int fd, enum kvpd_event ev, struct kvpd_client *c,
-		  bool multishot);
-/* An io_uring read on the client's SQ eventfd: never a blocking read of a shared descriptor. */
-int kvpd_arm_doorbell(struct kvpd *d, struct kvpd_client *c);
-void kvpd_cancel_client(struct kvpd *d, struct kvpd_client *c);
+/* Accepting again after accept failed, unless the daemon is stopping. */
+void kvpd_loop_accept_resume(struct kvpd *d);
 
 #endif

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The event loop: one liburing ring for multishot accept, per-client hang-up
- * polls and doorbell reads, a signalfd and a housekeeping timerfd; between
- * events it spins on the clients' submission rings for spin_us, then sets
- * NEED_WAKEUP on every ring and sleeps in io_uring_submit_and_wait.
+ * The event loop: serves the clients' rings, spinning on them for spin_us
+ * after the last piece of work, then sets NEED_WAKEUP on every ring and sleeps
+ * in the event loop implementation (evloop.h) until a doorbell, a connection,
+ * a signal, the housekeeping timer or a finished job wakes it.
  */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
@@ -20,78 +21,48 @@
 
 #define SETUP_TIMEOUT_NS (5ull * 1000000000ull)
 
-static struct io_uring_sqe *get_sqe(struct kvpd *d)
+uint64_t kvpd_event_key(enum kvpd_event ev, const struct kvpd_client *c)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-
-	if (!sqe) {
-		io_uring_submit(&d->ring);
-		sqe = io_uring_get_sqe(&d->ring);
-	}
-	return sqe;
+	return (uint64_t)ev | (c ? (uint64_t)c->slot << 8 | (uint64_t)c->gen << 32 : 0);
 }
 
-int kvpd_arm_poll(struct kvpd *d, int fd, enum kvpd_event ev, struct kvpd_client *c,
-		  bool multishot)
+enum kvpd_event kvpd_event_of(struct kvpd *d, uint64_t key, struct kvpd_client **c)
 {
-	struct io_uring_sqe *sqe = get_sqe(d);
-	unsigned mask = POLLIN | (ev == KVPD_EV_HANGUP ? POLLRDHUP : 0);
+	*c = kvpd_client_lookup(d, key);
+	return (enum kvpd_event)(key & 0xff);
+}
 
-	if (!sqe)
-		return -EBUSY;
-	if (multishot)
-		io_uring_prep_poll_multishot(sqe, fd, mask);
+/*
+ * The implementation: io_uring where it works (one ring batches the waits and
+ * the re-arms), epoll where io_uring is refused or lacks multishot.
+ */
+static int choose_evloop(struct kvpd *d)
+{
+	char why[128] = "";
+	int ret;
+
+	if (d->cfg.event_loop != KVPD_EVLOOP_EPOLL) {
+		ret = kvpd_evloop_uring.init(d, why, sizeof(why));
+		if (ret == 0) {
+			d->ev = &kvpd_evloop_uring;
+			kvpd_logf("event loop: io_uring");
+			return 0;
+		}
+		if (d->cfg.event_loop == KVPD_EVLOOP_IO_URING) {
+			kvpd_logf("event loop: io_uring unavailable: %s", why);
+			return ret;
+		}
+	}
+	ret = kvpd_evloop_epoll.init(d, why, sizeof(why));
+	if (ret) {
+		kvpd_logf("event loop: epoll: %s", strerror(-ret));
+		return ret;
+	}
+	d->ev = &kvpd_evloop_epoll;
+	if (d->cfg.event_loop == KVPD_EVLOOP_EPOLL)
+		kvpd_logf("event loop: epoll");
 	else
-		io_uring_prep_poll_add(sqe, fd, mask);
-	io_uring_sqe_set_data64(sqe, kvpd_ev(ev, c));
-	return 0;
-}
-
-int kvpd_arm_doorbell(struct kvpd *d, struct kvpd_client *c)
-{
-	struct io_uring_sqe *sqe = get_sqe(d);
-
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_read(sqe, c->sq_efd, &d->doorbell_sink, sizeof(d->doorbell_sink), 0);
-	io_uring_sqe_set_data64(sqe, kvpd_ev(KVPD_EV_DOORBELL, c));
-	return 0;
-}
-
-void kvpd_cancel_client(struct kvpd *d, struct kvpd_client *c)
-{
-	static const enum kvpd_event evs[] = { KVPD_EV_SETUP, KVPD_EV_HANGUP, KVPD_EV_DOORBELL };
-
-	for (unsigned i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
-		struct io_uring_sqe *sqe = get_sqe(d);
-
-		if (!sqe)
-			break;
-		io_uring_prep_cancel64(sqe, kvpd_ev(evs[i], c), 0);
-		io_uring_sqe_set_data64(sqe, KVPD_EV_CANCEL);
-	}
-	io_uring_submit(&d->ring);
-}
-
-static int arm_jobs(struct kvpd *d)
-{
-	struct io_uring_sqe *sqe = get_sqe(d);
-
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_read(sqe, d->workers.done_efd, &d->jobs_sink, sizeof(d->jobs_sink), 0);
-	io_uring_sqe_set_data64(sqe, KVPD_EV_JOBS);
-	return 0;
-}
-
-static int arm_accept(struct kvpd *d)
-{
-	struct io_uring_sqe *sqe = get_sqe(d);
-
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_multishot_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-	io_uring_sqe_set_data64(sqe, KVPD_EV_ACCEPT);
+		kvpd_logf("event loop: epoll (io_uring unavailable: %s)", why);
 	return 0;
 }
 
@@ -101,20 +72,21 @@ int kvpd_loop_init(struct kvpd *d)
 	sigset_t mask;
 	int ret;
 
-	ret = io_uring_queue_init(256, &d->ring, 0);
+	ret = choose_evloop(d);
 	if (ret)
 		return ret;
+	d->stats.page->event_loop = d->ev->kind;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	if (sigprocmask(SIG_BLOCK, &mask, NULL)) {
 		ret = -errno;
-		goto err_exit_ring;
+		goto err_fini;
 	}
 	d->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (d->signal_fd < 0) {
 		ret = -errno;
-		goto err_exit_ring;
+		goto err_fini;
 	}
 	d->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (d->timer_fd < 0) {
@@ -125,11 +97,13 @@ int kvpd_loop_init(struct kvpd *d)
 		ret = -errno;
 		goto err_close_timer;
 	}
-	ret = arm_accept(d) ?: kvpd_arm_poll(d, d->signal_fd, KVPD_EV_SIGNAL, NULL, true) ?:
-	      kvpd_arm_poll(d, d->timer_fd, KVPD_EV_TIMER, NULL, true) ?: arm_jobs(d);
-	if (ret)
+	ret = d->ev->watch(d, d->signal_fd, KVPD_EV_SIGNAL) ?:
+	      d->ev->watch(d, d->timer_fd, KVPD_EV_TIMER) ?:
+	      d->ev->watch(d, d->workers.done_efd, KVPD_EV_JOBS) ?: d->ev->accept_start(d);
+	if (ret) {
+		kvpd_logf("event loop: cannot watch its descriptors: %s", strerror(-ret));
 		goto err_close_timer;
-	io_uring_submit(&d->ring);
+	}
 	return 0;
 
 err_close_timer:
@@ -138,8 +112,9 @@ err_close_timer:
 err_close_signal:
 	close(d->signal_fd);
 	d->signal_fd = -1;
-err_exit_ring:
-	io_uring_queue_exit(&d->ring);
+err_fini:
+	d->ev->fini(d);
+	d->ev = NULL;
 	return ret;
 }
 
@@ -148,23 +123,47 @@ void kvpd_loop_exit(struct kvpd *d)
 	for (unsigned i = 0; i < d->cfg.max_clients; i++)
 		if (d->clients[i])
 			kvpd_client_close(d, d->clients[i], "daemon exiting");
+	d->ev->fini(d);
+	d->ev = NULL;
 	if (d->timer_fd >= 0)
 		close(d->timer_fd);
 	if (d->signal_fd >= 0)
 		close(d->signal_fd);
-	io_uring_queue_exit(&d->ring);
 }
 
 static void stop_accepting(struct kvpd *d)
 {
-	struct io_uring_sqe *sqe = get_sqe(d);
-
 	d->stopping = true;
-	if (sqe) {
-		io_uring_prep_cancel64(sqe, KVPD_EV_ACCEPT, 0);
-		io_uring_sqe_set_data64(sqe, KVPD_EV_CANCEL);
-		io_uring_submit(&d->ring);
+	d->ev->accept_stop(d);
+}
+
+/* A connection, or why accept failed: out of descriptors or memory stops accepting a while. */
+static void handle_accept(struct kvpd *d, int res)
+{
+	if (res >= 0) {
+		if (d->stopping)
+			kvpd_courier_close(&d->courier, res);
+		else
+			kvpd_client_accept(d, res);
+		return;
 	}
+	if (res == -ECONNABORTED || res == -EINTR || res == -EAGAIN)
+		return; /* that connection's trouble, not ours */
+	/* Every other error would repeat at once: retrying now would spin. */
+	kvpd_log(d, d->accept_paused_logged ? 1 : 0,
+		 "accept: %s: not accepting until a client leaves or a second passes", strerror(-res));
+	d->accept_paused_logged = true;
+	d->accept_paused = true;
+	d->ev->accept_stop(d);
+}
+
+void kvpd_loop_accept_resume(struct kvpd *d)
+{
+	if (!d->accept_paused || d->stopping)
+		return;
+	d->accept_paused = false;
+	if (d->ev->accept_start(d))
+		d->accept_paused = true;
 }
 
 static void housekeeping(struct kvpd *d)
@@ -179,6 +178,7 @@ static void housekeeping(struct kvpd *d)
 		if (c && !c->ready && now - c->accepted_ns > SETUP_TIMEOUT_NS)
 			kvpd_client_close(d, c, "no setup message within 5 s");
 	}
+	kvpd_loop_accept_resume(d);
 	/* Orphaned pools still busy at their owner's close: their jobs drain, their users detach. */
 	kvpd_pools_reap(d);
 	kvpd_stats_fragmentation(d);
@@ -194,69 +194,32 @@ static void handle_signal(struct kvpd *d)
 	}
 }
 
-static void handle_cqe(struct kvpd *d, const struct io_uring_cqe *cqe)
+static void handle_event(struct kvpd *d, const struct kvpd_event_rec *e)
 {
-	enum kvpd_event ev = (enum kvpd_event)(cqe->user_data & 0xff);
-	bool more = cqe->flags & IORING_CQE_F_MORE;
-	struct kvpd_client *c = kvpd_client_lookup(d, cqe->user_data);
+	uint64_t sink;
 
-	switch (ev) {
+	switch (e->ev) {
 	case KVPD_EV_ACCEPT:
-		if (cqe->res >= 0 && d->stopping)
-			close(cqe->res);
-		else if (cqe->res >= 0)
-			kvpd_client_accept(d, cqe->res);
-		if (!more && !d->stopping && arm_accept(d))
-			kvpd_log(d, 0, "cannot re-arm accept");
+		handle_accept(d, e->res);
 		break;
 	case KVPD_EV_SIGNAL:
 		handle_signal(d);
 		break;
 	case KVPD_EV_TIMER:
 		housekeeping(d);
-		if (!more)
-			kvpd_arm_poll(d, d->timer_fd, KVPD_EV_TIMER, NULL, true);
-		break;
-	case KVPD_EV_SETUP:
-		if (c && cqe->res < 0)
-			kvpd_client_close(d, c, strerror(-cqe->res));
-		else if (c)
-			kvpd_client_setup(d, c);
-		break;
-	case KVPD_EV_HANGUP:
-		/* Any event on the socket after setup is its hang-up (or a protocol breach). */
-		if (c)
-			kvpd_client_close(d, c, "hung up");
-		break;
-	case KVPD_EV_DOORBELL:
-		if (!c)
-			break;
-		if (cqe->res < 0)
-			kvpd_client_close(d, c, "doorbell read failed");
-		else if (kvpd_arm_doorbell(d, c))
-			kvpd_client_close(d, c, "cannot re-arm its doorbell");
 		break;
 	case KVPD_EV_JOBS:
-		/* Completions are drained every turn; this read only wakes a sleeping loop. */
-		if (arm_jobs(d))
-			kvpd_log(d, 0, "cannot re-arm the workers' eventfd");
+		/* Completions are drained every turn; this only wakes a sleeping loop. */
+		if (read(d->workers.done_efd, &sink, sizeof(sink)) < 0 && errno != EAGAIN)
+			kvpd_log(d, 0, "workers' eventfd: %s", strerror(errno));
 		break;
-	case KVPD_EV_CANCEL:
+	case KVPD_EV_CLIENT:
+		if (e->c)
+			kvpd_client_event(d, e->c, e->res);
 		break;
+	case KVPD_EV_DOORBELL:
+		break; /* the loop is awake: it serves every ring next */
 	}
-}
-
-static unsigned reap_events(struct kvpd *d)
-{
-	struct io_uring_cqe *cqe;
-	unsigned head, n = 0;
-
-	io_uring_for_each_cqe(&d->ring, head, cqe) {
-		handle_cqe(d, cqe);
-		n++;
-	}
-	io_uring_cq_advance(&d->ring, n);
-	return n;
 }
 
 /*
@@ -310,10 +273,11 @@ int kvpd_loop_run(struct kvpd *d)
 
 	for (;;) {
 		unsigned done = serve_clients(d, &cursor);
+		int events = d->ev->wait(d, 0, handle_event);
 
-		if (io_uring_sq_ready(&d->ring))
-			io_uring_submit(&d->ring);
-		done += reap_events(d);
+		if (events < 0)
+			return events;
+		done += (unsigned)events;
 		if (__atomic_load_n(&d->workers.ndone, __ATOMIC_RELAXED)) {
 			kvpd_jobs_complete(d);
 			done++;
@@ -348,9 +312,9 @@ int kvpd_loop_run(struct kvpd *d)
 			int ret;
 
 			KVPD_PROBE(ring_sleep, d->nactive);
-			ret = io_uring_submit_and_wait(&d->ring, 1);
+			ret = d->ev->wait(d, -1, handle_event);
 			KVPD_PROBE(ring_wake, kvpd_now_ns() - slept);
-			if (ret < 0 && ret != -EINTR)
+			if (ret < 0)
 				return ret;
 		}
 		kvpd_workers_loop_sleeping(&d->workers, false);

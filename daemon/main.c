@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* kvpoold: options, the listening socket, pools from the config, then the loop. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -26,7 +31,13 @@ static const char usage[] =
 	"                         0 sleeps at once; spinning stops when clients outnumber cores);\n"
 	"                         a worker thread out of tasks spins as long for the next one\n"
 	"      --budget N         entries taken from one client per loop turn (default 64)\n"
-	"      --max-clients N    connections served at once (default 128)\n"
+	"      --max-clients N    connections served at once (default 128; lowered to what\n"
+	"                         RLIMIT_NOFILE allows, which is raised to its hard limit)\n"
+	"      --event-loop KIND  auto (default), io_uring or epoll: auto runs io_uring when\n"
+	"                         it works and has multishot accept and poll, else epoll\n"
+	"                         (containers whose seccomp profile refuses io_uring,\n"
+	"                         gVisor, kernel.io_uring_disabled); clients see no\n"
+	"                         difference. io_uring where it is unavailable exits 1\n"
 	"  -t, --threads N        worker threads for WRITE_KV, READ_KV and ATTEND, and the\n"
 	"                         most tasks running at once, the event loop's included\n"
 	"                         (default: the online cores)\n"
@@ -34,7 +45,8 @@ static const char usage[] =
 	"  -h, --help             show this help and exit\n"
 	"\n"
 	"The config file (INI; options on the command line win over [daemon]):\n"
-	"  [daemon]          socket, socket_group, spin_us, budget, max_clients\n"
+	"  [daemon]          socket, socket_group, spin_us, budget, max_clients,\n"
+	"                    event_loop\n"
 	"  [pool.NAME]       blocks, block_size, groups (\"full swa:128\"; kinds full,\n"
 	"                    swa:W, rswa:W, chunked:C, cyclic:W), caching=on|off,\n"
 	"                    free_order=split|append, publish=commit|alloc, max_len,\n"
@@ -43,6 +55,11 @@ static const char usage[] =
 	"  [namespace.NAME]  uids = 1000 1001   (the uids that may use namespace NAME;\n"
 	"                    the shared namespace \"\" is open to all, and root and the\n"
 	"                    daemon's uid may use any)\n"
+	"\n"
+	"The daemon logs the event loop it runs, always: \"event loop: io_uring\" or\n"
+	"\"event loop: epoll (io_uring unavailable: REASON)\"; kvctl stats shows it too.\n"
+	"It holds SOCKET.lock (flock) beside the socket while it runs: a socket whose\n"
+	"lock is free is a dead daemon's and is replaced.\n"
 	"\n"
 	"Without --config the daemon starts with no pool; admin clients (root or the\n"
 	"daemon's uid) create pools with `kvctl pool create`. SIGTERM or SIGINT stops\n"
@@ -87,25 +104,115 @@ static int parse_count(const char *s, unsigned max, unsigned *out)
 	return 0;
 }
 
-/* A socket file left by a daemon that died is replaced; a live daemon's is not. */
+/*
+ * Descriptors kept for everything but client sockets: the ones open now, the
+ * loop's own (listening socket, lock, signalfd, timerfd, event loop, workers'
+ * eventfd), and room for short-lived ones (a setup's memfd, a pool's, a
+ * connection accepted only to be refused).
+ */
+#define FDS_RESERVED 16
+
+static unsigned fds_open(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	unsigned n = 0;
+
+	if (!dir)
+		return 64; /* no /proc: assume plenty are */
+	while (readdir(dir))
+		n++;
+	closedir(dir);
+	return n > 3 ? n - 3 : 0; /* ".", ".." and the directory's own */
+}
+
+/*
+ * Raises RLIMIT_NOFILE's soft limit to its hard one and lowers max_clients to
+ * what fits: with more, accept would fail with EMFILE while slots look free.
+ */
+static void fit_descriptors(struct kvpd *d)
+{
+	struct rlimit rl;
+	rlim_t fit;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t soft = rl.rlim_cur;
+
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			rl.rlim_cur = soft;
+	}
+	fit = rl.rlim_cur > fds_open() + FDS_RESERVED ? rl.rlim_cur - fds_open() - FDS_RESERVED : 1;
+	if (d->cfg.max_clients > fit) {
+		kvpd_logf("max_clients %u capped to %llu: RLIMIT_NOFILE is %llu", d->cfg.max_clients,
+			  (unsigned long long)fit, (unsigned long long)rl.rlim_cur);
+		d->cfg.max_clients = (unsigned)fit;
+	}
+}
+
+/* A daemon killed a moment ago holds its lock until the kernel has closed its files. */
+#define LOCK_WAIT_MS 1000
+
+/*
+ * SOCKET.lock, flock(2)ed for the daemon's life: a live daemon holds it, a dead
+ * one does not, however it died. A held lock is tried again for LOCK_WAIT_MS:
+ * a restart right after a kill -9 finds the old daemon still exiting. The
+ * lock file is removed at exit while still held; one whose path no longer
+ * names it was removed by a daemon exiting while we opened it, so it is
+ * opened again.
+ */
+static int lock_socket_path(const char *path, int *out)
+{
+	char lock[PATH_MAX];
+	struct stat held, named;
+	unsigned waited_ms = 0;
+	int fd, ret;
+
+	if (snprintf(lock, sizeof(lock), "%s.lock", path) >= (int)sizeof(lock))
+		return -ENAMETOOLONG;
+	for (;;) {
+		fd = open(lock, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0)
+			return -errno;
+		if (flock(fd, LOCK_EX | LOCK_NB)) {
+			ret = errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
+			close(fd);
+			if (ret != -EADDRINUSE || waited_ms >= LOCK_WAIT_MS)
+				return ret;
+			usleep(10000);
+			waited_ms += 10;
+			continue;
+		}
+		if (fstat(fd, &held) == 0 && stat(lock, &named) == 0 && held.st_ino == named.st_ino &&
+		    held.st_dev == named.st_dev)
+			break;
+		close(fd);
+	}
+	*out = fd;
+	return 0;
+}
+
+static void unlock_socket_path(const char *path, int fd)
+{
+	char lock[PATH_MAX];
+
+	if (fd < 0)
+		return;
+	snprintf(lock, sizeof(lock), "%s.lock", path);
+	unlink(lock);
+	close(fd);
+}
+
+/* With the lock held, a socket file at the path is a dead daemon's: replaced. */
 static int claim_path(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
-	int fd, ret;
 
 	if (lstat(path, &st))
 		return errno == ENOENT ? 0 : -errno;
 	if (!S_ISSOCK(st.st_mode))
 		return -EEXIST;
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	strcpy(sa.sun_path, path);
-	ret = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : -EADDRINUSE;
-	close(fd);
-	if (ret == -EADDRINUSE)
-		return ret;
 	return unlink(path) ? -errno : 0;
 }
 
@@ -127,12 +234,17 @@ static int listen_on(struct kvpd *d)
 		if (mkdir(dir, 0755) && errno != EEXIST)
 			return -errno;
 	}
-	ret = claim_path(path);
+	ret = lock_socket_path(path, &d->lock_fd);
 	if (ret)
 		return ret;
+	ret = claim_path(path);
+	if (ret)
+		goto err_unlock;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -errno;
+	if (fd < 0) {
+		ret = -errno;
+		goto err_unlock;
+	}
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0660))
 		goto err_close;
 	if (d->cfg.socket_group) {
@@ -154,16 +266,19 @@ err_unlink:
 	ret = -errno;
 	unlink(path);
 	close(fd);
-	return ret;
+	goto err_unlock;
 err_close:
 	ret = -errno;
 	close(fd);
+err_unlock:
+	unlock_socket_path(path, d->lock_fd);
+	d->lock_fd = -1;
 	return ret;
 }
 
 static int parse_args(struct kvpd *d, int argc, char **argv, const char **config)
 {
-	enum { OPT_SPIN = 256, OPT_BUDGET, OPT_MAX_CLIENTS };
+	enum { OPT_SPIN = 256, OPT_BUDGET, OPT_MAX_CLIENTS, OPT_EVENT_LOOP };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "config", required_argument, NULL, 'c' },
@@ -171,6 +286,7 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		{ "spin-us", required_argument, NULL, OPT_SPIN },
 		{ "budget", required_argument, NULL, OPT_BUDGET },
 		{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
+		{ "event-loop", required_argument, NULL, OPT_EVENT_LOOP },
 		{ "threads", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -178,6 +294,8 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 	};
 	/* Command-line values win over the config file's: remember them, apply after loading. */
 	const char *socket = NULL, *group = NULL;
+	enum kvpd_evloop_choice event_loop = KVPD_EVLOOP_AUTO;
+	bool event_loop_set = false;
 	unsigned spin = ~0u, budget = 0, max_clients = 0, threads = 0;
 	int c, ret;
 
@@ -204,6 +322,11 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 			if (parse_count(optarg, 1u << 16, &max_clients) || !max_clients)
 				goto bad_value;
 			break;
+		case OPT_EVENT_LOOP:
+			if (kvpd_parse_event_loop(optarg, &event_loop))
+				goto bad_value;
+			event_loop_set = true;
+			break;
 		default:
 			goto usage;
 		}
@@ -224,11 +347,14 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		d->cfg.max_clients = max_clients;
 	if (threads)
 		d->cfg.threads = threads;
+	if (event_loop_set)
+		d->cfg.event_loop = event_loop;
 	return 0;
 
 bad_value:
 	fprintf(stderr, "kvpoold: bad value '%s' for --%s\n", optarg,
-		c == OPT_SPIN ? "spin-us" : c == OPT_BUDGET ? "budget" : c == 't' ? "threads" : "max-clients");
+		c == OPT_SPIN ? "spin-us" : c == OPT_BUDGET ? "budget" : c == 't' ? "threads" :
+		c == OPT_EVENT_LOOP ? "event-loop" : "max-clients");
 	return -EINVAL;
 usage:
 	fputs("Try 'kvpoold --help' for more information.\n", stderr);
@@ -240,7 +366,7 @@ int main(int argc, char **argv)
 	struct kvpd d = {
 		.cfg = { .socket_path = KVP_DEFAULT_SOCKET, .spin_us = 50, .budget = 64,
 			 .max_clients = 128 },
-		.listen_fd = -1, .signal_fd = -1, .timer_fd = -1, .stats.fd = -1,
+		.listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1, .stats.fd = -1,
 	};
 	const char *config = NULL;
 	int ret;
@@ -253,6 +379,7 @@ int main(int argc, char **argv)
 		ret = -ENOENT;
 		goto out_config;
 	}
+	fit_descriptors(&d);
 	d.ncpus = sysconf(_SC_NPROCESSORS_ONLN);
 	d.backend = &kvpd_host_backend;
 	if (!d.cfg.threads)
@@ -286,22 +413,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvpoold: worker threads: %s\n", strerror(-ret));
 		goto out_listen;
 	}
-	ret = kvpd_loop_init(&d);
+	ret = kvpd_courier_start(&d.courier);
 	if (ret) {
-		fprintf(stderr, "kvpoold: io_uring: %s\n", strerror(-ret));
+		fprintf(stderr, "kvpoold: courier thread: %s\n", strerror(-ret));
 		goto out_workers;
 	}
+	ret = kvpd_loop_init(&d); /* says why it failed */
+	if (ret)
+		goto out_courier;
 	kvpd_log(&d, 1, "listening on %s, %ld cores, spin %u us", d.cfg.socket_path, d.ncpus,
 		 d.cfg.spin_us);
 	ret = kvpd_loop_run(&d);
 	if (ret)
 		fprintf(stderr, "kvpoold: event loop: %s\n", strerror(-ret));
 	kvpd_loop_exit(&d);
+out_courier:
+	kvpd_courier_stop(&d.courier);
 out_workers:
 	kvpd_workers_stop(&d.workers);
 out_listen:
 	close(d.listen_fd);
 	unlink(d.cfg.socket_path);
+	unlock_socket_path(d.cfg.socket_path, d.lock_fd);
 out_pools:
 	kvpd_pools_release(&d);
 	kvpd_statpage_fini(&d);

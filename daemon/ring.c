@@ -6,8 +6,9 @@
  * and ends the session. Entries are copied out before anything looks at them.
  */
 #include <errno.h>
-#include <fcntl.h>
+#include <linux/futex.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kvpoold.h"
@@ -42,31 +43,25 @@ void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping)
 	__atomic_store_n(c->sq_flags, sleeping ? KVP_SQ_NEED_WAKEUP : 0u, __ATOMIC_RELEASE);
 }
 
-/* write(2), not an io_uring write: those go to a kernel worker and cost ~100 µs more. */
-static int wake_client(struct kvpd *d, struct kvpd_client *c)
+/*
+ * FUTEX_WAKE of one waiter on the CQ tail, where a sleeping client waits: it
+ * never blocks, and its cost does not depend on what the client does with its
+ * descriptors. Shared (no FUTEX_PRIVATE_FLAG): the word is in the memfd both
+ * processes map.
+ */
+static void wake_client(struct kvpd_client *c)
 {
-	uint64_t one = 1;
-	int fl = fcntl(c->cq_efd, F_GETFL);
-
-	/* The descriptor is shared: a client that makes it blocking could stall the daemon. */
-	if (fl < 0 || !(fl & O_NONBLOCK)) {
-		kvpd_client_close(d, c, "its CQ eventfd was made blocking");
-		return -EPROTO;
-	}
-	if (write(c->cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		return -errno;
-	return 0;
+	syscall(SYS_futex, c->cq_tail, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 /* Makes the completions written so far visible, waking the client if it sleeps. */
-static int publish_cq(struct kvpd *d, struct kvpd_client *c)
+static void publish_cq(struct kvpd_client *c)
 {
 	store_release(c->cq_tail, c->cq_next);
 	/* Pairs with the client's fence between setting CQ_NEED_WAKEUP and re-checking the tail. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(c->cq_flags, __ATOMIC_RELAXED) & KVP_CQ_NEED_WAKEUP)
-		return wake_client(d, c);
-	return 0;
+		wake_client(c);
 }
 
 /* Atomic loads: the compiler may not re-read a field from shared memory after the check. */
@@ -139,11 +134,12 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 	kvpd_stats_client(d, c);
 	kvpd_stats_end(d);
 	store_release(c->sq_head, c->sq_next);
-	return publish_cq(d, c) ?: (int)n;
+	publish_cq(c);
+	return (int)n;
 }
 
-void kvpd_ring_post(struct kvpd *d, struct kvpd_client *c, const struct kvp_cqe *cqe)
+void kvpd_ring_post(struct kvpd_client *c, const struct kvp_cqe *cqe)
 {
 	memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], cqe, sizeof(*cqe));
-	publish_cq(d, c);
+	publish_cq(c);
 }

@@ -187,6 +187,7 @@ int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_
 		ret = -pthread_create(&w->threads[w->nthreads], NULL, worker_main, w);
 		if (ret)
 			break;
+		pthread_setname_np(w->threads[w->nthreads], "kvpoold-worker");
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret)

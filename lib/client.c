@@ -1,15 +1,46 @@
 /* SPDX-License-Identifier: MIT */
 /* libkvpool: connecting, the rings and the wake-up protocol (the client's side). */
 #include <errno.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "client.h"
+
+#define DEFAULT_TIMEOUT_MS 30000
+/* A sleeping wait looks at the socket this often: a dead daemon's hang-up is seen this fast. */
+#define HANGUP_CHECK_NS (50ull * 1000000ull)
+
+static int ms_left(uint64_t deadline)
+{
+	uint64_t now = kvp_now_ns();
+
+	return now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+}
+
+/* Waits until @fd is readable, at most until @deadline: -ETIMEDOUT after. */
+static int wait_readable(int fd, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int left = ms_left(deadline), n;
+
+		if (!left)
+			return -ETIMEDOUT;
+		n = poll(&p, 1, left);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
 
 static int recv_reply(int sock, struct kvp_setup_reply *r, int fds[KVP_NUM_FDS])
 {
@@ -21,10 +52,12 @@ static int recv_reply(int sock, struct kvp_setup_reply *r, int fds[KVP_NUM_FDS])
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 			      .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *cm;
-	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
 	if (n < 0)
 		return -errno;
+	if (n == 0)
+		return -ECONNRESET;
 	cm = CMSG_FIRSTHDR(&msg);
 	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
 		size_t nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -41,24 +74,40 @@ static int recv_reply(int sock, struct kvp_setup_reply *r, int fds[KVP_NUM_FDS])
 	return 0;
 }
 
-static int dial(const char *path)
+/*
+ * A non-blocking connect: a daemon whose accept backlog is full (stopped, or
+ * swamped) answers EAGAIN, and a Unix socket offers nothing to wait on for
+ * room, so it is retried with a growing pause until @deadline.
+ */
+static int dial(const char *path, uint64_t deadline)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
+	useconds_t pause_us = 1000;
+	int fd, ret;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		int ret = -errno;
-
-		close(fd);
-		return ret;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -errno;
+		if (ret != -EAGAIN && ret != -EINTR)
+			goto err_close;
+		if (!ms_left(deadline)) {
+			ret = -ETIMEDOUT;
+			goto err_close;
+		}
+		usleep(pause_us);
+		if (pause_us < 20000)
+			pause_us *= 2;
 	}
 	return fd;
+
+err_close:
+	close(fd);
+	return ret;
 }
 
 static int copy_name(char dst[KVP_NAME_MAX], const char *src)
@@ -71,13 +120,14 @@ static int copy_name(char dst[KVP_NAME_MAX], const char *src)
 	return 0;
 }
 
-static int map_rings(struct kvp_client *c, const struct kvp_setup_reply *r)
+static int map_rings(struct kvp_client *c, const struct kvp_setup_reply *r, int mem_fd)
 {
 	uint8_t *m;
 
-	if (r->arena_off > r->mmap_bytes || r->arena_bytes > r->mmap_bytes - r->arena_off)
+	if (mem_fd < 0 || r->arena_off > r->mmap_bytes ||
+	    r->arena_bytes > r->mmap_bytes - r->arena_off)
 		return -EPROTO;
-	m = mmap(NULL, r->mmap_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->mem_fd, 0);
+	m = mmap(NULL, r->mmap_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem_fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
 	c->map = m;
@@ -101,19 +151,55 @@ static int map_rings(struct kvp_client *c, const struct kvp_setup_reply *r)
 }
 
 /* Read-only: the daemon sealed it F_SEAL_FUTURE_WRITE, a writable mapping would fail. */
-static int map_stats(struct kvp_client *c, const struct kvp_setup_reply *r)
+static int map_stats(struct kvp_client *c, const struct kvp_setup_reply *r, int stats_fd)
 {
 	void *m;
 
-	if (c->stats_fd < 0 || !(r->features & KVP_FEAT_STATS_PAGE) ||
+	if (stats_fd < 0 || !(r->features & KVP_FEAT_STATS_PAGE) ||
 	    r->stats_bytes < sizeof(struct kvp_stats_page))
 		return -EPROTO;
-	m = mmap(NULL, r->stats_bytes, PROT_READ, MAP_SHARED, c->stats_fd, 0);
+	m = mmap(NULL, r->stats_bytes, PROT_READ, MAP_SHARED, stats_fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
 	c->stats_map = m;
 	c->stats_bytes = r->stats_bytes;
 	return 0;
+}
+
+/* The setup exchange on a connected socket, all before @deadline. */
+static int handshake(struct kvp_client *c, const struct kvp_setup *s, bool admin,
+		     bool stats_page, uint64_t deadline)
+{
+	struct kvp_setup_reply r;
+	int fds[KVP_NUM_FDS] = { -1, -1, -1 };
+	int ret;
+
+	/* A fresh connection's send buffer is empty: this never has to wait. */
+	if (send(c->sock, s, sizeof(*s), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(*s))
+		return -errno;
+	ret = wait_readable(c->sock, deadline) ?: recv_reply(c->sock, &r, fds);
+	if (!ret)
+		ret = r.result;
+	if (ret == -EPROTO && r.abi_version != KVP_ABI_VERSION)
+		fprintf(stderr, "libkvpool: kvpoold speaks ABI %u, this library ABI %u\n",
+			r.abi_version ? r.abi_version : 1, KVP_ABI_VERSION);
+	if (!ret && admin && !(r.features & KVP_FEAT_ADMIN))
+		ret = -EPERM;
+	if (!ret && fds[KVP_FD_DOORBELL] < 0)
+		ret = -EPROTO;
+	if (!ret)
+		ret = map_rings(c, &r, fds[KVP_FD_MEM]);
+	if (!ret && stats_page)
+		ret = map_stats(c, &r, fds[KVP_FD_STATS]);
+	if (!ret) {
+		c->bell = fds[KVP_FD_DOORBELL];
+		fds[KVP_FD_DOORBELL] = -1;
+	}
+	/* The mappings hold the memory: the other descriptors are not needed any more. */
+	for (unsigned i = 0; i < KVP_NUM_FDS; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return ret;
 }
 
 int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
@@ -124,9 +210,8 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 		.abi_version = KVP_ABI_VERSION,
 		.features = KVP_FEAT_SPIN_WAKEUP,
 	};
-	struct kvp_setup_reply r;
-	int fds[KVP_NUM_FDS] = { -1, -1, -1, -1 };
 	struct kvp_client *c;
+	uint64_t deadline;
 	const char *path;
 	int ret;
 
@@ -147,44 +232,24 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->mem_fd = c->sq_efd = c->cq_efd = c->stats_fd = -1;
+	c->bell = -1;
 	c->spin_us = opts->spin_us;
+	c->timeout_ns = (opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
+	deadline = kvp_now_ns() + c->timeout_ns;
 
-	c->sock = dial(path);
+	c->sock = dial(path, deadline);
 	if (c->sock < 0) {
 		ret = c->sock;
-		goto err_free;
+		free(c);
+		return ret;
 	}
-	if (send(c->sock, &s, sizeof(s), MSG_NOSIGNAL) != (ssize_t)sizeof(s)) {
-		ret = -errno;
-		goto err_close;
+	ret = handshake(c, &s, opts->admin, opts->stats_page, deadline);
+	if (ret) {
+		kvp_close(c);
+		return ret;
 	}
-	ret = recv_reply(c->sock, &r, fds);
-	c->mem_fd = fds[KVP_FD_MEM];
-	c->sq_efd = fds[KVP_FD_SQ_DOORBELL];
-	c->cq_efd = fds[KVP_FD_CQ_EVENT];
-	c->stats_fd = fds[KVP_FD_STATS];
-	if (!ret)
-		ret = r.result;
-	if (!ret && (c->mem_fd < 0 || c->sq_efd < 0 || c->cq_efd < 0))
-		ret = -EPROTO;
-	if (!ret && opts->admin && !(r.features & KVP_FEAT_ADMIN))
-		ret = -EPERM;
-	if (!ret)
-		ret = map_rings(c, &r);
-	if (!ret && opts->stats_page)
-		ret = map_stats(c, &r);
-	if (ret)
-		goto err_close;
 	*out = c;
 	return 0;
-
-err_close:
-	kvp_close(c);
-	return ret;
-err_free:
-	free(c);
-	return ret;
 }
 
 void kvp_close(struct kvp_client *c)
@@ -195,9 +260,10 @@ void kvp_close(struct kvp_client *c)
 		munmap(c->map, c->map_bytes);
 	if (c->stats_map)
 		munmap(c->stats_map, c->stats_bytes);
-	for (int *fd = &c->sock; fd <= &c->stats_fd; fd++)
-		if (*fd >= 0)
-			close(*fd);
+	if (c->sock >= 0)
+		close(c->sock);
+	if (c->bell >= 0)
+		close(c->bell);
 	free(c);
 }
 
@@ -250,6 +316,8 @@ struct kvp_sqe *kvp_get_sqe(struct kvp_client *c)
 {
 	struct kvp_sqe *sqe;
 
+	if (c->broken)
+		return NULL;
 	/* The daemon's SQ head is another cache line to pull: read it only when the SQ looks full. */
 	if (c->sq_local_tail - c->sq_head_seen >= c->sq_entries) {
 		c->sq_head_seen = __atomic_load_n(c->sq_head, __ATOMIC_ACQUIRE);
@@ -261,20 +329,33 @@ struct kvp_sqe *kvp_get_sqe(struct kvp_client *c)
 	return sqe;
 }
 
-/* EAGAIN means the counter is saturated: the daemon has a wake-up pending anyway. */
+/* The daemon is gone: every later call says so. */
+static int daemon_gone(struct kvp_client *c)
+{
+	c->broken = -ECONNRESET;
+	return -ECONNRESET;
+}
+
+/*
+ * The doorbell. The daemon never reads it, so it never blocks; EAGAIN would
+ * mean its counter is full, which only a client writing huge values reaches.
+ */
 static int ring_doorbell(struct kvp_client *c)
 {
 	uint64_t one = 1;
 
-	if (write(c->sq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+	if (write(c->bell, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		return -errno;
 	return 0;
 }
 
 int kvp_submit(struct kvp_client *c)
 {
-	uint32_t n = c->sq_local_tail - *c->sq_tail;
+	uint32_t n;
 
+	if (c->broken)
+		return c->broken;
+	n = c->sq_local_tail - *c->sq_tail;
 	if (n == 0)
 		return 0;
 	__atomic_store_n(c->sq_tail, c->sq_local_tail, __ATOMIC_RELEASE);
@@ -293,79 +374,95 @@ int kvp_peek_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 {
 	uint32_t head = *c->cq_head;
 
+	if (c->broken)
+		return c->broken;
 	if (__atomic_load_n(c->cq_tail, __ATOMIC_ACQUIRE) == head)
 		return -EAGAIN;
 	*cqe = &c->cqes[head & (c->cq_entries - 1)];
 	return 0;
 }
 
-static bool daemon_gone(struct kvp_client *c)
+/* The socket's end of file (or an error) means the daemon is gone; it sends nothing after setup. */
+static bool socket_hung_up(struct kvp_client *c)
 {
 	char b;
 	ssize_t n = recv(c->sock, &b, 1, MSG_DONTWAIT | MSG_PEEK);
 
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Sleeps on the CQ eventfd or the socket (whose hang-up means the daemon died). */
-static int sleep_for_cqe(struct kvp_client *c)
+/*
+ * Sleeps in FUTEX_WAIT on the CQ tail while it still reads @tail, at most
+ * @ns. The daemon wakes the word when it posts a completion and sees our
+ * KVP_CQ_NEED_WAKEUP.
+ */
+static void sleep_on_cq(struct kvp_client *c, uint32_t tail, uint64_t ns)
 {
-	struct pollfd pfd[2] = { { .fd = c->cq_efd, .events = POLLIN },
-				 { .fd = c->sock, .events = POLLIN | POLLRDHUP } };
-	uint64_t v;
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
+			       .tv_nsec = (long)(ns % 1000000000ull) };
 
-	if (poll(pfd, 2, -1) < 0)
-		return errno == EINTR ? 0 : -errno;
-	if (pfd[0].revents & POLLIN && read(c->cq_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		return -errno;
-	if (pfd[1].revents && daemon_gone(c))
-		return -ECONNRESET;
-	return 0;
+	syscall(SYS_futex, c->cq_tail, FUTEX_WAIT, tail, &ts, NULL, 0);
 }
 
+/*
+ * Spin (while the daemon spins too), then sleep on the futex in slices of
+ * HANGUP_CHECK_NS, looking at the socket between them: nothing the daemon
+ * could be made to wait on, and its death is noticed within a slice.
+ */
 int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 {
-	uint64_t deadline = 0;
+	uint64_t start = kvp_now_ns(), deadline = start + c->timeout_ns, now;
 	unsigned spins = 0;
 	int ret;
 
-	for (;;) {
+	ret = kvp_peek_cqe(c, cqe);
+	if (ret != -EAGAIN)
+		return ret;
+	/*
+	 * Spinning only pays while the daemon spins too: once it sleeps (too many
+	 * spinners for the cores), a spinning client only takes the core it needs
+	 * to wake up on.
+	 */
+	while (c->spin_us && !(__atomic_load_n(c->sq_flags, __ATOMIC_RELAXED) & KVP_SQ_NEED_WAKEUP) &&
+	       kvp_now_ns() - start < c->spin_us * 1000ull) {
 		if (kvp_peek_cqe(c, cqe) == 0)
 			return 0;
-		/*
-		 * Spinning only pays while the daemon spins too: once it sleeps
-		 * (too many spinners for the cores), a spinning client only takes
-		 * the core it needs to wake up on.
-		 */
-		if (c->spin_us && !(__atomic_load_n(c->sq_flags, __ATOMIC_RELAXED) & KVP_SQ_NEED_WAKEUP)) {
-			uint64_t now = kvp_now_ns();
-
-			if (!deadline)
-				deadline = now + c->spin_us * 1000ull;
-			if (now < deadline) {
-				/* Never hold a shared core for a time slice: see the daemon's loop. */
-				if (++spins % 32 == 0)
-					sched_yield();
-				else
-					kvp_cpu_relax();
-				continue;
-			}
-		}
-		__atomic_store_n(c->cq_flags, KVP_CQ_NEED_WAKEUP, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (kvp_peek_cqe(c, cqe) == 0)
-			ret = 0;
+		/* Never hold a shared core for a time slice: see the daemon's loop. */
+		if (++spins % 32 == 0)
+			sched_yield();
 		else
-			ret = sleep_for_cqe(c) ?: 1;
-		__atomic_store_n(c->cq_flags, 0, __ATOMIC_RELAXED);
-		if (ret <= 0)
-			return ret;
+			kvp_cpu_relax();
 	}
+	__atomic_store_n(c->cq_flags, KVP_CQ_NEED_WAKEUP, __ATOMIC_RELAXED);
+	for (;;) {
+		/* Pairs with the daemon's fence between publishing its tail and reading our flag. */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		ret = kvp_peek_cqe(c, cqe);
+		if (ret != -EAGAIN)
+			break;
+		now = kvp_now_ns();
+		if (now >= deadline) {
+			/* A completion may still land where the next call would stage its data. */
+			c->broken = -ENOTCONN;
+			ret = -ETIMEDOUT;
+			break;
+		}
+		sleep_on_cq(c, *c->cq_head, deadline - now < HANGUP_CHECK_NS ? deadline - now :
+								     HANGUP_CHECK_NS);
+		if (kvp_peek_cqe(c, cqe) == -EAGAIN && socket_hung_up(c)) {
+			ret = daemon_gone(c);
+			break;
+		}
+	}
+	__atomic_store_n(c->cq_flags, 0, __ATOMIC_RELAXED);
+	return ret;
 }
 
 void kvp_cqe_seen(struct kvp_client *c, struct kvp_cqe *cqe)
 {
 	(void)cqe;
+	if (c->broken)
+		return;
 	__atomic_store_n(c->cq_head, *c->cq_head + 1, __ATOMIC_RELEASE);
 	/*
 	 * Entries the daemon left in the SQ for want of CQ room wait for this

@@ -9,7 +9,11 @@
 #include "libkvpool.h"
 
 struct kvp_client {
-	int sock, mem_fd, sq_efd, cq_efd, stats_fd; /* kept in this order: kvp_close walks them */
+	int sock;              /* the session: its hang-up is the daemon's death */
+	int bell;              /* the SQ doorbell eventfd */
+	int broken;            /* 0, or what every call returns: -ENOTCONN after a time-out,
+				* -ECONNRESET once the daemon is gone */
+	uint64_t timeout_ns;   /* how long a blocking call waits */
 	void *map;
 	size_t map_bytes;
 	uint32_t *sq_head, *sq_tail, *sq_flags;

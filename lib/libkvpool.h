@@ -10,6 +10,13 @@
  * kvp_cqe_seen drive the rings directly (batching, pipelining); the kvp_*
  * calls below them submit one request, wait for its completion and return its
  * result.
+ *
+ * Nothing waits forever: kvp_connect and every call that waits for the daemon
+ * give up after the connection's timeout_ms with -ETIMEDOUT. A connection
+ * that timed out is poisoned: every later call returns -ENOTCONN until
+ * kvp_close (a completion that came late could land in arena space a later
+ * call reuses). Once the daemon is gone (its socket hung up, noticed within
+ * 50 ms by a waiting call) every call returns -ECONNRESET.
  */
 #ifndef LIBKVPOOL_H
 #define LIBKVPOOL_H
@@ -32,17 +39,24 @@ struct kvp_connect_opts {
 				  * daemon spins too; 0: sleep at once */
 	bool admin;              /* ask for KVP_FEAT_ADMIN */
 	bool stats_page;         /* map the daemon's read-only stats page */
+	unsigned timeout_ms;     /* how long kvp_connect, and later each waiting call, waits
+				  * for the daemon before -ETIMEDOUT; 0: 30000 */
 };
 
 /*
  * kvp_connect - connect to kvpoold and map the rings.
  * Returns 0 and *out, or -errno: -ENOENT/-ECONNREFUSED (no daemon), -EPERM
  * (namespace or admin refused), -ENODEV (no such pool), -EINVAL (bad options),
- * -EPROTO (the daemon speaks another ABI).
+ * -EPROTO (the daemon speaks another ABI: "kvpoold speaks ABI N, this library
+ * ABI M" is printed on stderr), -ETIMEDOUT (no answer within timeout_ms: a
+ * stopped or swamped daemon), -ECONNRESET (it hung up).
  */
 int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out);
 
-/* kvp_close - unmap, close the connection; the daemon closes every sequence left open. */
+/*
+ * kvp_close - unmap, close the connection; the daemon closes every sequence left
+ * open. The only call a poisoned connection still takes.
+ */
 void kvp_close(struct kvp_client *c);
 
 /* kvp_pool_info - the attached pool's geometry (zeros when attached to none). */
@@ -59,7 +73,10 @@ uint64_t kvp_features(const struct kvp_client *c);
  */
 void *kvp_arena(const struct kvp_client *c, uint64_t *bytes);
 
-/* kvp_get_sqe - the next free submission entry, zeroed; NULL when the SQ is full. */
+/*
+ * kvp_get_sqe - the next free submission entry, zeroed; NULL when the SQ is full
+ * (or the connection is poisoned or reset: kvp_submit says which).
+ */
 struct kvp_sqe *kvp_get_sqe(struct kvp_client *c);
 
 /* kvp_submit - publish the entries got since the last submit; returns how many. */
@@ -70,7 +87,8 @@ int kvp_peek_cqe(struct kvp_client *c, struct kvp_cqe **cqe);
 
 /*
  * kvp_wait_cqe - the oldest unseen completion, spinning for spin_us and then
- * sleeping on the CQ eventfd. -ECONNRESET if the daemon went away.
+ * sleeping (FUTEX_WAIT on the CQ tail). -ECONNRESET if the daemon went away,
+ * -ETIMEDOUT after timeout_ms (the connection is poisoned then).
  */
 int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe);
 

@@ -258,7 +258,7 @@ static int run_dtype(const struct attend_opts *o, const char *dtype, struct row 
 
 	snprintf(blocks, sizeof(blocks), "blocks=%u", max_seqs * max_context / BLOCK_SIZE + 64);
 	snprintf(dt, sizeof(dt), "dtype=%s", dtype);
-	ret = bench_daemon_start(&d, o->daemon, SPIN_US);
+	ret = bench_daemon_start(&d, o->daemon, SPIN_US, NULL);
 	if (ret)
 		return ret;
 	struct kvp_connect_opts aopts = { .socket_path = d.socket, .admin = true };
@@ -296,20 +296,10 @@ out:
 	return ret;
 }
 
-/* A figure rounded to @decimals places, printed as such (json-c would print all 17 digits). */
-static json_object *json_fixed(double v, int decimals)
-{
-	char text[32];
-
-	snprintf(text, sizeof(text), "%.*f", decimals, v);
-	return json_object_new_double_s(v, text);
-}
-
 /* One row as one line of JSON: the fields of the issue, then head_dim, working set, cores. */
 static int print_json_row(const struct row *r, long cores)
 {
 	json_object *o = json_object_new_object();
-	const char *text;
 
 	if (!o)
 		return -ENOMEM;
@@ -318,16 +308,12 @@ static int print_json_row(const struct row *r, long cores)
 	json_object_object_add(o, "dtype", json_object_new_string(r->dtype));
 	json_object_object_add(o, "gqa", json_object_new_int64(r->gqa));
 	json_object_object_add(o, "head_dim", json_object_new_int64(HEAD_DIM));
-	json_object_object_add(o, "kv_read_gbps", json_fixed(r->kv_gbps, 2));
-	json_object_object_add(o, "bw_gbps", json_fixed(r->bw_gbps, 2));
-	json_object_object_add(o, "ratio", json_fixed(r->kv_gbps / r->bw_gbps, 3));
-	json_object_object_add(o, "working_set_mib", json_fixed(r->working_set_mib, 0));
+	json_object_object_add(o, "kv_read_gbps", bench_json_fixed(r->kv_gbps, 2));
+	json_object_object_add(o, "bw_gbps", bench_json_fixed(r->bw_gbps, 2));
+	json_object_object_add(o, "ratio", bench_json_fixed(r->kv_gbps / r->bw_gbps, 3));
+	json_object_object_add(o, "working_set_mib", bench_json_fixed(r->working_set_mib, 0));
 	json_object_object_add(o, "cores", json_object_new_int64(cores));
-	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-	if (text)
-		puts(text);
-	json_object_put(o);
-	return text ? 0 : -ENOMEM;
+	return bench_json_line(o);
 }
 
 /* The value of a row filter: one of the table's values. */

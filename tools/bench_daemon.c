@@ -32,7 +32,8 @@ void bench_default_daemon(char *out, size_t len)
 		snprintf(out, len, "%s/../daemon/kvpoold", exe);
 }
 
-int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us)
+int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
+		       const char *event_loop)
 {
 	char spin[16];
 
@@ -43,7 +44,11 @@ int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us
 	snprintf(spin, sizeof(spin), "%u", spin_us);
 	d->pid = fork();
 	if (d->pid == 0) {
-		execl(bin, bin, "--socket", d->socket, "--spin-us", spin, (char *)NULL);
+		if (event_loop)
+			execl(bin, bin, "--socket", d->socket, "--spin-us", spin, "--event-loop",
+			      event_loop, (char *)NULL);
+		else
+			execl(bin, bin, "--socket", d->socket, "--spin-us", spin, (char *)NULL);
 		fprintf(stderr, "kvbench: exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}

@@ -29,6 +29,8 @@ struct mode_result {
 struct rtt_opts {
 	char daemon[PATH_MAX];
 	unsigned iters;
+	bool json;
+	const char *loops[2]; /* the event loops to run, NULL-terminated */
 };
 
 static int make_pool(const char *sock)
@@ -169,14 +171,14 @@ static int measure_alloc_batched(struct kvp_client *c, unsigned iters, struct mo
 	return ret;
 }
 
-static int run_mode(const struct rtt_opts *o, bool spin, struct mode_result *r)
+static int run_mode(const struct rtt_opts *o, const char *loop, bool spin, struct mode_result *r)
 {
 	struct kvp_connect_opts copts = { .pool = "bench", .spin_us = spin ? 1000 : 0,
 					  .sq_entries = 256 };
 	unsigned iters = spin ? o->iters : o->iters / 10;
 	struct bench_daemon d;
 	struct kvp_client *c;
-	int ret = bench_daemon_start(&d, o->daemon, spin ? 1000 : 0);
+	int ret = bench_daemon_start(&d, o->daemon, spin ? 1000 : 0, loop);
 
 	if (ret)
 		return ret;
@@ -226,49 +228,123 @@ static double in_process_alloc_ns(void)
 	return (double)ns / ((double)steps * BATCH);
 }
 
+static void print_row(const struct rtt_opts *o, const char *loop, const char *mode,
+		      const char *op, const struct bench_pct *p, double batched, double in_process)
+{
+	json_object *j;
+
+	if (!o->json) {
+		printf("%-9s %-6s %-6s %12llu %12llu %16.1f ", loop, mode, op,
+		       (unsigned long long)p->median, (unsigned long long)p->p99, batched);
+		if (in_process > 0)
+			printf("%14.1f\n", in_process);
+		else
+			printf("%14s\n", "-");
+		return;
+	}
+	j = json_object_new_object();
+	json_object_object_add(j, "event_loop", json_object_new_string(loop));
+	json_object_object_add(j, "mode", json_object_new_string(mode));
+	json_object_object_add(j, "op", json_object_new_string(op));
+	json_object_object_add(j, "median_ns", json_object_new_int64((int64_t)p->median));
+	json_object_object_add(j, "p99_ns", json_object_new_int64((int64_t)p->p99));
+	json_object_object_add(j, "batched_ns_per_op", bench_json_fixed(batched, 1));
+	json_object_object_add(j, "in_process_ns", in_process > 0 ? bench_json_fixed(in_process, 1) : NULL);
+	bench_json_line(j);
+}
+
+/* The machine's limits, as rows of their own: no daemon, so no event loop (null). */
+static void print_limit_rows(const struct bench_limits *l)
+{
+	const struct { const char *name; const struct bench_pct *p; } rows[] = {
+		{ "ring", &l->ring }, { "eventfd", &l->eventfd },
+	};
+
+	for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		json_object *j = json_object_new_object();
+
+		json_object_object_add(j, "event_loop", NULL);
+		json_object_object_add(j, "limit", json_object_new_string(rows[i].name));
+		json_object_object_add(j, "median_ns", json_object_new_int64((int64_t)rows[i].p->median));
+		json_object_object_add(j, "p99_ns", json_object_new_int64((int64_t)rows[i].p->p99));
+		bench_json_line(j);
+	}
+}
+
+static int parse_rtt_args(int argc, char **argv, struct rtt_opts *o)
+{
+	bench_default_daemon(o->daemon, sizeof(o->daemon));
+	o->iters = 20000;
+	o->loops[0] = "io_uring";
+	o->loops[1] = "epoll";
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--daemon") && i + 1 < argc) {
+			snprintf(o->daemon, sizeof(o->daemon), "%s", argv[++i]);
+		} else if (!strcmp(argv[i], "--iters") && i + 1 < argc && atoi(argv[i + 1]) >= 100) {
+			o->iters = (unsigned)atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--json")) {
+			o->json = true;
+		} else if (!strcmp(argv[i], "--event-loop") && i + 1 < argc &&
+			   (!strcmp(argv[i + 1], "io_uring") || !strcmp(argv[i + 1], "epoll") ||
+			    !strcmp(argv[i + 1], "both"))) {
+			i++;
+			if (strcmp(argv[i], "both")) {
+				o->loops[0] = argv[i];
+				o->loops[1] = NULL;
+			}
+		} else {
+			fprintf(stderr, "kvbench rtt: bad argument '%s'\n", argv[i]);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int bench_rtt(int argc, char **argv)
 {
-	struct rtt_opts o = { .iters = 20000 };
-	struct mode_result modes[2];
+	struct rtt_opts o = { 0 };
+	/* [loop][mode]: spin and sleep of each loop, measured one after the other */
+	struct mode_result modes[2][2];
 	struct bench_limits limits;
+	unsigned nloops = 0;
 	double in_process;
 	int ret;
 
-	bench_default_daemon(o.daemon, sizeof(o.daemon));
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--daemon") && i + 1 < argc) {
-			snprintf(o.daemon, sizeof(o.daemon), "%s", argv[++i]);
-		} else if (!strcmp(argv[i], "--iters") && i + 1 < argc && atoi(argv[i + 1]) >= 100) {
-			o.iters = (unsigned)atoi(argv[++i]);
-		} else {
-			fprintf(stderr, "kvbench rtt: bad argument '%s'\n", argv[i]);
-			return 2;
-		}
+	if (parse_rtt_args(argc, argv, &o))
+		return 2;
+	while (nloops < 2 && o.loops[nloops])
+		nloops++;
+	if (!o.json) {
+		bench_print_machine();
+		printf("# kvbench rtt: %u round trips in spin mode, %u in sleep mode, batches of %d; daemon %s\n",
+		       o.iters, o.iters / 10, BATCH, o.daemon);
 	}
-	bench_print_machine();
-	printf("# kvbench rtt: %u round trips in spin mode, %u in sleep mode, batches of %d; daemon %s\n",
-	       o.iters, o.iters / 10, BATCH, o.daemon);
 	ret = bench_measure_limits(&limits);
+	/* Modes outer, loops inner: drift on a shared machine hits both loops alike. */
 	for (int m = 0; m < 2 && !ret; m++)
-		ret = run_mode(&o, m == 0, &modes[m]);
+		for (unsigned l = 0; l < nloops && !ret; l++)
+			ret = run_mode(&o, o.loops[l], m == 0, &modes[l][m]);
 	if (ret) {
 		fprintf(stderr, "kvbench rtt: %s\n", strerror(-ret));
 		return 1;
 	}
 	in_process = in_process_alloc_ns();
-	bench_print_limits(&limits);
-	printf("%-6s %-6s %12s %12s %16s %14s\n", "mode", "op", "median_ns", "p99_ns",
-	       "batched_ns/op", "in_process_ns");
+	if (o.json) {
+		print_limit_rows(&limits);
+	} else {
+		bench_print_limits(&limits);
+		printf("%-9s %-6s %-6s %12s %12s %16s %14s\n", "loop", "mode", "op", "median_ns",
+		       "p99_ns", "batched_ns/op", "in_process_ns");
+	}
 	for (int m = 0; m < 2; m++) {
-		const struct mode_result *r = &modes[m];
-		const char *name = m ? "sleep" : "spin";
+		for (unsigned l = 0; l < nloops; l++) {
+			const struct mode_result *r = &modes[l][m];
+			const char *name = m ? "sleep" : "spin";
 
-		printf("%-6s %-6s %12llu %12llu %16.1f %14s\n", name, "NOP",
-		       (unsigned long long)r->nop.median, (unsigned long long)r->nop.p99,
-		       r->nop_batched_ns, "-");
-		printf("%-6s %-6s %12llu %12llu %16.1f %14.1f\n", name, "ALLOC",
-		       (unsigned long long)r->alloc.median, (unsigned long long)r->alloc.p99,
-		       r->alloc_batched_ns, in_process);
+			print_row(&o, o.loops[l], name, "NOP", &r->nop, r->nop_batched_ns, 0);
+			print_row(&o, o.loops[l], name, "ALLOC", &r->alloc, r->alloc_batched_ns,
+				  in_process);
+		}
 	}
 	return 0;
 }
@@ -313,7 +389,7 @@ int bench_overhead(int argc, char **argv)
 			return 2;
 		}
 	}
-	ret = bench_daemon_start(&d, daemon, 1000);
+	ret = bench_daemon_start(&d, daemon, 1000, NULL);
 	if (ret)
 		goto out_err;
 	copts.socket_path = d.socket;

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* kvbench: the project's benchmarks; every one prints figures, none asserts them. */
+#include <json-c/json.h>
 #include <stdio.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,10 +20,13 @@ static const char usage[] =
 	"                      group and on full+swa (default 20 rounds)\n"
 	"  limits              this machine's cross-process round trips without kvpool:\n"
 	"                      busy-polled shared memory, eventfd sleep/wake\n"
-	"  rtt [--iters N] [--daemon PATH]\n"
+	"  rtt [--iters N] [--daemon PATH] [--event-loop io_uring|epoll|both] [--json]\n"
 	"                      NOP and ALLOC through a kvpoold it starts (median, p99,\n"
 	"                      batched ns/op) in spin and in sleep mode, next to the\n"
-	"                      in-process ALLOC and the limits (default 20000 round trips)\n"
+	"                      in-process ALLOC and the limits (default 20000 round\n"
+	"                      trips); each row names the daemon's event loop (default\n"
+	"                      both, one daemon each, run alternately); --json: one\n"
+	"                      object per row\n"
 	"  attend [--json] [--quick] [--daemon PATH] [--dtype f16|bf16|f32]\n"
 	"         [--context N] [--seqs N] [--gqa N]\n"
 	"                      decode ATTEND through a kvpoold it starts, as GB/s of KV\n"
@@ -59,6 +64,24 @@ void bench_print_machine(void)
 	if (f)
 		fclose(f);
 	printf("# machine: %ld online cores, %s\n", sysconf(_SC_NPROCESSORS_ONLN), model);
+}
+
+json_object *bench_json_fixed(double v, int decimals)
+{
+	char text[32];
+
+	snprintf(text, sizeof(text), "%.*f", decimals, v);
+	return json_object_new_double_s(v, text);
+}
+
+int bench_json_line(json_object *o)
+{
+	const char *text = o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : NULL;
+
+	if (text)
+		puts(text);
+	json_object_put(o);
+	return text ? 0 : -ENOMEM;
 }
 
 int main(int argc, char **argv)

@@ -2,6 +2,7 @@
 #ifndef KVPOOL_KVBENCH_H
 #define KVPOOL_KVBENCH_H
 
+#include <json-c/json.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -13,6 +14,11 @@ static inline uint64_t bench_now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+/* A figure rounded to @decimals places, printed as such (json-c would print all 17 digits). */
+json_object *bench_json_fixed(double v, int decimals);
+/* Prints @o as one line of JSON and drops it. */
+int bench_json_line(json_object *o);
 
 /* Prints the machine line every benchmark starts with (cores, CPU model). */
 void bench_print_machine(void);
@@ -36,7 +42,9 @@ struct bench_daemon {
 	char socket[64];
 };
 void bench_default_daemon(char *out, size_t len);
-int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us);
+/* @event_loop: kvpoold's --event-loop, NULL for its default. */
+int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
+		       const char *event_loop);
 void bench_daemon_stop(struct bench_daemon *d);
 
 int bench_core(int argc, char **argv);

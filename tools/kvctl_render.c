@@ -11,6 +11,16 @@ static double usage_of(const struct kvp_stats_pool *p)
 	return p->blocks_total > 1 ? (double)p->blocks_used / (p->blocks_total - 1) : 0.0;
 }
 
+/* The stats page says which; one from before ABI 2 leaves it 0. */
+static const char *event_loop_name(const struct kvp_stats_page *pg)
+{
+	switch (pg->event_loop) {
+	case KVP_EVENT_LOOP_IO_URING: return "io_uring";
+	case KVP_EVENT_LOOP_EPOLL: return "epoll";
+	default: return "unknown";
+	}
+}
+
 static double ratio(uint64_t a, uint64_t b)
 {
 	return b ? (double)a / (double)b : 0.0;
@@ -84,6 +94,7 @@ void print_stats_table(const struct snapshot *s)
 	printf("\nclients: %llu connected, %llu disconnected, %llu killed with sequences open\n",
 	       (unsigned long long)pg->clients_connected,
 	       (unsigned long long)pg->clients_disconnected, (unsigned long long)pg->clients_killed);
+	printf("event loop: %s\n", event_loop_name(pg));
 }
 
 static json_object *jname(const char *name)
@@ -193,6 +204,8 @@ void print_stats_json(const struct snapshot *s, bool clients_only)
 		json_object_object_add(root, "clients_connected", ju64(s->page->clients_connected));
 		json_object_object_add(root, "clients_disconnected", ju64(s->page->clients_disconnected));
 		json_object_object_add(root, "clients_killed", ju64(s->page->clients_killed));
+		json_object_object_add(root, "event_loop",
+				       json_object_new_string(event_loop_name(s->page)));
 	}
 	puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
 						  JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -271,6 +284,8 @@ void print_prometheus(const struct snapshot *s)
 	const struct kvp_stats_page *pg = s->page;
 	unsigned clients = 0;
 
+	meta("kvpool_info", "gauge", "The daemon: its event loop and the ABI it speaks (always 1).");
+	printf("kvpool_info{event_loop=\"%s\",abi=\"%d\"} 1\n", event_loop_name(pg), KVP_ABI_VERSION);
 	meta("kvpool_blocks", "gauge", "Blocks of a pool by state (cached blocks may be free or used).");
 	FOR_EACH_POOL(s, p) {
 		pool_sample("kvpool_blocks", p, "state", "free", p->blocks_free);

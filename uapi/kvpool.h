@@ -4,10 +4,14 @@
  *
  * A client connects to the daemon's Unix socket (SOCK_SEQPACKET), sends one
  * struct kvp_setup and receives one struct kvp_setup_reply carrying, by
- * SCM_RIGHTS, three descriptors: a sealed memfd holding its submission ring
- * (SQ), completion ring (CQ) and data arena, the SQ doorbell eventfd (client
- * writes it to wake the daemon) and the CQ eventfd (the daemon writes it to
- * wake the client). The socket stays open; its hang-up ends the session.
+ * SCM_RIGHTS, a sealed memfd holding its submission ring (SQ), completion ring
+ * (CQ) and data arena, the SQ doorbell (an eventfd the client writes to wake
+ * the daemon, and the daemon never reads) and, when agreed, the stats page.
+ * The socket stays open and silent: its hang-up ends the session. The daemon
+ * wakes a client with FUTEX_WAKE on the CQ tail word, where the client sleeps
+ * in FUTEX_WAIT (a shared futex: no FUTEX_PRIVATE_FLAG). Nothing the daemon
+ * does on the client's behalf can be stalled, or made dearer, by what the
+ * client does to the descriptors it holds.
  *
  * Rings follow io_uring's protocol: the producer writes entries, then
  * publishes its tail with a release store; the consumer reads the tail with an
@@ -27,7 +31,13 @@
 #include <linux/types.h>
 
 #define KVP_MAGIC 0x6b76706cu /* "kvpl" */
-#define KVP_ABI_VERSION 1
+/*
+ * 2: the CQ wake-up is a futex on the CQ tail (no CQ eventfd is passed), the
+ * daemon never reads the doorbell, and the socket carries nothing after the
+ * reply. A client of another version is refused with -EPROTO, and the reply's
+ * abi_version says which one the daemon speaks.
+ */
+#define KVP_ABI_VERSION 2
 #define KVP_DEFAULT_SOCKET "/run/kvpool/kvpool.sock"
 
 #define KVP_NAME_MAX 32     /* pool and namespace names, NUL included */
@@ -83,9 +93,9 @@ struct kvp_cq_offsets {
 };
 
 /* SQ flags (daemon -> client). */
-#define KVP_SQ_NEED_WAKEUP (1u << 0) /* the daemon sleeps: write the SQ doorbell */
+#define KVP_SQ_NEED_WAKEUP (1u << 0) /* the daemon sleeps: ring the SQ doorbell */
 /* CQ flags (client -> daemon). */
-#define KVP_CQ_NEED_WAKEUP (1u << 0) /* the client sleeps: write the CQ eventfd */
+#define KVP_CQ_NEED_WAKEUP (1u << 0) /* the client sleeps: FUTEX_WAKE the CQ tail */
 
 /* Daemon -> client: the attached pool's parameters, as given to POOL_CREATE or the config. */
 struct kvp_pool_info {
@@ -115,11 +125,20 @@ struct kvp_setup_reply {
 	__u64 arena_bytes;     /* arena size: the request rounded up to pages */
 	struct kvp_pool_info pool; /* zero when attached to none */
 	__u64 stats_bytes;     /* with KVP_FEAT_STATS_PAGE: size of the stats page; else 0 */
-	__u64 resv[3];         /* zero */
+	__u32 abi_version;     /* KVP_ABI_VERSION of the daemon, set in refusals too (a daemon
+				* of ABI 1 left it 0) */
+	__u32 resv0;           /* zero */
+	__u64 resv[2];         /* zero */
 };
 
 /* Descriptors passed with the reply, in this order (the stats page only when agreed). */
-enum { KVP_FD_MEM, KVP_FD_SQ_DOORBELL, KVP_FD_CQ_EVENT, KVP_FD_STATS, KVP_NUM_FDS };
+enum { KVP_FD_MEM, KVP_FD_DOORBELL, KVP_FD_STATS, KVP_NUM_FDS };
+
+/*
+ * The doorbell: write(2) an 8-byte 1 to the KVP_FD_DOORBELL eventfd. The daemon
+ * watches it for writes and never reads it, so its counter only grows (a
+ * client that saturates it has only silenced its own doorbell).
+ */
 
 enum kvp_opcode {
 	KVP_OP_NOP = 0,
@@ -327,6 +346,8 @@ struct kvp_client_entry {
  */
 #define KVP_STATS_MAGIC 0x6b767374u /* "kvst" */
 #define KVP_STATS_VERSION 1
+#define KVP_EVENT_LOOP_IO_URING 1 /* liburing: multishot accept and poll */
+#define KVP_EVENT_LOOP_EPOLL 2    /* epoll(7): where io_uring is refused (containers, gVisor) */
 #define KVP_HIST_BUCKETS 40  /* bucket b: latencies in [2^b, 2^(b+1)) ns (b = 0: also 0;
 			      * the last: everything longer) */
 #define KVP_STATS_OPS 256    /* per-opcode entries, indexed by opcode */
@@ -399,7 +420,9 @@ struct kvp_stats_page {
 	__u64 clients_connected;    /* since start */
 	__u64 clients_disconnected; /* since start */
 	__u64 clients_killed; /* hung up with sequences open */
-	__u64 resv[5];      /* zero */
+	__u32 event_loop;   /* KVP_EVENT_LOOP_* the daemon runs (0 from a daemon before ABI 2) */
+	__u32 resv0;        /* zero */
+	__u64 resv[4];      /* zero */
 };
 
 /*
@@ -479,7 +502,10 @@ _Static_assert(__builtin_offsetof(struct kvp_setup_reply, arena_bytes) == 104,
 _Static_assert(__builtin_offsetof(struct kvp_setup_reply, pool) == 112, "kvp_setup_reply.pool");
 _Static_assert(__builtin_offsetof(struct kvp_setup_reply, stats_bytes) == 224,
 	       "kvp_setup_reply.stats_bytes");
-_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv) == 232, "kvp_setup_reply.resv");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, abi_version) == 232,
+	       "kvp_setup_reply.abi_version");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv0) == 236, "kvp_setup_reply.resv0");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv) == 240, "kvp_setup_reply.resv");
 
 _Static_assert(sizeof(struct kvp_sqe) == 64, "kvp_sqe");
 _Static_assert(__builtin_offsetof(struct kvp_sqe, opcode) == 0, "kvp_sqe.opcode");
@@ -703,11 +729,14 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_page, clients_disconnected) =
 	       "kvp_stats_page.clients_disconnected");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, clients_killed) == 88,
 	       "kvp_stats_page.clients_killed");
-_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 96, "kvp_stats_page.resv");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, event_loop) == 96,
+	       "kvp_stats_page.event_loop");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv0) == 100, "kvp_stats_page.resv0");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 104, "kvp_stats_page.resv");
 
 /* Values that cross the socket and the rings. */
-_Static_assert(KVP_FD_MEM == 0 && KVP_FD_SQ_DOORBELL == 1 && KVP_FD_CQ_EVENT == 2 &&
-	       KVP_FD_STATS == 3 && KVP_NUM_FDS == 4, "descriptor order");
+_Static_assert(KVP_FD_MEM == 0 && KVP_FD_DOORBELL == 1 && KVP_FD_STATS == 2 && KVP_NUM_FDS == 3,
+	       "descriptor order");
 _Static_assert(KVP_OP_NOP == 0 && KVP_OP_SEQ_OPEN == 1 && KVP_OP_SEQ_CLOSE == 2 &&
 	       KVP_OP_APPEND_TOKENS == 3 && KVP_OP_LOOKUP == 4 && KVP_OP_ALLOC == 5 &&
 	       KVP_OP_COMMIT == 6 && KVP_OP_FREE == 7 && KVP_OP_GET_TABLE == 8 &&

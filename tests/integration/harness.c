@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -11,7 +12,13 @@
 
 int daemon_start(struct daemon *d, const char *const *extra_args)
 {
+	return daemon_start_nofile(d, extra_args, 0);
+}
+
+int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigned nofile)
+{
 	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
+	const char *event_loop = getenv("KVPOOL_EVENT_LOOP");
 	const char *argv[32] = { bin, "--socket", NULL, "-v" };
 	unsigned argc = 4;
 
@@ -21,6 +28,11 @@ int daemon_start(struct daemon *d, const char *const *extra_args)
 	snprintf(d->socket, sizeof(d->socket), "%s/kvpool.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvpoold.log", d->dir);
 	argv[2] = d->socket;
+	/* The suite runs again with --event-loop epoll: what io_uring-less containers run. */
+	if (event_loop && *event_loop) {
+		argv[argc++] = "--event-loop";
+		argv[argc++] = event_loop;
+	}
 	for (unsigned i = 0; extra_args && extra_args[i] && argc < 30; i++)
 		argv[argc++] = extra_args[i];
 	argv[argc] = NULL;
@@ -29,7 +41,9 @@ int daemon_start(struct daemon *d, const char *const *extra_args)
 	if (d->pid < 0)
 		return -errno;
 	if (d->pid == 0) {
-		if (!freopen(d->log, "w", stderr))
+		struct rlimit rl = { nofile, nofile };
+
+		if (!freopen(d->log, "w", stderr) || (nofile && setrlimit(RLIMIT_NOFILE, &rl)))
 			_exit(127);
 		execv(bin, (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
@@ -70,6 +84,34 @@ int daemon_stop(struct daemon *d)
 		fprintf(stderr, "kvpoold exited %d; log %s\n", WEXITSTATUS(status), d->log);
 	}
 	return WEXITSTATUS(status);
+}
+
+uint64_t test_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+long daemon_cpu_ticks(const struct daemon *d)
+{
+	char path[64], buf[1024], *p;
+	unsigned long utime, stime;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)d->pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	p = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	/* Fields 14 and 15, counted after the ')' that ends the command name. */
+	p = p ? strrchr(buf, ')') : NULL;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+			 &stime) != 2)
+		return -1;
+	return (long)(utime + stime);
 }
 
 long proc_field(const char *path, const char *format)

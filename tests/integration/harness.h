@@ -22,10 +22,19 @@ struct daemon {
 	char log[128];
 };
 
-/* Starts kvpoold with @extra_args (NULL-terminated, may be NULL); waits until it accepts. */
+/*
+ * Starts kvpoold with @extra_args (NULL-terminated, may be NULL), and with
+ * --event-loop $KVPOOL_EVENT_LOOP when that is set; waits until it accepts.
+ */
 int daemon_start(struct daemon *d, const char *const *extra_args);
+/* As daemon_start, under RLIMIT_NOFILE @nofile (soft and hard; 0: inherited). */
+int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigned nofile);
 /* SIGTERM, then waits: returns the exit status (0 expected), or -1. */
 int daemon_stop(struct daemon *d);
+/* CLOCK_MONOTONIC, ns. */
+uint64_t test_now_ns(void);
+/* The daemon's CPU time so far (user + system), in clock ticks, or -1. */
+long daemon_cpu_ticks(const struct daemon *d);
 /* The number in the first line of @path that @format (with one %ld) matches, or -1. */
 long proc_field(const char *path, const char *format);
 /* The daemon's resident set size in KiB (from /proc), or -1. */

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The courier: a thread that makes the calls whose cost a client controls,
+ * so that it never stalls the event loop: the setup reply and the final
+ * close of a socket (each wakes the client's end, a pass over every waiter
+ * the client put there, epoll watches included), the last close of a
+ * client's doorbell set (it unhooks from an eventfd the client may be
+ * writing, and waits for that write's pass), and adding a doorbell set to
+ * the loop's epoll (it takes a lock every process's nested epoll shares).
+ * Parcels are delivered in the order they were posted.
+ */
+#ifndef KVPOOLD_COURIER_H
+#define KVPOOLD_COURIER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVPD_PARCEL_FDS 4
+#define KVPD_PARCEL_BYTES 256
+
+struct kvpd_parcel {
+	struct kvpd_parcel *next;
+	int epfd;                      /* first, epoll_ctl(epfd, EPOLL_CTL_ADD, ep_fd); -1: none */
+	int ep_fd;
+	uint32_t ep_events;
+	uint64_t ep_key;
+	int sock;                      /* then sent on with MSG_DONTWAIT; -1: nothing to send */
+	unsigned drain;                /* messages read off sock first and dropped: a socket
+					* closed with unread ones fails the peer's next read
+					* (ECONNRESET) before it sees what we sent */
+	size_t len;
+	unsigned char msg[KVPD_PARCEL_BYTES];
+	int pass[KVPD_PARCEL_FDS];     /* descriptors sent with the message (SCM_RIGHTS) */
+	unsigned npass;
+	int close[KVPD_PARCEL_FDS];    /* closed once the message is out */
+	unsigned nclose;
+};
+
+struct kvpd_courier {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;  /* a parcel was posted, or stop */
+	pthread_cond_t idle;  /* the queue is empty and nothing is being delivered */
+	struct kvpd_parcel *head, *tail;
+	bool busy;            /* delivering one, outside the lock */
+	bool started, stop;
+};
+
+int kvpd_courier_start(struct kvpd_courier *k);
+/* Delivers what is posted, then joins the thread. */
+void kvpd_courier_stop(struct kvpd_courier *k);
+/*
+ * Copies @p. Without memory it is delivered on the caller's thread once the
+ * queue is empty (order is kept), as it is before start.
+ */
+void kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p);
+/* A parcel that does nothing until filled in. */
+#define KVPD_PARCEL_INIT { .epfd = -1, .sock = -1 }
+/* Closes @fd (nothing when negative) on the courier. */
+void kvpd_courier_close(struct kvpd_courier *k, int fd);
+
+#endif

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The event loop's one door to the kernel: readiness of the daemon's own
+ * descriptors (signalfd, timerfd, the workers' eventfd), new connections, and
+ * per client its socket (the setup message, the hang-up) and its doorbell.
+ * Two implementations, one file each: evloop_uring.c (liburing, multishot
+ * accept and poll) and evloop_epoll.c (epoll(7), for where io_uring is
+ * refused). Nothing outside them knows which one runs; clients cannot tell.
+ *
+ * Every watched descriptor is one whose file only the daemon holds: a client
+ * can neither change its flags nor attach waiters to it. The doorbell eventfd
+ * the client does hold is watched through the client's own epoll set
+ * (c->bell), which the daemon alone holds.
+ */
+#ifndef KVPOOLD_EVLOOP_H
+#define KVPOOLD_EVLOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct kvpd;
+struct kvpd_client;
+
+enum kvpd_event {
+	KVPD_EV_ACCEPT = 1, /* a connection: res is its descriptor, or -errno */
+	KVPD_EV_SIGNAL,     /* the signalfd is readable */
+	KVPD_EV_TIMER,      /* the housekeeping timerfd is readable */
+	KVPD_EV_JOBS,       /* the workers' eventfd is readable */
+	KVPD_EV_CLIENT,     /* a client's socket: res is its POLL* bits */
+	KVPD_EV_DOORBELL,   /* a client rang: the loop is awake, nothing to read */
+};
+
+struct kvpd_event_rec {
+	enum kvpd_event ev;
+	struct kvpd_client *c; /* KVPD_EV_CLIENT, _DOORBELL: a client still open */
+	int res;
+};
+
+typedef void kvpd_event_fn(struct kvpd *d, const struct kvpd_event_rec *e);
+
+struct kvpd_evloop_ops {
+	const char *name; /* as logged and shown by kvctl stats */
+	uint32_t kind;    /* KVP_EVENT_LOOP_* */
+	/* 0, or -errno with the reason it is unavailable in @why. */
+	int (*init)(struct kvpd *d, char *why, size_t why_len);
+	/* Closes what it still holds; every client must be released first. */
+	void (*fini)(struct kvpd *d);
+	/* Readiness of a descriptor of the daemon's own, until fini. */
+	int (*watch)(struct kvpd *d, int fd, enum kvpd_event ev);
+	/* KVPD_EV_ACCEPT events from d->listen_fd until accept_stop. */
+	int (*accept_start)(struct kvpd *d);
+	void (*accept_stop)(struct kvpd *d);
+	/*
+	 * KVPD_EV_CLIENT events for c->sock until client_release, edge-triggered:
+	 * one per message that arrives, and its hang-up.
+	 */
+	int (*client_watch)(struct kvpd *d, struct kvpd_client *c);
+	/* KVPD_EV_DOORBELL events for c->bell until client_release, one per ring at least. */
+	int (*doorbell_watch)(struct kvpd *d, struct kvpd_client *c);
+	/*
+	 * No more events for @c; c->sock and c->bell (-1 when unset) go to the
+	 * courier to close once nothing of the loop's refers to them: what their
+	 * release costs (the client's hang-up walks its waiters) is the courier's
+	 * time, not the loop's. Sets both to -1.
+	 */
+	void (*client_release)(struct kvpd *d, struct kvpd_client *c);
+	/*
+	 * Hands every ready event to @fn, sleeping up to @timeout_ms (-1: until
+	 * one comes) when none is. With 0 it only looks, and may skip looking
+	 * when it looked a moment ago. Returns events handled, or -errno.
+	 */
+	int (*wait)(struct kvpd *d, int timeout_ms, kvpd_event_fn *fn);
+};
+
+extern const struct kvpd_evloop_ops kvpd_evloop_uring;
+extern const struct kvpd_evloop_ops kvpd_evloop_epoll;
+
+/* user_data / epoll_data of an event: kind | slot << 8 | gen << 32. */
+uint64_t kvpd_event_key(enum kvpd_event ev, const struct kvpd_client *c);
+/* The event a key names, and its client if it is still open (else NULL). */
+enum kvpd_event kvpd_event_of(struct kvpd *d, uint64_t key, struct kvpd_client **c);
+
+#endif
