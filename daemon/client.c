@@ -308,8 +308,9 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
  * The setup message has come (or the hang-up). It is only peeked at: taking
  * it off the queue would wake the client's end, a pass over whatever waiters
  * the client put there. It goes with the socket, closed on the courier.
+ * Returns false when the client was closed.
  */
-static void client_setup(struct kvpd *d, struct kvpd_client *c)
+static bool client_setup(struct kvpd *d, struct kvpd_client *c)
 {
 	struct kvp_setup s;
 	struct kvp_setup_reply r = { .abi_version = KVP_ABI_VERSION };
@@ -318,10 +319,10 @@ static void client_setup(struct kvpd *d, struct kvpd_client *c)
 	int ret;
 
 	if (n < 0 && errno == EAGAIN)
-		return;
+		return true;
 	if (n <= 0) {
 		kvpd_client_close(d, c, n == 0 ? "hung up before setup" : "bad setup message");
-		return;
+		return false;
 	}
 	ret = n == (ssize_t)sizeof(s) ? setup_session(d, c, &s, &r) : -EINVAL;
 	if (!ret && d->ev->doorbell_watch(d, c))
@@ -331,7 +332,7 @@ static void client_setup(struct kvpd *d, struct kvpd_client *c)
 		r = (struct kvp_setup_reply){ .result = ret, .abi_version = KVP_ABI_VERSION };
 		send_reply(d, c, &r);
 		kvpd_client_close(d, c, strerror(-ret));
-		return;
+		return false;
 	}
 	/* Counted and published before the reply: a client sees itself in the stats at once. */
 	c->ready = true;
@@ -347,6 +348,7 @@ static void client_setup(struct kvpd *d, struct kvpd_client *c)
 	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
 		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
 		 c->admin ? " admin" : "");
+	return true;
 }
 
 /*
@@ -355,9 +357,10 @@ static void client_setup(struct kvpd *d, struct kvpd_client *c)
  */
 void kvpd_client_event(struct kvpd *d, struct kvpd_client *c, int revents)
 {
-	if (!c->ready)
-		client_setup(d, c); /* reads the hang-up too */
-	else if (revents & (POLLHUP | POLLRDHUP | POLLERR))
+	/* Edge-triggered: a setup message and its sender's hang-up may come as one event. */
+	if (!c->ready && !client_setup(d, c))
+		return;
+	if (revents & (POLLHUP | POLLRDHUP | POLLERR))
 		kvpd_client_close(d, c, "hung up");
 }
 

@@ -105,12 +105,14 @@ static int parse_count(const char *s, unsigned max, unsigned *out)
 }
 
 /*
- * Descriptors kept for everything but client sockets: the ones open now, the
- * loop's own (listening socket, lock, signalfd, timerfd, event loop, workers'
- * eventfd), and room for short-lived ones (a setup's memfd, a pool's, a
- * connection accepted only to be refused).
+ * Descriptors kept for everything but clients: the ones open now, the loop's
+ * own (listening socket, lock, signalfd, timerfd, event loop, workers'
+ * eventfd), and room for short-lived ones (a setup's memfd and doorbell
+ * eventfd until the courier has sent them, a pool's memfd, a connection
+ * accepted only to be refused).
  */
 #define FDS_RESERVED 16
+#define FDS_PER_CLIENT 2 /* its socket and its doorbell set */
 
 static unsigned fds_open(void)
 {
@@ -132,7 +134,7 @@ static unsigned fds_open(void)
 static void fit_descriptors(struct kvpd *d)
 {
 	struct rlimit rl;
-	rlim_t fit;
+	rlim_t used, fit;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl))
 		return;
@@ -143,7 +145,8 @@ static void fit_descriptors(struct kvpd *d)
 		if (setrlimit(RLIMIT_NOFILE, &rl))
 			rl.rlim_cur = soft;
 	}
-	fit = rl.rlim_cur > fds_open() + FDS_RESERVED ? rl.rlim_cur - fds_open() - FDS_RESERVED : 1;
+	used = fds_open() + FDS_RESERVED;
+	fit = rl.rlim_cur > used + FDS_PER_CLIENT ? (rl.rlim_cur - used) / FDS_PER_CLIENT : 1;
 	if (d->cfg.max_clients > fit) {
 		kvpd_logf("max_clients %u capped to %llu: RLIMIT_NOFILE is %llu", d->cfg.max_clients,
 			  (unsigned long long)fit, (unsigned long long)rl.rlim_cur);

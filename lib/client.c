@@ -16,7 +16,7 @@
 
 #define DEFAULT_TIMEOUT_MS 30000
 /* A sleeping wait looks at the socket this often: a dead daemon's hang-up is seen this fast. */
-#define HANGUP_CHECK_NS (50ull * 1000000ull)
+#define HANGUP_CHECK_NS (25ull * 1000000ull)
 
 static int ms_left(uint64_t deadline)
 {
@@ -411,13 +411,16 @@ static void sleep_on_cq(struct kvp_client *c, uint32_t tail, uint64_t ns)
  */
 int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 {
-	uint64_t start = kvp_now_ns(), deadline = start + c->timeout_ns, now;
+	uint64_t start, deadline, now;
 	unsigned spins = 0;
 	int ret;
 
+	/* Batches find their completions there: no clock read for them. */
 	ret = kvp_peek_cqe(c, cqe);
 	if (ret != -EAGAIN)
 		return ret;
+	start = kvp_now_ns();
+	deadline = start + c->timeout_ns;
 	/*
 	 * Spinning only pays while the daemon spins too: once it sleeps (too many
 	 * spinners for the cores), a spinning client only takes the core it needs

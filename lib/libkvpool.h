@@ -16,7 +16,7 @@
  * that timed out is poisoned: every later call returns -ENOTCONN until
  * kvp_close (a completion that came late could land in arena space a later
  * call reuses). Once the daemon is gone (its socket hung up, noticed within
- * 50 ms by a waiting call) every call returns -ECONNRESET.
+ * 25 ms by a waiting call) every call returns -ECONNRESET.
  */
 #ifndef LIBKVPOOL_H
 #define LIBKVPOOL_H

@@ -50,6 +50,8 @@ static int run(struct kvp_client *c, struct call *call)
 	struct kvp_cqe *cqe;
 	int ret;
 
+	if (c->broken)
+		return c->broken;
 	if (c->sq_local_tail != __atomic_load_n(c->cq_head, __ATOMIC_RELAXED))
 		return -EBUSY;
 	sqe = kvp_get_sqe(c);

@@ -2,7 +2,7 @@
 # Every trace in tests/traces/ must print the same through a running kvpoold
 # (kvtrace --socket) as in process; a replay killed half way leaves no pool
 # behind (its private pool is owned by its connection); and the daemon must
-# exit 0 on SIGTERM.
+# exit 0 on SIGTERM. $KVPOOL_EVENT_LOOP, when set, is the daemon's --event-loop.
 # Usage: daemon_traces.sh KVPOOLD KVTRACE
 set -u
 kvpoold=$1 kvtrace=$2
@@ -10,7 +10,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 sock=$dir/kvpool.sock
 
-"$kvpoold" --socket "$sock" -v 2>"$dir/log" &
+"$kvpoold" --socket "$sock" -v ${KVPOOL_EVENT_LOOP:+--event-loop "$KVPOOL_EVENT_LOOP"} 2>"$dir/log" &
 pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 

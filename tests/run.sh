@@ -2,6 +2,9 @@
 # The test suite: unit tests and trace replays, each in the normal build and in
 # the ASan+UBSan build (whose core checks every invariant after every
 # operation), the kvtrace command-line tests, and a warning-free clang build.
+# The tests that start a daemon run again, release build, on the epoll event
+# loop (what containers that refuse io_uring get); the fallback itself is
+# tested under a seccomp filter that refuses io_uring.
 # Prints one line per test and ends with "N passed, N failed, N skipped".
 # A test exiting 77 is skipped (its last output line says why); one running past
 # TEST_TIMEOUT seconds (default 300; the slowest takes well under a minute) fails,
@@ -51,8 +54,19 @@ for variant in "" asan; do
 	for t in "$dir"/tests/integration/*; do
 		[ -x "$t" ] && run "integration/$tag/${t##*/}" env KVPOOLD="$daemon" KVCTL="$bin/kvctl" "$t"
 	done
+	run "evloop/$tag/fallback" tests/evloop_fallback.sh "$daemon" "$bin/kvctl" "$bin/kvengine" \
+		"$dir/tests/no_io_uring"
 	run "bench/$tag/core" "$bin/kvbench" core --rounds 1
 done
+
+# Again on the epoll event loop, release build.
+export KVPOOL_EVENT_LOOP=epoll
+run "daemon/epoll/traces" tests/daemon_traces.sh daemon/kvpoold tools/kvtrace
+run "stats/epoll/json" tests/stats_json.sh daemon/kvpoold tools/kvctl tools/kvengine
+for t in build/tests/integration/*; do
+	[ -x "$t" ] && run "integration/epoll/${t##*/}" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl "$t"
+done
+unset KVPOOL_EVENT_LOOP
 
 run "demo/make-demo" tools/demo.sh
 run "bench/release/attend" tools/kvbench attend --quick

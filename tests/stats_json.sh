@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A fixed workload through a real kvpoold; `kvctl stats --json` and
 # `kvctl clients --json` must show exactly its counters, and the Prometheus
-# output must pass promtool. Usage: stats_json.sh KVPOOLD KVCTL KVENGINE
+# output must pass promtool. $KVPOOL_EVENT_LOOP, when set, is the daemon's
+# --event-loop, and the one the stats must report.
+# Usage: stats_json.sh KVPOOLD KVCTL KVENGINE
 set -u
 kvpoold=$1 kvctl=$2 kvengine=$3
 for tool in jq promtool; do
@@ -10,7 +12,7 @@ done
 dir=$(mktemp -d)
 sock=$dir/kvpool.sock
 trap 'kill $daemon 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
-"$kvpoold" --socket "$sock" 2>"$dir/log" &
+"$kvpoold" --socket "$sock" ${KVPOOL_EVENT_LOOP:+--event-loop "$KVPOOL_EVENT_LOOP"} 2>"$dir/log" &
 daemon=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 failures=0
@@ -54,6 +56,11 @@ expect '[.clients_connected, .clients_disconnected, .clients_killed]' '[4,2,0]' 
 expect '[.clients[] | select(.pool == "p") | {sequences, blocks_held, ops}]' \
 	'[{"sequences":1,"blocks_held":7,"ops":16}]' "$dir/clients.json"
 expect '.clients | length' 2 "$dir/clients.json"
+loop=$(sed -n 's/^kvpoold: event loop: \([a-z_]*\).*/\1/p' "$dir/log")
+[ -n "$loop" ] || { echo "the daemon did not log its event loop"; failures=$((failures + 1)); }
+[ -z "${KVPOOL_EVENT_LOOP:-}" ] || [ "$loop" = "$KVPOOL_EVENT_LOOP" ] ||
+	{ echo "event loop $loop, asked for $KVPOOL_EVENT_LOOP"; failures=$((failures + 1)); }
+expect '.event_loop' "\"$loop\"" "$dir/stats.json"
 
 if ! promtool check metrics <"$dir/metrics.txt" >"$dir/promtool.out" 2>&1; then
 	echo "promtool check metrics failed:"
@@ -64,6 +71,8 @@ grep -q '^kvpool_prefix_cache_hits_tokens_total{pool="p"} 16$' "$dir/metrics.txt
 	{ echo "metrics: prefix hits not 16"; failures=$((failures + 1)); }
 grep -q '^kvpool_operation_duration_seconds_count{op="ALLOC"} 10$' "$dir/metrics.txt" ||
 	{ echo "metrics: ALLOC histogram count not 10"; failures=$((failures + 1)); }
+grep -qx "kvpool_info{event_loop=\"$loop\",abi=\"2\"} 1" "$dir/metrics.txt" ||
+	{ echo "metrics: no kvpool_info{event_loop=\"$loop\",...} 1"; failures=$((failures + 1)); }
 
 wait $b || { echo "engine B failed"; failures=$((failures + 1)); }
 kill -TERM $daemon

@@ -15,19 +15,14 @@ int daemon_start(struct daemon *d, const char *const *extra_args)
 	return daemon_start_nofile(d, extra_args, 0);
 }
 
-int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigned nofile)
+/* Runs kvpoold on d->socket, its stderr appended to d->log; waits until it serves. */
+static int spawn(struct daemon *d, const char *const *extra_args, unsigned nofile)
 {
 	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
 	const char *event_loop = getenv("KVPOOL_EVENT_LOOP");
-	const char *argv[32] = { bin, "--socket", NULL, "-v" };
+	const char *argv[32] = { bin, "--socket", d->socket, "-v" };
 	unsigned argc = 4;
 
-	strcpy(d->dir, "/tmp/kvpool-test-XXXXXX");
-	if (!mkdtemp(d->dir))
-		return -errno;
-	snprintf(d->socket, sizeof(d->socket), "%s/kvpool.sock", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/kvpoold.log", d->dir);
-	argv[2] = d->socket;
 	/* The suite runs again with --event-loop epoll: what io_uring-less containers run. */
 	if (event_loop && *event_loop) {
 		argv[argc++] = "--event-loop";
@@ -43,14 +38,15 @@ int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigne
 	if (d->pid == 0) {
 		struct rlimit rl = { nofile, nofile };
 
-		if (!freopen(d->log, "w", stderr) || (nofile && setrlimit(RLIMIT_NOFILE, &rl)))
+		if (!freopen(d->log, "a", stderr) || (nofile && setrlimit(RLIMIT_NOFILE, &rl)))
 			_exit(127);
 		execv(bin, (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
-		struct kvp_connect_opts o = { .socket_path = d->socket };
+		/* Short: a dying daemon's socket may still take the connection, never the setup. */
+		struct kvp_connect_opts o = { .socket_path = d->socket, .timeout_ms = 200 };
 		struct kvp_client *c;
 		int status;
 
@@ -65,6 +61,21 @@ int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigne
 		usleep(10000);
 	}
 	return -ETIMEDOUT;
+}
+
+int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigned nofile)
+{
+	strcpy(d->dir, "/tmp/kvpool-test-XXXXXX");
+	if (!mkdtemp(d->dir))
+		return -errno;
+	snprintf(d->socket, sizeof(d->socket), "%s/kvpool.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvpoold.log", d->dir);
+	return spawn(d, extra_args, nofile);
+}
+
+int daemon_restart(struct daemon *d, const char *const *extra_args)
+{
+	return spawn(d, extra_args, 0);
 }
 
 int daemon_stop(struct daemon *d)

@@ -29,6 +29,8 @@ struct daemon {
 int daemon_start(struct daemon *d, const char *const *extra_args);
 /* As daemon_start, under RLIMIT_NOFILE @nofile (soft and hard; 0: inherited). */
 int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigned nofile);
+/* A new kvpoold on @d's socket (and log, appended to), as daemon_start does it. */
+int daemon_restart(struct daemon *d, const char *const *extra_args);
 /* SIGTERM, then waits: returns the exit status (0 expected), or -1. */
 int daemon_stop(struct daemon *d);
 /* CLOCK_MONOTONIC, ns. */
