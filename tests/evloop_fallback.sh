@@ -22,17 +22,8 @@ grep -qx 'kvpoold: event loop: io_uring unavailable: Operation not permitted' "$
 	fail "--event-loop io_uring under the filter said: $(cat "$dir/forced.log")"
 [ -e "$sock" ] && fail "the refused daemon left its socket behind"
 
-cat >"$dir/kvpool.ini" <<'INI'
-[pool.default]
-blocks = 512
-block_size = 16
-groups = full swa:64
-kv_heads = 2
-head_dim = 32
-dtype = bf16
-layers_per_group = 2
-INI
-"$no_uring" "$kvpoold" --config "$dir/kvpool.ini" --socket "$sock" 2>"$dir/log" &
+# The demo's pool: kvengine's model fits it.
+"$no_uring" "$kvpoold" --config tools/demo.ini --socket "$sock" 2>"$dir/log" &
 daemon=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 grep -qx 'kvpoold: event loop: epoll (io_uring unavailable: Operation not permitted)' "$dir/log" ||

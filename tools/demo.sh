@@ -13,19 +13,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cat >"$dir/kvpool.ini" <<'INI'
-[pool.default]
-blocks = 512
-block_size = 16
-groups = full swa:64
-kv_heads = 2
-head_dim = 32
-dtype = bf16
-layers_per_group = 2
-INI
-echo "== kvpoold --config kvpool.ini --socket $sock"
+echo "== kvpoold --config tools/demo.ini --socket $sock"
 echo "   (pool: 512 blocks of 16 tokens, groups full + swa:64, 2 layers each, bf16 KV)"
-daemon/kvpoold --config "$dir/kvpool.ini" --socket "$sock" &
+daemon/kvpoold --config tools/demo.ini --socket "$sock" &
 daemon_pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
