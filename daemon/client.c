@@ -37,9 +37,6 @@ static bool is_pow2(uint32_t v)
 /* Messages a refused client may have queued that are taken off before the reply. */
 #define REFUSAL_DRAIN 16
 
-#ifndef SO_PASSRIGHTS
-#define SO_PASSRIGHTS 83 /* Linux 6.16 */
-#endif
 
 int kvpd_client_accept(struct kvpd *d, int fd)
 {
@@ -56,12 +53,6 @@ int kvpd_client_accept(struct kvpd *d, int fd)
 		kvpd_courier_close(&d->courier, fd);
 		return -EMFILE;
 	}
-	/*
-	 * Descriptors a client sends are refused at its end (Linux 6.16 on).
-	 * Older kernels queue them: the setup message is only peeked at, so
-	 * they stay with it and go with the socket, on the courier.
-	 */
-	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		kvpd_courier_close(&d->courier, fd);

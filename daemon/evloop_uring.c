@@ -20,6 +20,14 @@
 #include "kvpoold.h"
 
 #define RING_ENTRIES 256
+/*
+ * Two multishot polls a client (socket, doorbell set), each posting on every
+ * wake-up: a client that rings without pause fills the CQ within one busy
+ * turn. Room for four completions a client; an overflow beyond that is
+ * flushed at the next look (uring_wait), never left to wait for a sleep.
+ */
+#define CQES_PER_CLIENT 4
+#define CQ_MIN 1024
 #define TAG_ACCEPT 1ull /* user_data of the accept; watches are pointers, never 1 or 2 */
 #define TAG_CANCEL 2ull
 
@@ -205,12 +213,14 @@ out_close:
 static int uring_init(struct kvpd *d, char *why, size_t why_len)
 {
 	struct uring_loop *l = calloc(1, sizeof(*l));
+	struct io_uring_params p = { .flags = IORING_SETUP_CQSIZE };
 	const char *missing;
 	int ret;
 
 	if (!l)
 		return -ENOMEM;
-	ret = io_uring_queue_init(RING_ENTRIES, &l->ring, 0);
+	p.cq_entries = d->cfg.max_clients * CQES_PER_CLIENT + CQ_MIN;
+	ret = io_uring_queue_init_params(RING_ENTRIES, &l->ring, &p);
 	if (ret) {
 		snprintf(why, why_len, "%s", strerror(-ret));
 		goto err_free;
@@ -237,13 +247,16 @@ static void uring_fini(struct kvpd *d)
 
 	if (!l)
 		return;
-	/* Tearing the ring down drops the polls' file references; then close what they held. */
+	/*
+	 * Tearing the ring down drops the polls' file references; what they held
+	 * goes to the courier (still running: its queued replies come first).
+	 */
 	io_uring_queue_exit(&l->ring);
 	while (l->watches) {
 		struct watch *w = l->watches;
 
 		if (w->released)
-			close(w->fd);
+			kvpd_courier_close(&d->courier, w->fd);
 		watch_free(l, w);
 	}
 	free(l);
@@ -399,8 +412,15 @@ static int uring_wait(struct kvpd *d, int timeout_ms, kvpd_event_fn *fn)
 	int ret;
 
 	if (timeout_ms == 0) {
+		/*
+		 * Completions that overflowed wait in the kernel until an enter asks
+		 * for them, and meanwhile every multishot poll has ended: a busy loop
+		 * must not leave them there until it next sleeps.
+		 */
 		if (io_uring_sq_ready(&l->ring))
 			io_uring_submit(&l->ring);
+		else if (io_uring_cq_has_overflow(&l->ring))
+			io_uring_get_events(&l->ring);
 		return reap(d, l, fn);
 	}
 	if (timeout_ms < 0) {
@@ -411,10 +431,12 @@ static int uring_wait(struct kvpd *d, int timeout_ms, kvpd_event_fn *fn)
 		struct io_uring_cqe *cqe;
 
 		ret = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
-		if (ret == -ETIME)
-			ret = 0;
 	}
-	if (ret < 0 && ret != -EINTR)
+	/*
+	 * Woken by a signal or the timeout, or the kernel short of something for
+	 * a moment (EAGAIN, EBUSY: completions to reap first): reap, go on.
+	 */
+	if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EAGAIN && ret != -EBUSY)
 		return ret;
 	return reap(d, l, fn);
 }

@@ -272,7 +272,11 @@ int kvpd_loop_run(struct kvpd *d)
 	unsigned cursor = 0, spins = 0;
 
 	for (;;) {
-		unsigned done = serve_clients(d, &cursor);
+		/*
+		 * Stopping, the loop takes nothing more off the rings: it finishes
+		 * what it took (the workers' jobs), not whatever clients keep queueing.
+		 */
+		unsigned done = d->stopping ? 0 : serve_clients(d, &cursor);
 		int events = d->ev->wait(d, 0, handle_event);
 
 		if (events < 0)

@@ -20,6 +20,10 @@
 
 #include "kvpoold.h"
 
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83 /* Linux 6.16 */
+#endif
+
 static const char usage[] =
 	"Usage: kvpoold [OPTION]...\n"
 	"Own the KV-cache memory of LLM inference and serve it to engine processes.\n"
@@ -207,7 +211,28 @@ static void unlock_socket_path(const char *path, int fd)
 	close(fd);
 }
 
-/* With the lock held, a socket file at the path is a dead daemon's: replaced. */
+/* Whether something accepts connections at @path. */
+static bool socket_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	bool answers;
+
+	if (fd < 0)
+		return false;
+	strcpy(sa.sun_path, path);
+	/* EAGAIN: a full backlog, someone is listening. */
+	answers = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN;
+	close(fd);
+	return answers;
+}
+
+/*
+ * With the lock held, a socket file at the path is a dead daemon's and is
+ * replaced. Unless it still answers: a daemon killed a moment ago closes its
+ * lock before its listening socket, and one that takes no lock (older than
+ * the lock, or not a kvpoold) must keep its socket. Tried for LOCK_WAIT_MS.
+ */
 static int claim_path(const char *path)
 {
 	struct stat st;
@@ -216,6 +241,11 @@ static int claim_path(const char *path)
 		return errno == ENOENT ? 0 : -errno;
 	if (!S_ISSOCK(st.st_mode))
 		return -EEXIST;
+	for (unsigned waited_ms = 0; socket_answers(path); waited_ms += 10) {
+		if (waited_ms >= LOCK_WAIT_MS)
+			return -EADDRINUSE;
+		usleep(10000);
+	}
 	return unlink(path) ? -errno : 0;
 }
 
@@ -248,6 +278,14 @@ static int listen_on(struct kvpd *d)
 		ret = -errno;
 		goto err_unlock;
 	}
+	/*
+	 * Descriptors a client sends would be ours to release, and a release can
+	 * be slow (an epoll set with many watches): refused at the client's end
+	 * (Linux 6.16 on; connections inherit it from here, also while they wait
+	 * for accept). Older kernels queue them with the setup message, which is
+	 * only peeked at: they leave with the socket, on the courier.
+	 */
+	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0660))
 		goto err_close;
 	if (d->cfg.socket_group) {

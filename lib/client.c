@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* libkvpool: connecting, the rings and the wake-up protocol (the client's side). */
 #include <errno.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdio.h>
@@ -18,11 +19,15 @@
 /* A sleeping wait looks at the socket this often: a dead daemon's hang-up is seen this fast. */
 #define HANGUP_CHECK_NS (25ull * 1000000ull)
 
+/* What poll(2) takes: at most INT_MAX, whatever timeout_ms asked for. */
 static int ms_left(uint64_t deadline)
 {
-	uint64_t now = kvp_now_ns();
+	uint64_t now = kvp_now_ns(), ms;
 
-	return now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+	if (now >= deadline)
+		return 0;
+	ms = (deadline - now + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
 /* Waits until @fd is readable, at most until @deadline: -ETIMEDOUT after. */

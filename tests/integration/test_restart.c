@@ -5,13 +5,16 @@
  * even reaped, takes them over (on ABI 1 it said "another kvpoold is
  * listening there" for the ~15 ms the dying daemon still took connections).
  * A daemon started beside a live one refuses with that message, exit status
- * 1, and leaves the live one serving. A clean exit removes the socket and its
- * lock file.
+ * 1, and leaves the live one serving; so it does beside a listener that takes
+ * no lock (a kvpoold older than the lock). A clean exit removes the socket
+ * and its lock file.
  */
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +58,29 @@ static int beside(const char *socket, const char *log)
 	return wait_child(pid);
 }
 
+/* A listener at a path of its own, lock-less: kvpoold must leave its socket alone. */
+static void lockless_listener(const char *dir)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char log[160];
+	struct stat before, after;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+	CHECK(fd >= 0);
+	CHECK(snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/other.sock", dir) <
+	      (int)sizeof(sa.sun_path));
+	snprintf(log, sizeof(log), "%s/other.log", dir);
+	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 8) == 0);
+	CHECK(lstat(sa.sun_path, &before) == 0);
+	CHECK_EQ(beside(sa.sun_path, log), 1);
+	CHECK_EQ(count_in_file(log, "another kvpoold is listening there"), 1);
+	CHECK(lstat(sa.sun_path, &after) == 0);
+	CHECK_EQ(after.st_ino, before.st_ino);
+	close(fd);
+	unlink(sa.sun_path);
+	unlink(log);
+}
+
 int main(void)
 {
 	struct daemon d;
@@ -75,6 +101,7 @@ int main(void)
 	CHECK_EQ(count_in_file(log, "another kvpoold is listening there"), 1);
 	unlink(log);
 	kvp_close(connect_or_die(&d, "", "", false));
+	lockless_listener(d.dir);
 
 	for (unsigned i = 0; i < RESTARTS; i++) {
 		pid_t dying = d.pid;

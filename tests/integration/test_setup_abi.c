@@ -5,7 +5,9 @@
  * client could use to stall the daemon's wake-ups (ABI 1 passed a CQ eventfd
  * the daemon wrote, whose flags a client could flip). A client of ABI 1 is
  * refused with -EPROTO and told the daemon's ABI; libkvpool, refused by a
- * daemon of another ABI, says which one on stderr.
+ * daemon of another ABI, says which one on stderr. Descriptors sent to the
+ * daemon are refused at the sender's end (Linux 6.16 on), even before the
+ * daemon has accepted the connection.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -164,6 +166,53 @@ static void library_says(uint32_t abi, const char *expected)
 	unlink(path);
 }
 
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
+
+/* A setup message with a descriptor attached, sent while the daemon is stopped. */
+static void descriptors_refused(void)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct kvp_setup s = { .magic = KVP_MAGIC, .abi_version = KVP_ABI_VERSION, .sq_entries = 8 };
+	struct iovec iov = { .iov_base = &s, .iov_len = sizeof(s) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *cm;
+	struct kvp_setup_reply r;
+	int probe[2], fd, zero = 0;
+
+	/* Kernels before 6.16 have no way to refuse them: they stay queued, unread. */
+	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, probe) == 0);
+	if (setsockopt(probe[0], SOL_SOCKET, SO_PASSRIGHTS, &zero, sizeof(zero))) {
+		fprintf(stderr, "no SO_PASSRIGHTS here: descriptors are not refused\n");
+		close(probe[0]);
+		close(probe[1]);
+		return;
+	}
+	close(probe[0]);
+	memset(&ctl, 0, sizeof(ctl));
+	cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &probe[1], sizeof(int));
+	CHECK_EQ(kill(dmn.pid, SIGSTOP), 0);
+	fd = dial_or_die(dmn.socket);
+	CHECK_EQ(sendmsg(fd, &msg, 0), -1);
+	CHECK_EQ(errno, EPERM);
+	CHECK_EQ(kill(dmn.pid, SIGCONT), 0);
+	/* Without the descriptor the same message is taken. */
+	CHECK_EQ(send(fd, &s, sizeof(s), 0), sizeof(s));
+	CHECK_EQ(recv(fd, &r, sizeof(r), 0), sizeof(r));
+	CHECK_EQ(r.result, 0);
+	close(fd);
+	close(probe[1]);
+}
+
 int main(void)
 {
 	watchdog_start("test_setup_abi", 60);
@@ -172,6 +221,7 @@ int main(void)
 
 	descriptors();
 	abi1_refused();
+	descriptors_refused();
 	library_says(0, "libkvpool: kvpoold speaks ABI 1, this library ABI 2\n");
 	library_says(3, "libkvpool: kvpoold speaks ABI 3, this library ABI 2\n");
 	/* The daemon served all that and still does. */
