@@ -63,18 +63,18 @@ static const char usage[] =
 	"The daemon logs the event loop it runs, always: \"event loop: io_uring\" or\n"
 	"\"event loop: epoll (io_uring unavailable: REASON)\"; kvctl stats shows it too.\n"
 	"It holds SOCKET.lock (flock) beside the socket while it runs: a socket whose\n"
-	"lock is free is a dead daemon's and is replaced.\n"
+	"lock is free and at which nothing answers is a dead daemon's, and is replaced.\n"
 	"\n"
 	"Without --config the daemon starts with no pool; admin clients (root or the\n"
 	"daemon's uid) create pools with `kvctl pool create`. SIGTERM or SIGINT stops\n"
-	"accepting, finishes the requests in flight and exits 0.\n"
+	"accepting and taking requests, finishes the ones it took and exits 0.\n"
 	"\n"
 	"A pool's KV lives in a memfd, on 2 MiB huge pages when enough are reserved\n"
 	"(/proc/sys/vm/nr_hugepages) when the pool is created, else on small pages;\n"
 	"-v logs which. Huge pages spare a TLB miss on every block read.\n"
 	"\n"
 	"Exit status: 0 after SIGTERM or SIGINT; 1 for a bad option or when the config,\n"
-	"a pool or the socket cannot be set up. See docs/protocol.md.\n";
+	"a pool, the socket or the event loop cannot be set up. See docs/protocol.md.\n";
 
 void kvpd_logf(const char *fmt, ...)
 {
