@@ -258,7 +258,7 @@ static int run_dtype(const struct attend_opts *o, const char *dtype, struct row 
 
 	snprintf(blocks, sizeof(blocks), "blocks=%u", max_seqs * max_context / BLOCK_SIZE + 64);
 	snprintf(dt, sizeof(dt), "dtype=%s", dtype);
-	ret = bench_daemon_start(&d, o->daemon, SPIN_US, NULL);
+	ret = bench_daemon_start(&d, o->daemon, SPIN_US, NULL, -1);
 	if (ret)
 		return ret;
 	struct kvp_connect_opts aopts = { .socket_path = d.socket, .admin = true };

@@ -2,6 +2,7 @@
 /* Benchmarks that go through kvpoold start their own, on a private socket. */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ void bench_default_daemon(char *out, size_t len)
 }
 
 int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
-		       const char *event_loop)
+		       const char *event_loop, int cpu)
 {
 	char spin[16];
 
@@ -44,6 +45,13 @@ int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us
 	snprintf(spin, sizeof(spin), "%u", spin_us);
 	d->pid = fork();
 	if (d->pid == 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		if (cpu >= 0) {
+			CPU_SET(cpu, &set);
+			sched_setaffinity(0, sizeof(set), &set); /* its threads inherit it */
+		}
 		if (event_loop)
 			execl(bin, bin, "--socket", d->socket, "--spin-us", spin, "--event-loop",
 			      event_loop, (char *)NULL);

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,13 @@
 
 #define BATCH 64
 #define TOKENS_PER_SEQ 4096
+#define MAX_LOOPS 2
+/*
+ * The loops are measured in turns, ROUNDS each, the idle daemon stopped
+ * (SIGSTOP): drift on a shared machine (seconds-long spells of another
+ * speed) then hits every loop alike instead of one run of one loop.
+ */
+#define ROUNDS 10
 
 struct mode_result {
 	struct bench_pct nop, alloc;
@@ -30,7 +38,19 @@ struct rtt_opts {
 	char daemon[PATH_MAX];
 	unsigned iters;
 	bool json;
-	const char *loops[2]; /* the event loops to run, NULL-terminated */
+	const char *loops[MAX_LOOPS + 1]; /* the event loops to run, NULL-terminated */
+};
+
+/* One client of one daemon, and where each measurement left off. */
+struct rtt_client {
+	struct kvp_client *c;
+	uint64_t seq;            /* the single ALLOCs' sequence, */
+	uint32_t len;            /* its length: a new one every TOKENS_PER_SEQ */
+	uint64_t seqs[BATCH];    /* the batched ALLOCs' sequences, */
+	uint32_t steps;          /* steps taken on them */
+	uint64_t *nop, *alloc;   /* samples, ns */
+	unsigned nnop, nalloc;
+	uint64_t nop_batched_ns, nop_batched_ops, alloc_batched_ns, alloc_batched_ops;
 };
 
 static int make_pool(const char *sock)
@@ -52,71 +72,90 @@ static int make_pool(const char *sock)
 	return ret;
 }
 
-static int measure_nop(struct kvp_client *c, unsigned iters, struct mode_result *r)
+/* A pool on the daemon at @sock, a client of it, the batched sequences opened; room for @samples. */
+static int rtt_client_open(struct rtt_client *r, const char *sock, unsigned spin_us,
+			   unsigned samples)
 {
-	uint64_t *samples = calloc(iters, sizeof(*samples)), start;
+	struct kvp_connect_opts o = { .socket_path = sock, .pool = "bench", .spin_us = spin_us,
+				      .sq_entries = 256 };
+	uint32_t token = 1;
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	r->nop = calloc(samples, sizeof(*r->nop));
+	r->alloc = calloc(samples, sizeof(*r->alloc));
+	if (!r->nop || !r->alloc)
+		return -ENOMEM;
+	ret = make_pool(sock) ?: kvp_connect(&o, &r->c);
+	for (unsigned s = 0; s < BATCH && !ret; s++)
+		ret = kvp_seq_open(r->c, &token, 1, NULL, 0, -1, &r->seqs[s]);
+	return ret;
+}
+
+static void rtt_client_close(struct rtt_client *r)
+{
+	kvp_close(r->c); /* the daemon closes the sequences */
+	free(r->nop);
+	free(r->alloc);
+}
+
+static int nop_rounds(struct rtt_client *r, unsigned n)
+{
 	int ret = 0;
 
-	if (!samples)
-		return -ENOMEM;
-	for (unsigned i = 0; i < iters && !ret; i++) {
-		start = bench_now_ns();
-		ret = kvp_nop(c);
-		samples[i] = bench_now_ns() - start;
+	for (unsigned i = 0; i < n && !ret; i++) {
+		uint64_t start = bench_now_ns();
+
+		ret = kvp_nop(r->c);
+		r->nop[r->nnop++] = bench_now_ns() - start;
 	}
-	bench_percentiles(samples, iters, &r->nop);
-	free(samples);
-	if (ret)
-		return ret;
+	return ret;
+}
 
-	unsigned batches = iters / BATCH + 1;
+static int nop_batches(struct rtt_client *r, unsigned batches)
+{
+	uint64_t start = bench_now_ns();
+	struct kvp_cqe *cqe;
+	int ret;
 
-	start = bench_now_ns();
 	for (unsigned b = 0; b < batches; b++) {
-		struct kvp_cqe *cqe;
-
 		for (unsigned i = 0; i < BATCH; i++)
-			kvp_get_sqe(c)->opcode = KVP_OP_NOP;
-		kvp_submit(c);
+			kvp_get_sqe(r->c)->opcode = KVP_OP_NOP;
+		kvp_submit(r->c);
 		for (unsigned i = 0; i < BATCH; i++) {
-			if ((ret = kvp_wait_cqe(c, &cqe)))
+			if ((ret = kvp_wait_cqe(r->c, &cqe)))
 				return ret;
-			kvp_cqe_seen(c, cqe);
+			kvp_cqe_seen(r->c, cqe);
 		}
 	}
-	r->nop_batched_ns = (double)(bench_now_ns() - start) / (batches * BATCH);
+	r->nop_batched_ns += bench_now_ns() - start;
+	r->nop_batched_ops += (uint64_t)batches * BATCH;
 	return 0;
 }
 
 /* One decode step's ALLOC, timed alone: the append before and commit after are not. */
-static int measure_alloc(struct kvp_client *c, unsigned iters, struct mode_result *r)
+static int alloc_rounds(struct rtt_client *r, unsigned n)
 {
-	uint64_t *samples = calloc(iters, sizeof(*samples)), seq = 0;
-	uint32_t token = 1, len = 0;
+	uint32_t token = 1;
 	int ret = 0;
 
-	if (!samples)
-		return -ENOMEM;
-	for (unsigned i = 0; i < iters && !ret; i++) {
+	for (unsigned i = 0; i < n && !ret; i++) {
 		uint64_t start;
 
-		if (len % TOKENS_PER_SEQ == 0) {
-			if (len)
-				kvp_seq_close(c, seq);
-			ret = kvp_seq_open(c, &token, 1, NULL, 0, -1, &seq);
-			len = 1;
+		if (r->len % TOKENS_PER_SEQ == 0) {
+			if (r->len)
+				kvp_seq_close(r->c, r->seq);
+			ret = kvp_seq_open(r->c, &token, 1, NULL, 0, -1, &r->seq);
+			r->len = 1;
 		} else {
-			ret = kvp_append(c, seq, &token, 1);
-			len++;
+			ret = kvp_append(r->c, r->seq, &token, 1);
+			r->len++;
 		}
 		start = bench_now_ns();
-		ret = ret ?: kvp_alloc(c, seq, 1, 0, false, NULL, NULL, 0);
-		samples[i] = bench_now_ns() - start;
-		ret = ret ?: kvp_commit(c, seq, len);
+		ret = ret ?: kvp_alloc(r->c, r->seq, 1, 0, false, NULL, NULL, 0);
+		r->alloc[r->nalloc++] = bench_now_ns() - start;
+		ret = ret ?: kvp_commit(r->c, r->seq, r->len);
 	}
-	kvp_seq_close(c, seq);
-	bench_percentiles(samples, iters, &r->alloc);
-	free(samples);
 	return ret;
 }
 
@@ -146,50 +185,106 @@ static int batch(struct kvp_client *c, const uint64_t *seqs, uint8_t op, uint32_
 	return ret;
 }
 
-static int measure_alloc_batched(struct kvp_client *c, unsigned iters, struct mode_result *r)
+/* Decode steps on BATCH sequences: APPEND, ALLOC (timed), COMMIT, each batched. */
+static int alloc_steps(struct rtt_client *r, unsigned steps)
 {
-	uint64_t seqs[BATCH], alloc_ns = 0;
-	uint32_t token = 1, *arena = kvp_arena(c, NULL);
-	unsigned steps = iters / BATCH + 16;
+	uint32_t *arena = kvp_arena(r->c, NULL);
 	int ret = 0;
 
-	arena[0] = token;
-	for (unsigned s = 0; s < BATCH && !ret; s++)
-		ret = kvp_seq_open(c, &token, 1, NULL, 0, -1, &seqs[s]);
-	for (unsigned step = 0; step < steps && !ret; step++) {
+	arena[0] = 1;
+	for (unsigned i = 0; i < steps && !ret; i++, r->steps++) {
 		uint64_t start;
 
-		ret = step ? batch(c, seqs, KVP_OP_APPEND_TOKENS, 1) : 0;
+		ret = r->steps ? batch(r->c, r->seqs, KVP_OP_APPEND_TOKENS, 1) : 0;
 		start = bench_now_ns();
-		ret = ret ?: batch(c, seqs, KVP_OP_ALLOC, 1);
-		alloc_ns += bench_now_ns() - start;
-		ret = ret ?: batch(c, seqs, KVP_OP_COMMIT, step + 1);
+		ret = ret ?: batch(r->c, r->seqs, KVP_OP_ALLOC, 1);
+		r->alloc_batched_ns += bench_now_ns() - start;
+		r->alloc_batched_ops += BATCH;
+		ret = ret ?: batch(r->c, r->seqs, KVP_OP_COMMIT, r->steps + 1);
 	}
-	for (unsigned s = 0; s < BATCH; s++)
-		kvp_seq_close(c, seqs[s]);
-	r->alloc_batched_ns = (double)alloc_ns / ((double)steps * BATCH);
 	return ret;
 }
 
-static int run_mode(const struct rtt_opts *o, const char *loop, bool spin, struct mode_result *r)
+/* One round's share of every measurement. */
+static int rtt_round(struct rtt_client *r, unsigned iters)
 {
-	struct kvp_connect_opts copts = { .pool = "bench", .spin_us = spin ? 1000 : 0,
-					  .sq_entries = 256 };
-	unsigned iters = spin ? o->iters : o->iters / 10;
-	struct bench_daemon d;
-	struct kvp_client *c;
-	int ret = bench_daemon_start(&d, o->daemon, spin ? 1000 : 0, loop);
+	unsigned n = iters / ROUNDS, batches = iters / BATCH / ROUNDS + 1;
 
-	if (ret)
-		return ret;
-	copts.socket_path = d.socket;
-	ret = make_pool(d.socket) ?: kvp_connect(&copts, &c);
-	if (!ret) {
-		ret = measure_nop(c, iters, r) ?: measure_alloc(c, iters, r) ?:
-		      measure_alloc_batched(c, iters, r);
-		kvp_close(c);
+	return nop_rounds(r, n) ?: nop_batches(r, batches) ?: alloc_rounds(r, n) ?:
+	       alloc_steps(r, batches + 1);
+}
+
+static void rtt_result(struct rtt_client *r, struct mode_result *out)
+{
+	bench_percentiles(r->nop, r->nnop, &out->nop);
+	bench_percentiles(r->alloc, r->nalloc, &out->alloc);
+	out->nop_batched_ns = (double)r->nop_batched_ns / (double)r->nop_batched_ops;
+	out->alloc_batched_ns = (double)r->alloc_batched_ns / (double)r->alloc_batched_ops;
+}
+
+/*
+ * Where the daemons and the client run: the last core and the first. A wake-up
+ * across cores costs ten times one on the same core, and left to the scheduler
+ * the sleep-mode figures would say where it put them more than anything else.
+ */
+static int daemon_cpu(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n >= 2 ? (int)n - 1 : -1;
+}
+
+static void pin_self(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	for (long c = 0; c < sysconf(_SC_NPROCESSORS_ONLN); c++)
+		if (cpu < 0 || c == cpu)
+			CPU_SET(c, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* One mode, every loop: a daemon each, measured in turns. */
+static int run_mode(const struct rtt_opts *o, unsigned nloops, bool spin,
+		    struct mode_result out[MAX_LOOPS])
+{
+	unsigned iters = spin ? o->iters : o->iters / 10, spin_us = spin ? 1000 : 0, started = 0;
+	struct bench_daemon d[MAX_LOOPS];
+	struct rtt_client r[MAX_LOOPS];
+	int ret = 0;
+
+	pin_self(daemon_cpu() >= 0 ? 0 : -1);
+	while (started < nloops && !ret) {
+		ret = bench_daemon_start(&d[started], o->daemon, spin_us, o->loops[started],
+					 daemon_cpu());
+		if (ret)
+			break;
+		/* Closed below, whether it opened or not. */
+		ret = rtt_client_open(&r[started], d[started].socket, spin_us, iters + ROUNDS);
+		started++;
 	}
-	bench_daemon_stop(&d);
+	for (unsigned round = 0; round < ROUNDS && !ret; round++) {
+		for (unsigned l = 0; l < nloops && !ret; l++) {
+			/*
+			 * A spinning daemon left running would take the core the other
+			 * one needs. Sleeping ones are left alone: a SIGCONT would wake
+			 * the daemon on the client's core, and sleep mode is meant to
+			 * time wake-ups wherever the scheduler puts them.
+			 */
+			for (unsigned k = 0; spin && k < nloops; k++)
+				kill(d[k].pid, k == l ? SIGCONT : SIGSTOP);
+			ret = rtt_round(&r[l], iters);
+		}
+	}
+	for (unsigned l = 0; l < started; l++) {
+		kill(d[l].pid, SIGCONT);
+		if (!ret)
+			rtt_result(&r[l], &out[l]);
+		rtt_client_close(&r[l]);
+		bench_daemon_stop(&d[l]);
+	}
+	pin_self(-1);
 	return ret;
 }
 
@@ -303,8 +398,8 @@ static int parse_rtt_args(int argc, char **argv, struct rtt_opts *o)
 int bench_rtt(int argc, char **argv)
 {
 	struct rtt_opts o = { 0 };
-	/* [loop][mode]: spin and sleep of each loop, measured one after the other */
-	struct mode_result modes[2][2];
+	/* [mode][loop] */
+	struct mode_result modes[2][MAX_LOOPS];
 	struct bench_limits limits;
 	unsigned nloops = 0;
 	double in_process;
@@ -312,18 +407,19 @@ int bench_rtt(int argc, char **argv)
 
 	if (parse_rtt_args(argc, argv, &o))
 		return 2;
-	while (nloops < 2 && o.loops[nloops])
+	while (nloops < MAX_LOOPS && o.loops[nloops])
 		nloops++;
 	if (!o.json) {
 		bench_print_machine();
 		printf("# kvbench rtt: %u round trips in spin mode, %u in sleep mode, batches of %d; daemon %s\n",
 		       o.iters, o.iters / 10, BATCH, o.daemon);
+		if (daemon_cpu() >= 0)
+			printf("# daemons on CPU %d, client on CPU 0; the event loops measured in %d turns each\n",
+			       daemon_cpu(), ROUNDS);
 	}
 	ret = bench_measure_limits(&limits);
-	/* Modes outer, loops inner: drift on a shared machine hits both loops alike. */
 	for (int m = 0; m < 2 && !ret; m++)
-		for (unsigned l = 0; l < nloops && !ret; l++)
-			ret = run_mode(&o, o.loops[l], m == 0, &modes[l][m]);
+		ret = run_mode(&o, nloops, m == 0, modes[m]);
 	if (ret) {
 		fprintf(stderr, "kvbench rtt: %s\n", strerror(-ret));
 		return 1;
@@ -338,7 +434,7 @@ int bench_rtt(int argc, char **argv)
 	}
 	for (int m = 0; m < 2; m++) {
 		for (unsigned l = 0; l < nloops; l++) {
-			const struct mode_result *r = &modes[l][m];
+			const struct mode_result *r = &modes[m][l];
 			const char *name = m ? "sleep" : "spin";
 
 			print_row(&o, o.loops[l], name, "NOP", &r->nop, r->nop_batched_ns, 0);
@@ -353,13 +449,14 @@ struct overhead_row {
 	double nop_ns, alloc_ns;
 };
 
-static int overhead_pass(struct kvp_client *c, unsigned iters, struct overhead_row *row)
+static int overhead_pass(struct rtt_client *r, unsigned iters, struct overhead_row *row)
 {
-	struct mode_result r;
-	int ret = measure_nop(c, iters, &r) ?: measure_alloc_batched(c, iters, &r);
+	int ret;
 
-	row->nop_ns = r.nop_batched_ns;
-	row->alloc_ns = r.alloc_batched_ns;
+	r->nop_batched_ns = r->nop_batched_ops = r->alloc_batched_ns = r->alloc_batched_ops = 0;
+	ret = nop_batches(r, iters / BATCH) ?: alloc_steps(r, iters / BATCH);
+	row->nop_ns = (double)r->nop_batched_ns / (double)r->nop_batched_ops;
+	row->alloc_ns = (double)r->alloc_batched_ns / (double)r->alloc_batched_ops;
 	return ret;
 }
 
@@ -369,13 +466,12 @@ static int overhead_pass(struct kvp_client *c, unsigned iters, struct overhead_r
  */
 int bench_overhead(int argc, char **argv)
 {
-	struct kvp_connect_opts copts = { .pool = "bench", .sq_entries = 256, .spin_us = 1000 };
 	struct overhead_row off[3], on[3];
 	char daemon[PATH_MAX], why[256] = "";
 	unsigned iters = 200000;
 	struct bench_daemon d;
 	struct kvacct *acct = NULL;
-	struct kvp_client *c;
+	struct rtt_client c;
 	int ret;
 
 	bench_default_daemon(daemon, sizeof(daemon));
@@ -389,23 +485,19 @@ int bench_overhead(int argc, char **argv)
 			return 2;
 		}
 	}
-	ret = bench_daemon_start(&d, daemon, 1000, NULL);
+	ret = bench_daemon_start(&d, daemon, 1000, NULL, -1);
 	if (ret)
 		goto out_err;
-	copts.socket_path = d.socket;
-	ret = make_pool(d.socket) ?: kvp_connect(&copts, &c);
-	if (ret)
-		goto out_stop;
+	ret = rtt_client_open(&c, d.socket, 1000, 1);
 	/* Alternate without and with, three times: drift on a shared machine hits both alike. */
 	for (int rep = 0; rep < 3 && !ret; rep++) {
-		ret = overhead_pass(c, iters, &off[rep]);
+		ret = overhead_pass(&c, iters, &off[rep]);
 		if (!ret && (ret = kvacct_open(d.pid, &acct, why, sizeof(why))) == 0) {
-			ret = overhead_pass(c, iters, &on[rep]);
+			ret = overhead_pass(&c, iters, &on[rep]);
 			kvacct_close(acct);
 		}
 	}
-	kvp_close(c);
-out_stop:
+	rtt_client_close(&c);
 	bench_daemon_stop(&d);
 	if (ret) {
 out_err:

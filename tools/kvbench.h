@@ -42,9 +42,9 @@ struct bench_daemon {
 	char socket[64];
 };
 void bench_default_daemon(char *out, size_t len);
-/* @event_loop: kvpoold's --event-loop, NULL for its default. */
+/* @event_loop: kvpoold's --event-loop, NULL for its default; @cpu: pinned there, or -1. */
 int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
-		       const char *event_loop);
+		       const char *event_loop, int cpu);
 void bench_daemon_stop(struct bench_daemon *d);
 
 int bench_core(int argc, char **argv);
