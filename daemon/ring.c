@@ -13,6 +13,9 @@
 
 #include "kvpoold.h"
 
+/* The longest the stats page's seqlock stays odd for one batch of entries (plus one entry). */
+#define STATS_BRACKET_NS 100000ull
+
 static inline uint32_t load_acquire(const uint32_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
@@ -108,7 +111,7 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 	if (n == 0)
 		return 0;
 	/* One clock read per entry: each entry's time runs from the previous one's end. */
-	uint64_t t = kvpd_now_ns();
+	uint64_t t = kvpd_now_ns(), bracket = t;
 
 	kvpd_stats_begin(d);
 	c->touched_pool = false;
@@ -128,6 +131,12 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 		done = kvpd_now_ns();
 		kvpd_stats_op(d, c, sqe.opcode, cqe.res, done - t);
 		t = done;
+		/* Readers of the stats page retry while it is written: not for a whole slow batch. */
+		if (done - bracket > STATS_BRACKET_NS) {
+			kvpd_stats_end(d);
+			kvpd_stats_begin(d);
+			bracket = done;
+		}
 	}
 	if (c->touched_pool && c->pool)
 		kvpd_stats_pool(d, c->pool, c);

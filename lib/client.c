@@ -280,17 +280,24 @@ int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes)
 		return -ENODEV;
 	if (bytes < c->stats_bytes)
 		return -EOVERFLOW;
-	for (int attempt = 0; attempt < 10000; attempt++) {
+	/*
+	 * The daemon writes it in short brackets, but one slow request can hold
+	 * one a few milliseconds: spin a little, then retry every 10 us, for
+	 * about a second in all.
+	 */
+	for (int attempt = 0; attempt < 100000; attempt++) {
 		uint32_t seq = __atomic_load_n(&page->seq, __ATOMIC_ACQUIRE);
 
-		if (seq & 1) {
-			kvp_cpu_relax();
-			continue;
+		if (!(seq & 1)) {
+			memcpy(buf, page, c->stats_bytes);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == seq)
+				return (int)c->stats_bytes;
 		}
-		memcpy(buf, page, c->stats_bytes);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == seq)
-			return (int)c->stats_bytes;
+		if (attempt < 1000)
+			kvp_cpu_relax();
+		else
+			usleep(10);
 	}
 	return -EAGAIN;
 }
