@@ -15,6 +15,8 @@
 
 /* The longest the stats page's seqlock stays odd for one batch of entries (plus one entry). */
 #define STATS_BRACKET_NS 100000ull
+/* The longest one client's turn takes entries for (plus one entry). */
+#define TURN_NS 500000ull
 
 static inline uint32_t load_acquire(const uint32_t *p)
 {
@@ -111,7 +113,7 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 	if (n == 0)
 		return 0;
 	/* One clock read per entry: each entry's time runs from the previous one's end. */
-	uint64_t t = kvpd_now_ns(), bracket = t;
+	uint64_t t = kvpd_now_ns(), bracket = t, turn_start = t;
 
 	kvpd_stats_begin(d);
 	c->touched_pool = false;
@@ -125,17 +127,28 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 		cqe.user_data = sqe.user_data;
 		d->taken_ns = t;
 		/* A request handed to the workers keeps its CQ room through c->inflight. */
-		if (!kvpd_dispatch(d, c, &sqe, &cqe))
-			continue;
-		memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], &cqe, sizeof(cqe));
-		done = kvpd_now_ns();
-		kvpd_stats_op(d, c, sqe.opcode, cqe.res, done - t);
+		if (kvpd_dispatch(d, c, &sqe, &cqe)) {
+			memcpy(&c->cqes[c->cq_next++ & (c->cq_entries - 1)], &cqe, sizeof(cqe));
+			done = kvpd_now_ns();
+			kvpd_stats_op(d, c, sqe.opcode, cqe.res, done - t);
+		} else {
+			done = kvpd_now_ns(); /* its time is counted when its job comes back */
+		}
 		t = done;
 		/* Readers of the stats page retry while it is written: not for a whole slow batch. */
 		if (done - bracket > STATS_BRACKET_NS) {
 			kvpd_stats_end(d);
 			kvpd_stats_begin(d);
 			bracket = done;
+		}
+		/*
+		 * A turn is bounded in time as well as in entries: slow requests
+		 * (a long prompt, a huge salt) must not keep the other clients and
+		 * the loop's events waiting for --budget of them.
+		 */
+		if (done - turn_start > TURN_NS) {
+			n = i + 1;
+			break;
 		}
 	}
 	if (c->touched_pool && c->pool)
