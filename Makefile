@@ -115,8 +115,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -lm -lpthread -o $@
 
-# The worker pool's test links the pool itself, with a fake backend.
+# The worker pool's test links the pool itself, with a fake backend; the sizes' test, them.
 $(BUILD)/tests/test_workers: $(BUILD)/daemon/workers.o
+$(BUILD)/tests/test_sizes: $(BUILD)/daemon/sizes.o
 
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
 		$(INTEG_LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_A)

@@ -69,16 +69,20 @@ static void host_pool_fini(const struct kvpd_kv_layout *l, void *mem)
 		munmap(mem, l->map_bytes);
 }
 
-/* WRITE_KV and READ_KV: task h copies kv head h of every token. */
-static void copy_kv(struct kvpd_job *job, uint32_t head)
+/* WRITE_KV and READ_KV: task chunk * kv_heads + h copies kv head h of the chunk's tokens. */
+static void copy_kv(struct kvpd_job *job, uint32_t task)
 {
 	const struct kvpd_kv_layout *l = job->layout;
+	uint32_t head = task % l->kv_heads, chunk = task / l->kv_heads;
+	uint32_t t0 = chunk * job->chunk_tokens, t1 = t0 + job->chunk_tokens;
 	size_t k_off = kvpd_k_off(l, job->layer, head), v_delta = kvpd_v_delta(l);
 	size_t token_bytes = l->kv_heads * l->row_bytes;
 	uint8_t *k = job->data + head * l->row_bytes;
 	uint8_t *v = k + job->count * token_bytes;
 
-	for (uint32_t t = 0; t < job->count; t++) {
+	if (t1 > job->count)
+		t1 = job->count;
+	for (uint32_t t = t0; t < t1; t++) {
 		uint8_t *row = kvpd_row(job->mem, l, &job->map, job->first_pos + t, k_off);
 
 		if (job->type == KVPD_JOB_WRITE) {
@@ -91,7 +95,7 @@ static void copy_kv(struct kvpd_job *job, uint32_t head)
 	}
 }
 
-/* The unit that task @task belongs to, in a job with split units (task0 ascending). */
+/* The unit that task @task belongs to, in a mapped job (task0 ascending). */
 static struct kvpd_attend_unit *unit_of(struct kvpd_job *job, uint32_t task)
 {
 	uint32_t lo = 0, hi = job->nunits;
@@ -185,22 +189,31 @@ static void attend_part(struct kvpd_job *job, struct kvpd_attend_unit *u, const 
 
 /*
  * ATTEND: task = unit * kv_heads + kv head, the g query heads of that kv head, every
- * query; in a job with split units, (unit, kv head, part) from the unit's task0.
+ * query; in a mapped job, (unit, kv head, part) from the unit's task0, a part being
+ * a share of the keys (split) or of the queries (qparts).
  */
 static void attend(struct kvpd_job *job, uint32_t task)
 {
 	const struct kvpd_kv_layout *l = job->layout;
 	struct kvpd_attend_unit *u;
-	uint32_t head, c = 0;
+	uint32_t head, c = 0, parts, i0 = 0, i1;
 	size_t q_row = (size_t)l->head_dim * attn_dtype_size(job->params.q_dtype);
 
-	if (job->split) {
+	if (job->mapped) {
 		u = unit_of(job, task);
-		head = (task - u->task0) / u->split;
-		c = (task - u->task0) % u->split;
+		parts = u->split * u->qparts;
+		head = (task - u->task0) / parts;
+		c = (task - u->task0) % parts;
 	} else {
 		u = &job->units[task / l->kv_heads];
 		head = task % l->kv_heads;
+	}
+	i1 = u->count;
+	if (u->qparts > 1) {
+		uint32_t per = (u->count + u->qparts - 1) / u->qparts;
+
+		i0 = c * per;
+		i1 = i0 + per < u->count ? i0 + per : u->count;
 	}
 
 	struct attn_keys keys = {
@@ -221,7 +234,7 @@ static void attend(struct kvpd_job *job, uint32_t task)
 		attend_part(job, u, &keys, head, c);
 		return;
 	}
-	for (uint32_t i = 0; i < u->count; i++) {
+	for (uint32_t i = i0; i < i1; i++) {
 		size_t off = ((size_t)i * job->q_heads + (size_t)head * job->params.g) * q_row;
 		struct attn_query q = { .q = u->q + off, .out = u->out + off };
 

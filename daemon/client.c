@@ -16,6 +16,7 @@
 
 #include "kvpoold.h"
 #include "probes.h"
+#include "sizes.h"
 
 /* Ring indices each get a cache line: the two sides write different ones. */
 enum {
@@ -182,8 +183,10 @@ static int map_rings(struct kvpd_client *c, const struct kvp_setup *s,
 
 	c->sq_entries = s->sq_entries;
 	c->cq_entries = s->cq_entries ? s->cq_entries : 2 * s->sq_entries;
-	cqes_off = OFF_SQES + (uint64_t)c->sq_entries * sizeof(struct kvp_sqe);
-	arena_off = page_align(cqes_off + (uint64_t)c->cq_entries * sizeof(struct kvp_cqe));
+	if (kvpd_rings_bytes(OFF_SQES, c->sq_entries, sizeof(struct kvp_sqe), c->cq_entries,
+			     sizeof(struct kvp_cqe), &cqes_off, &arena_off))
+		return -EINVAL;
+	arena_off = page_align(arena_off);
 	c->arena_bytes = page_align(s->arena_bytes);
 	total = arena_off + c->arena_bytes;
 
@@ -383,6 +386,9 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	kvpd_log(d, 1, "client %u (pid %d) %s: %s; %u sequences closed", c->gen, (int)c->pid,
 		 c->ready ? "disconnected" : "refused", why, seqs_open);
 	d->ev->client_release(d, c);
+	/* Nobody waits for its queued work any more: only its running tasks finish. */
+	if (c->inflight)
+		kvpd_workers_cancel(&d->workers, &c->lane);
 	kvpd_stats_begin(d);
 	if (c->pool) {
 		kvpd_seqs_close_all(c);

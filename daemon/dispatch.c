@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvpoold.h"
+#include "sizes.h"
 #include "probes.h"
 
 /* dispatch()'s answer for a request the workers complete: no result is an INT_MIN. */
@@ -107,21 +108,22 @@ static uint8_t *make_salt(const struct kvpd_client *c, const void *user_salt, ui
 
 static int op_seq_open(struct kvpd_client *c, const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
 {
-	uint64_t token_bytes = (uint64_t)sqe->len * sizeof(uint32_t);
-	const uint32_t *tokens = arena_range(c, sqe->addr, token_bytes);
+	const uint32_t *tokens;
 	const void *user_salt;
 	struct kvc_seq *seq;
 	int64_t prefix = -1;
+	uint64_t bytes;
 	size_t salt_len;
 	uint8_t *salt;
 	int ret;
 
-	/* The salt follows the tokens; their range checked first, its start cannot wrap. */
-	if (!tokens || sqe->len == 0)
+	/* The salt follows the tokens: one range holds both. */
+	if (sqe->len == 0 || kvpd_open_bytes(sqe->len, sqe->arg2, &bytes))
 		return -EINVAL;
-	user_salt = arena_range(c, sqe->addr + token_bytes, sqe->arg2);
-	if (!user_salt)
+	tokens = arena_range(c, sqe->addr, bytes);
+	if (!tokens)
 		return -EINVAL;
+	user_salt = (const uint8_t *)tokens + (bytes - sqe->arg2);
 	if (sqe->op_flags & KVP_OPEN_PREFIX)
 		prefix = sqe->arg1;
 	salt = make_salt(c, user_salt, sqe->arg2, &salt_len);
@@ -263,6 +265,7 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 	struct kvc_seq_info info;
 	struct kvc_seq *seq;
 	const uint32_t *tokens;
+	uint64_t bytes;
 
 	if (sqe->opcode == KVP_OP_SEQ_CLOSE)
 		return kvpd_seq_close(c, sqe->handle);
@@ -271,7 +274,7 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 		return -EBADF;
 	switch (sqe->opcode) {
 	case KVP_OP_APPEND_TOKENS:
-		tokens = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
+		tokens = kvpd_words_bytes(sqe->len, &bytes) ? NULL : arena_range(c, sqe->addr, bytes);
 		return tokens ? kvc_seq_append(seq, tokens, sqe->len) : -EINVAL;
 	case KVP_OP_LOOKUP:
 		return op_lookup(d, c, seq, sqe, cqe);
@@ -339,7 +342,9 @@ err_free:
 
 static int op_evict(struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
-	const uint32_t *src = arena_range(c, sqe->addr, (uint64_t)sqe->len * sizeof(uint32_t));
+	uint64_t bytes;
+	const uint32_t *src = kvpd_words_bytes(sqe->len, &bytes) ? NULL :
+			      arena_range(c, sqe->addr, bytes);
 	uint32_t *ids, n;
 	int ret;
 
@@ -357,7 +362,8 @@ static int op_evict(struct kvpd_client *c, const struct kvp_sqe *sqe)
 static int op_dump_freeq(struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
 	uint32_t max = sqe->out_len / sizeof(uint32_t);
-	uint32_t *out = arena_range(c, sqe->out_addr, (uint64_t)max * sizeof(uint32_t));
+	uint64_t bytes;
+	uint32_t *out = kvpd_words_bytes(max, &bytes) ? NULL : arena_range(c, sqe->out_addr, bytes);
 
 	if (!out)
 		return -EINVAL;

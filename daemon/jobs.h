@@ -18,6 +18,14 @@
 
 enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND };
 
+/*
+ * How big a task may be: every task of a long request leaves a worker after
+ * about this much work, and another client's task waits for one at most.
+ */
+#define KVPD_TASK_BYTES (4u << 20) /* WRITE_KV, READ_KV: K and V bytes a task copies */
+#define KVPD_TASK_KEYS (1u << 16)  /* ATTEND: key positions a task reads, summed over its
+				    * queries, for one kv head */
+
 /* One sequence's queries of an ATTEND. */
 struct kvpd_attend_unit {
 	struct kvpd_block_map map;
@@ -35,6 +43,13 @@ struct kvpd_attend_unit {
 	 * them into out. split 1: one task per kv head computes out directly.
 	 */
 	uint32_t split;
+	/*
+	 * Unsplit, a unit of many queries (a prefill) is cut by queries instead:
+	 * `qparts` tasks per kv head, each its share of the queries, so that no
+	 * task reads much more than KVPD_TASK_KEYS keys (a worker's task is what
+	 * another client's next task waits for).
+	 */
+	uint32_t qparts;
 	uint32_t task0;
 	float *part;       /* [kv_heads][split][count][g][head_dim] */
 	float *lse;        /* [kv_heads][split][count][g] */
@@ -44,8 +59,21 @@ struct kvpd_attend_unit {
 struct kvpd_client;
 struct kvpd_pool;
 
+/*
+ * A client's jobs with tasks not yet taken, in order. The workers take tasks
+ * from the lanes in turn, one task each, so that a client with a thousand
+ * queued tasks delays another client's next task by one task, not a thousand.
+ */
+struct kvpd_lane {
+	struct kvpd_lane *next;        /* in the workers' round, while queued */
+	struct kvpd_job *head, *tail;
+	bool queued;
+};
+
 struct kvpd_job {
 	struct kvpd_job *next;
+	struct kvpd_lane *lane;    /* its client's; NULL: the workers' own (tests) */
+	bool cancelled;            /* its client is gone: tasks not yet taken never run */
 	enum kvpd_job_type type;
 	struct kvpd_client *client;
 	struct kvpd_pool *pool;
@@ -59,9 +87,13 @@ struct kvpd_job {
 	uint8_t opcode;
 	uint32_t group, layer;
 
-	/* WRITE_KV / READ_KV: tokens first_pos.. of data = K then V [count][kv_heads][head_dim] */
+	/*
+	 * WRITE_KV / READ_KV: tokens first_pos.. of data = K then V [count][kv_heads][head_dim];
+	 * task = chunk * kv_heads + kv head, a chunk being chunk_tokens tokens.
+	 */
 	struct kvpd_block_map map;
 	uint32_t first_pos, count;
+	uint32_t chunk_tokens;
 	uint8_t *data;
 
 	/* ATTEND */
@@ -69,7 +101,8 @@ struct kvpd_job {
 	uint32_t q_heads;
 	uint32_t nunits;
 	struct kvpd_attend_unit *units;
-	bool split;                /* some unit is split: tasks map to units through task0 */
+	bool mapped;               /* some unit has several tasks a kv head (split or qparts):
+				    * tasks map to units through task0 */
 
 	uint8_t *scratch;          /* ATTEND: the split units' partials (in the job's allocation) */
 
@@ -91,7 +124,8 @@ struct kvpd_workers {
 	unsigned nthreads;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	struct kvpd_job *queue, *queue_tail;  /* jobs with tasks not yet taken */
+	struct kvpd_lane *round, *round_tail; /* lanes with tasks not yet taken, next first */
+	struct kvpd_lane solo;                 /* for jobs without a lane */
 	struct kvpd_job *done, *done_tail;    /* finished, for the event loop */
 	uint32_t ndone;                        /* atomic: a cheap check for the spinning loop */
 	int done_efd;                          /* written when a job finishes while the loop sleeps */
@@ -109,6 +143,12 @@ int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_
 		       const struct kvpd_backend_ops *backend);
 void kvpd_workers_stop(struct kvpd_workers *w);
 void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job);
+/*
+ * @lane's client is gone: the tasks of its jobs not yet taken never run. A job
+ * whose every taken task is done comes back now, marked cancelled; one with
+ * tasks running comes back when they end.
+ */
+void kvpd_workers_cancel(struct kvpd_workers *w, struct kvpd_lane *lane);
 /* The event loop runs the next task if it is short and a slot is free; false: it did not. */
 bool kvpd_workers_help(struct kvpd_workers *w);
 /*

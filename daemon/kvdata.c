@@ -13,8 +13,8 @@
 
 #include "jobs.h"
 #include "kvpoold.h"
+#include "sizes.h"
 
-#define KVPD_MAX_ATTEND_SEQS 65536
 /* Block ids one ATTEND may pin (64 MiB of them): entries may repeat a handle, so bound the sum. */
 #define KVPD_MAX_ATTEND_IDS (1u << 24)
 /*
@@ -267,6 +267,7 @@ static struct kvpd_job *new_job(struct kvpd_client *c, const struct kvp_sqe *sqe
 		return NULL;
 	job->type = type;
 	job->client = c;
+	job->lane = &c->lane;
 	job->pool = c->pool;
 	job->opcode = sqe->opcode;
 	job->layout = &c->pool->layout;
@@ -310,20 +311,21 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 	uint32_t group = sqe->arg2 & 0xffff, layer = sqe->arg2 >> 16;
 	uint32_t first = sqe->arg1, count = sqe->len, bs = l->block_size;
 	bool is_write = sqe->opcode == KVP_OP_WRITE_KV;
+	uint64_t bytes;
 	struct kvpd_block_map m;
 	struct kvpd_job *job;
 	struct seq_view v;
 	uint8_t *data;
 	int ret;
 
-	if (count == 0 || (uint64_t)first + count > UINT32_MAX)
+	if (count == 0 || (uint64_t)first + count > UINT32_MAX ||
+	    kvpd_kv_io_bytes(count, l->kv_heads, l->row_bytes, &bytes))
 		return -EINVAL;
 	ret = view_seq(c, sqe->handle, group, layer, &v);
 	if (ret)
 		return ret;
-	data = arena_range(c, is_write ? sqe->addr : sqe->out_addr,
-			   2ull * count * l->kv_heads * l->row_bytes);
-	if (!data || (!is_write && sqe->out_len < 2ull * count * l->kv_heads * l->row_bytes))
+	data = arena_range(c, is_write ? sqe->addr : sqe->out_addr, bytes);
+	if (!data || (!is_write && sqe->out_len < bytes))
 		return -EINVAL;
 	if (is_write && first < v.info.computed)
 		return -EPERM; /* committed KV may be shared: it never changes */
@@ -353,24 +355,39 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 	job->first_pos = first;
 	job->count = count;
 	job->data = data;
-	job->ntasks = l->kv_heads;
-	job->bytes = 2ull * count * l->kv_heads * l->row_bytes;
+	/* Chunks of tokens: a task copies at most KVPD_TASK_BYTES of K and V. */
+	job->chunk_tokens = (uint32_t)(KVPD_TASK_BYTES / (2 * l->row_bytes));
+	if (job->chunk_tokens == 0)
+		job->chunk_tokens = 1;
+	job->ntasks = l->kv_heads * ((count + job->chunk_tokens - 1) / job->chunk_tokens);
+	job->bytes = bytes;
 	return launch(d, job);
 }
 
-/* One sequence's ATTEND entry, checked; its block span goes to @ids when non-NULL. */
+/*
+ * One sequence's ATTEND entry, checked; its block span goes to @ids when
+ * non-NULL. *keys_left is what KVP_ATTEND_MAX_KEYS leaves: this entry's key
+ * positions are taken off it (-E2BIG when they do not fit), and its queries
+ * are refused before they are looked at one by one when they cannot fit (each
+ * reads its own position at least).
+ */
 static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 		       const struct kvp_attend_seq *s, size_t q_row, struct kvpd_attend_unit *u,
-		       uint32_t *ids, uint32_t *nids)
+		       uint32_t *ids, uint32_t *nids, uint32_t *keys_left)
 {
 	const struct kvpd_kv_layout *l = &c->pool->layout;
-	uint32_t lo[2], hi[2], n, bs = l->block_size;
-	size_t bytes = (size_t)s->count * a->q_heads * q_row;
+	uint32_t lo[2], hi[2], n, span = 0, bs = l->block_size;
+	size_t bytes;
 	struct seq_view v;
 	int ret;
 
 	if (s->count == 0 || (uint64_t)s->first_pos + s->count > UINT32_MAX)
 		return -EINVAL;
+	if (s->count > *keys_left)
+		return -E2BIG;
+	ret = kvpd_attend_q_bytes(s->count, a->q_heads, q_row, &bytes);
+	if (ret)
+		return ret;
 	ret = view_seq(c, s->handle, a->group, a->layer, &v);
 	if (ret)
 		return ret;
@@ -384,6 +401,7 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 	u->keys = 0;
 	u->minkeys = UINT32_MAX;
 	u->split = 1;
+	u->qparts = 1;
 	for (uint32_t i = 0; i < s->count; i++) {
 		uint32_t qlo[2], qhi[2], qn = kvpd_mask_ranges(&v.mask, s->first_pos + i, qlo, qhi);
 		uint32_t seen = 0;
@@ -394,6 +412,11 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 		u->minkeys = seen < u->minkeys ? seen : u->minkeys;
 	}
 	n = kvpd_mask_union(&v.mask, s->first_pos, s->first_pos + s->count - 1, lo, hi);
+	for (uint32_t r = 0; r < n; r++)
+		span += hi[r] - lo[r];
+	if (span > *keys_left)
+		return -E2BIG;
+	*keys_left -= span;
 	for (uint32_t r = 0; r < n; r++)
 		if (!present(&v, a->group, a->layer, bs, lo[r], hi[r]))
 			return -ENODATA;
@@ -448,25 +471,31 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 {
 	const struct kvpd_kv_layout *l = &c->pool->layout;
 	const struct kvp_attend *src = arena_range(c, sqe->addr, sqe->len);
-	struct kvp_attend *a;
+	struct kvp_attend head, *a;
 	struct kvpd_job *job;
-	size_t q_row, total_ids = 0, scratch = 0;
+	size_t q_row, total_ids = 0, scratch = 0, bytes;
+	uint32_t keys_left = KVP_ATTEND_MAX_KEYS;
 	uint64_t tasks;
 	int ret = 0;
 
-	/* The copy below is bounded: at most KVPD_MAX_ATTEND_SEQS entries. */
-	if (!src || sqe->len < sizeof(*a) ||
-	    sqe->len > sizeof(*a) + KVPD_MAX_ATTEND_SEQS * sizeof(a->seqs[0]))
+	if (!src || sqe->len < sizeof(head))
 		return -EINVAL;
 	if (!c->pool->layout.slot_bytes)
 		return -EOPNOTSUPP;
+	/* The header first, once: how many entries there are bounds the copy below. */
+	memcpy(&head, src, sizeof(head));
+	if (head.num_seqs > KVP_ATTEND_MAX_SEQS)
+		return -E2BIG;
+	bytes = sizeof(head) + (size_t)head.num_seqs * sizeof(head.seqs[0]);
+	if (sqe->len < bytes)
+		return -EINVAL;
 	/* One private copy: every later look at the request sees the same bytes. */
-	a = malloc(sqe->len);
+	a = malloc(bytes);
 	if (!a)
 		return -ENOMEM;
-	memcpy(a, src, sqe->len);
-	if (a->num_seqs == 0 || a->resv || a->flags & ~KVP_ATTEND_Q_F32 ||
-	    (sqe->len - sizeof(*a)) / sizeof(a->seqs[0]) < a->num_seqs || !a->q_heads ||
+	memcpy(a, &head, sizeof(head));
+	memcpy(a->seqs, src->seqs, bytes - sizeof(head));
+	if (a->num_seqs == 0 || a->resv || a->flags & ~KVP_ATTEND_Q_F32 || !a->q_heads ||
 	    a->q_heads % l->kv_heads || !isfinite(a->scale) || !isfinite(a->softcap) ||
 	    a->softcap < 0) {
 		ret = -EINVAL;
@@ -478,7 +507,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		struct kvpd_attend_unit u;
 		uint32_t n;
 
-		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n);
+		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n, &keys_left);
 		total_ids += n;
 		if (!ret)
 			attend_split(&u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
@@ -494,22 +523,30 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	}
 	/* The same walk again: the same units, so the same splits into the same scratch. */
 	scratch = 0;
+	keys_left = KVP_ATTEND_MAX_KEYS;
 	for (uint32_t s = 0; s < a->num_seqs && !ret; s++) {
 		struct kvpd_attend_unit *u = &job->units[s];
 		uint32_t n;
 		size_t at = scratch;
 
-		ret = attend_unit(c, a, &a->seqs[s], q_row, u, job->pinned + job->npinned, &n);
+		ret = attend_unit(c, a, &a->seqs[s], q_row, u, job->pinned + job->npinned, &n,
+				  &keys_left);
 		job->npinned += n;
 		if (ret)
 			break;
 		u->split = attend_split(u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
-		u->task0 = job->ntasks;
-		job->ntasks += l->kv_heads * u->split;
-		if (u->split > 1) {
-			attend_scratch(u, l, a->q_heads, job->scratch + at);
-			job->split = true;
+		/* Unsplit, a long one is cut by queries: about KVPD_TASK_KEYS keys a task. */
+		if (u->split == 1 && u->keys > KVPD_TASK_KEYS) {
+			uint64_t want = (u->keys + KVPD_TASK_KEYS - 1) / KVPD_TASK_KEYS;
+
+			u->qparts = want < u->count ? (uint32_t)want : u->count;
 		}
+		u->task0 = job->ntasks;
+		job->ntasks += l->kv_heads * u->split * u->qparts;
+		if (u->split > 1)
+			attend_scratch(u, l, a->q_heads, job->scratch + at);
+		if (u->split > 1 || u->qparts > 1)
+			job->mapped = true;
 	}
 	if (ret) {
 		free(job);
@@ -530,7 +567,9 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		const struct kvpd_attend_unit *u = &job->units[s];
 
 		job->bytes += u->keys * 2 * l->kv_heads * l->row_bytes;
-		if ((u->keys + u->split - 1) / u->split > KVPD_SHORT_TASK_KEYS)
+		uint64_t parts = (uint64_t)u->split * u->qparts;
+
+		if ((u->keys + parts - 1) / parts > KVPD_SHORT_TASK_KEYS)
 			job->short_tasks = false;
 	}
 	ret = launch(d, job);
@@ -568,6 +607,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 		job->pool->inflight--;
 		d->jobs_inflight--;
 		c->inflight--;
+		c->data_blocked = false; /* a request waiting for this room is taken next turn */
 		if (!c->dead) {
 			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);
 

@@ -74,6 +74,8 @@ struct kvpd_client {
 	unsigned active_idx; /* in kvpd.active while ready */
 	bool dead;           /* closed, kept only until its jobs come back */
 	uint32_t inflight;   /* jobs on the workers; their completions have CQ room reserved */
+	bool data_blocked;   /* KVP_MAX_DATA_INFLIGHT reached with a data-path entry next */
+	struct kvpd_lane lane; /* its jobs' tasks not yet taken, for the workers' round */
 	uint64_t accepted_ns;
 	char namespace_[KVP_NAME_MAX];
 	struct kvpd_pool *pool;

@@ -35,9 +35,14 @@ static inline void store_release(uint32_t *p, uint32_t v)
  */
 bool kvpd_ring_pending(struct kvpd_client *c)
 {
-	if (load_acquire(c->sq_tail) == c->sq_next)
+	if (c->data_blocked || load_acquire(c->sq_tail) == c->sq_next)
 		return false;
 	return c->cq_next - load_acquire(c->cq_head) + c->inflight < c->cq_entries;
+}
+
+static bool is_data_path(uint8_t opcode)
+{
+	return opcode == KVP_OP_WRITE_KV || opcode == KVP_OP_READ_KV || opcode == KVP_OP_ATTEND;
 }
 
 void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping)
@@ -122,7 +127,19 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 		struct kvp_cqe cqe;
 		uint64_t done;
 
-		copy_sqe(&sqe, &c->sqes[c->sq_next++ & (c->sq_entries - 1)]);
+		copy_sqe(&sqe, &c->sqes[c->sq_next & (c->sq_entries - 1)]);
+		/*
+		 * Flow control, not an error: with KVP_MAX_DATA_INFLIGHT data-path
+		 * requests on the workers, the next one waits in the SQ (and so does
+		 * all that follows it) until one comes back; meanwhile the client is
+		 * not pending, whatever it writes into its ring.
+		 */
+		if (is_data_path(sqe.opcode) && c->inflight >= KVP_MAX_DATA_INFLIGHT) {
+			c->data_blocked = true;
+			n = i;
+			break;
+		}
+		c->sq_next++;
 		memset(&cqe, 0, sizeof(cqe));
 		cqe.user_data = sqe.user_data;
 		d->taken_ns = t;
@@ -150,6 +167,10 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 			n = i + 1;
 			break;
 		}
+	}
+	if (n == 0) {
+		kvpd_stats_end(d);
+		return 0;
 	}
 	if (c->touched_pool && c->pool)
 		kvpd_stats_pool(d, c->pool, c);

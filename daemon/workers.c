@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The worker threads: take tasks of queued jobs in order, hand finished jobs back.
+ * The worker threads: take tasks of queued jobs, the clients' lanes in turn and
+ * each lane's jobs in order, and hand finished jobs back.
  *
  * At most max_running tasks run at once, the event loop's included (it runs short
  * ones when idle: kvpd_workers_help): more would only share cores, and a task
@@ -17,11 +18,9 @@
 #include "jobs.h"
 #include "spin.h"
 
-static void finish(struct kvpd_workers *w, struct kvpd_job *job)
+/* Hands @job to the loop; the caller holds the lock. */
+static void finish_locked(struct kvpd_workers *w, struct kvpd_job *job)
 {
-	uint64_t one = 1;
-
-	pthread_mutex_lock(&w->lock);
 	job->next = NULL;
 	if (w->done_tail)
 		w->done_tail->next = job;
@@ -29,7 +28,13 @@ static void finish(struct kvpd_workers *w, struct kvpd_job *job)
 		w->done = job;
 	w->done_tail = job;
 	__atomic_add_fetch(&w->ndone, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&w->lock);
+}
+
+/* After the lock is let go: the loop's eventfd, if it sleeps. */
+static void wake_loop(struct kvpd_workers *w)
+{
+	uint64_t one = 1;
+
 	/*
 	 * Only a sleeping loop needs the eventfd; a write that wakes nobody still
 	 * costs a syscall. Pairs with the fence in kvpd_workers_loop_sleeping.
@@ -42,18 +47,53 @@ static void finish(struct kvpd_workers *w, struct kvpd_job *job)
 		abort();
 }
 
-/* Takes the next task of the queue's first job; the caller holds the lock. */
+static void finish(struct kvpd_workers *w, struct kvpd_job *job)
+{
+	pthread_mutex_lock(&w->lock);
+	finish_locked(w, job);
+	pthread_mutex_unlock(&w->lock);
+	wake_loop(w);
+}
+
+/* The job whose task comes next: the first of the lane whose turn it is. */
+static struct kvpd_job *next_job(const struct kvpd_workers *w)
+{
+	struct kvpd_lane *lane = __atomic_load_n(&w->round, __ATOMIC_RELAXED);
+
+	return lane ? lane->head : NULL;
+}
+
+/* Puts @lane last in the round; the caller holds the lock. */
+static void enter_round(struct kvpd_workers *w, struct kvpd_lane *lane)
+{
+	lane->next = NULL;
+	lane->queued = true;
+	if (w->round_tail)
+		w->round_tail->next = lane;
+	else
+		__atomic_store_n(&w->round, lane, __ATOMIC_RELAXED);
+	w->round_tail = lane;
+}
+
+/* Takes the next task of the round's first lane, which then goes last; the caller holds the lock. */
 static struct kvpd_job *take_task(struct kvpd_workers *w, uint32_t *task)
 {
-	struct kvpd_job *job = w->queue;
+	struct kvpd_lane *lane = w->round;
+	struct kvpd_job *job = lane->head;
 
 	*task = job->next_task++;
 	if (job->next_task == job->ntasks) {
-		/* atomic: kvpd_workers_help peeks at it without the lock */
-		__atomic_store_n(&w->queue, job->next, __ATOMIC_RELAXED);
-		if (!w->queue)
-			w->queue_tail = NULL;
+		lane->head = job->next;
+		if (!lane->head)
+			lane->tail = NULL;
 	}
+	/* atomic: kvpd_workers_help and the spinners peek at it without the lock */
+	__atomic_store_n(&w->round, lane->next, __ATOMIC_RELAXED);
+	if (!w->round)
+		w->round_tail = NULL;
+	lane->queued = false;
+	if (lane->head)
+		enter_round(w, lane);
 	w->running++;
 	return job;
 }
@@ -80,7 +120,7 @@ static uint64_t now_ns(void)
 /* Spins until a job is queued, stop is set or @deadline passes; the lock is not held. */
 static void spin_for_job(struct kvpd_workers *w, uint64_t deadline)
 {
-	for (unsigned spins = 1; !__atomic_load_n(&w->queue, __ATOMIC_RELAXED) &&
+	for (unsigned spins = 1; !__atomic_load_n(&w->round, __ATOMIC_RELAXED) &&
 				 !__atomic_load_n(&w->stop, __ATOMIC_RELAXED); spins++) {
 		if (spins % 32)
 			kvpd_cpu_relax();
@@ -101,17 +141,17 @@ static void *worker_main(void *arg)
 		struct kvpd_job *job;
 		uint32_t task;
 
-		if (!w->queue && w->spin_ns && now_ns() - last_task < w->spin_ns) {
+		if (!w->round && w->spin_ns && now_ns() - last_task < w->spin_ns) {
 			w->spinning++;
 			pthread_mutex_unlock(&w->lock);
 			spin_for_job(w, last_task + w->spin_ns);
 			pthread_mutex_lock(&w->lock);
 			w->spinning--;
-			if (!w->queue)
+			if (!w->round)
 				last_task = 0;
 			continue;
 		}
-		if (!w->queue || w->running >= w->max_running) {
+		if (!w->round || w->running >= w->max_running) {
 			w->sleepers++;
 			pthread_cond_wait(&w->wake, &w->lock);
 			w->sleepers--;
@@ -130,10 +170,10 @@ bool kvpd_workers_help(struct kvpd_workers *w)
 	struct kvpd_job *job;
 	uint32_t task;
 
-	if (!__atomic_load_n(&w->queue, __ATOMIC_RELAXED))
+	if (!next_job(w))
 		return false;
 	pthread_mutex_lock(&w->lock);
-	job = w->queue;
+	job = next_job(w);
 	if (!job || !job->short_tasks || w->running >= w->max_running) {
 		pthread_mutex_unlock(&w->lock);
 		return false;
@@ -145,7 +185,8 @@ bool kvpd_workers_help(struct kvpd_workers *w)
 	 * but the loop takes only short ones: a long one next in the queue needs a
 	 * worker that slept for want of this slot.
 	 */
-	if (w->queue && !w->queue->short_tasks && w->sleepers && !w->spinning)
+	job = next_job(w);
+	if (job && !job->short_tasks && w->sleepers && !w->spinning)
 		pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->lock);
 	return true;
@@ -225,15 +266,19 @@ void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job)
 {
 	unsigned wake;
 
+	struct kvpd_lane *lane = job->lane ? job->lane : &w->solo;
+
 	job->next = NULL;
 	job->next_task = 0;
 	job->tasks_left = job->ntasks;
 	pthread_mutex_lock(&w->lock);
-	if (w->queue_tail)
-		w->queue_tail->next = job;
+	if (lane->tail)
+		lane->tail->next = job;
 	else
-		__atomic_store_n(&w->queue, job, __ATOMIC_RELAXED);
-	w->queue_tail = job;
+		lane->head = job;
+	lane->tail = job;
+	if (!lane->queued)
+		enter_round(w, lane);
 	/*
 	 * Wake one worker per task that has a free slot, less the one the loop
 	 * takes itself when the tasks are short: a worker woken for nothing costs a
@@ -253,6 +298,42 @@ void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job)
 		while (wake--)
 			pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->lock);
+}
+
+void kvpd_workers_cancel(struct kvpd_workers *w, struct kvpd_lane *lane)
+{
+	bool finished = false;
+
+	pthread_mutex_lock(&w->lock);
+	while (lane->head) {
+		struct kvpd_job *job = lane->head;
+		uint32_t untaken = job->ntasks - job->next_task;
+
+		lane->head = job->next;
+		job->cancelled = true;
+		job->next_task = job->ntasks;
+		/* Its running tasks (if any) finish it; else it is finished now. */
+		if (__atomic_sub_fetch(&job->tasks_left, untaken, __ATOMIC_ACQ_REL) == 0) {
+			finish_locked(w, job);
+			finished = true;
+		}
+	}
+	lane->tail = NULL;
+	if (lane->queued) {
+		struct kvpd_lane **link = &w->round, *prev = NULL;
+
+		while (*link != lane) {
+			prev = *link;
+			link = &(*link)->next;
+		}
+		__atomic_store_n(link, lane->next, __ATOMIC_RELAXED);
+		if (w->round_tail == lane)
+			w->round_tail = prev;
+		lane->queued = false;
+	}
+	pthread_mutex_unlock(&w->lock);
+	if (finished)
+		wake_loop(w);
 }
 
 struct kvpd_job *kvpd_workers_take_done(struct kvpd_workers *w)

@@ -179,6 +179,18 @@ enum kvp_opcode {
 	KVP_OP_LAST,
 };
 
+/*
+ * What one request may name, and how much of it may be in flight. Beyond a
+ * limit a request fails with its errno; the in-flight one is flow control.
+ */
+#define KVP_ATTEND_MAX_SEQS 4096        /* ATTEND entries (num_seqs): -E2BIG */
+#define KVP_ATTEND_MAX_KEYS (1u << 22)  /* ATTEND key positions read, summed over its
+					 * entries (each entry's counted once per
+					 * position its queries read): -E2BIG */
+#define KVP_MAX_DATA_INFLIGHT 64        /* WRITE_KV, READ_KV, ATTEND of one client on
+					 * the workers at once; the next one waits in the
+					 * SQ (with what follows it) until one completes */
+
 /* WRITE_KV / READ_KV: sqe.arg2 names the group and the layer within it. */
 #define KVP_KV_SEL(group, layer) ((__u32)(group) | (__u32)(layer) << 16)
 

@@ -5,7 +5,9 @@
  * more than --threads at a time counting the event loop's own (played here by
  * the test thread calling kvpd_workers_help), the loop takes only short tasks,
  * a long job queued behind the loop's task gets a worker when that task ends,
- * and a finished job writes the loop's eventfd only while the loop sleeps.
+ * a finished job writes the loop's eventfd only while the loop sleeps, the
+ * clients' lanes take turns task by task, and a cancelled lane's tasks not yet
+ * taken never run.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +31,8 @@ struct fake {
 	unsigned now, peak;        /* tasks running, the most at once */
 	unsigned runs[MAX_TASKS];  /* times each task ran */
 	void (*hook)(struct kvpd_job *job); /* called first by every task */
+	struct kvpd_job *order[MAX_TASKS]; /* the job of each task run, in the order they ran */
+	unsigned nrun;
 };
 
 static struct fake fake;
@@ -44,6 +48,7 @@ static void fake_task(struct kvpd_job *job, uint32_t task)
 	while (now > peak && !__atomic_compare_exchange_n(&fake.peak, &peak, now, false,
 							  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
 		;
+	fake.order[__atomic_fetch_add(&fake.nrun, 1, __ATOMIC_SEQ_CST) % MAX_TASKS] = job;
 	nanosleep(&ts, NULL);
 	__atomic_add_fetch(&fake.runs[task], 1, __ATOMIC_SEQ_CST);
 	__atomic_sub_fetch(&fake.now, 1, __ATOMIC_SEQ_CST);
@@ -228,6 +233,80 @@ static void test_eventfd_only_for_a_sleeping_loop(void **state)
 	kvpd_workers_stop(&w);
 }
 
+/* Collects finished jobs until @n have come back (at most 5 s). */
+static unsigned collect(struct kvpd_workers *w, unsigned n)
+{
+	unsigned got = 0;
+
+	for (int ms = 0; got < n && ms < 5000; ms++) {
+		for (struct kvpd_job *j = kvpd_workers_take_done(w); j; j = j->next)
+			got++;
+		if (got < n)
+			usleep(1000);
+	}
+	return got;
+}
+
+/*
+ * One worker; client A queues 8 tasks, then client B 2. In one queue B would
+ * wait for all of A's; in turns, B's two are among the first five to run.
+ */
+static void test_lanes_take_turns(void **state)
+{
+	struct kvpd_workers w = { 0 };
+	struct kvpd_lane la = { 0 }, lb = { 0 };
+	struct kvpd_job a = { .ntasks = 8, .lane = &la }, b = { .ntasks = 2, .lane = &lb };
+	unsigned last_b = 0;
+
+	(void)state;
+	start_asleep(&w, 1, 0);
+	memset(&fake, 0, sizeof(fake));
+	kvpd_workers_submit(&w, &a);
+	kvpd_workers_submit(&w, &b);
+	assert_int_equal(collect(&w, 2), 2);
+	assert_int_equal(fake.nrun, 10);
+	for (unsigned i = 0; i < fake.nrun; i++)
+		if (fake.order[i] == &b)
+			last_b = i;
+	assert_true(last_b <= 4);
+	kvpd_workers_stop(&w);
+}
+
+/* The hook of test_cancel: the first task cancels its own lane. */
+static struct kvpd_workers *cancel_pool;
+
+static void cancel_own_lane(struct kvpd_job *job)
+{
+	if (__atomic_load_n(&fake.nrun, __ATOMIC_SEQ_CST) == 0)
+		kvpd_workers_cancel(cancel_pool, job->lane);
+}
+
+/* A client gone while its job runs: the task running ends, the other seven never start. */
+static void test_cancel_drops_untaken_tasks(void **state)
+{
+	struct kvpd_workers w = { 0 };
+	struct kvpd_lane lane = { 0 };
+	struct kvpd_job job = { .ntasks = 8, .lane = &lane };
+	unsigned runs = 0;
+
+	(void)state;
+	start_asleep(&w, 1, 0);
+	memset(&fake, 0, sizeof(fake));
+	cancel_pool = &w;
+	fake.hook = cancel_own_lane;
+	kvpd_workers_submit(&w, &job);
+	assert_int_equal(collect(&w, 1), 1);
+	assert_true(job.cancelled);
+	for (uint32_t t = 0; t < MAX_TASKS; t++)
+		runs += fake.runs[t];
+	assert_int_equal(runs, 1);
+	assert_int_equal(fake.runs[0], 1);
+	assert_false(lane.queued);
+	assert_null(lane.head);
+	fake.hook = NULL;
+	kvpd_workers_stop(&w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -236,6 +315,8 @@ int main(void)
 		cmocka_unit_test(test_one_thread_one_task_at_a_time),
 		cmocka_unit_test(test_the_loops_slot_goes_to_a_long_job),
 		cmocka_unit_test(test_eventfd_only_for_a_sleeping_loop),
+		cmocka_unit_test(test_lanes_take_turns),
+		cmocka_unit_test(test_cancel_drops_untaken_tasks),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
