@@ -1,8 +1,9 @@
 # kvpool. `make` builds everything; `make test` builds the normal and the
 # sanitizer variants and runs the suite; `make demo` runs the main job.
 #
-# Variants: VARIANT=asan (ASan+UBSan, invariant checks inside the core) and
-# VARIANT=clang build into build/<variant>/ with their binaries in
+# Variants: VARIANT=asan (ASan+UBSan, invariant checks inside the core),
+# VARIANT=tsan (ThreadSanitizer, for the threaded data path: workers, split-K)
+# and VARIANT=clang build into build/<variant>/ with their binaries in
 # build/<variant>/bin; the default build puts its tools in tools/.
 
 VARIANT ?=
@@ -26,8 +27,13 @@ else ifeq ($(VARIANT),clang)
 CC := clang
 BUILD := build/clang
 BIN := $(BUILD)/bin
+else ifeq ($(VARIANT),tsan)
+CC := clang
+BUILD := build/tsan
+BIN := $(BUILD)/bin
+OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer
 else
-$(error unknown VARIANT '$(VARIANT)': use asan or clang)
+$(error unknown VARIANT '$(VARIANT)': use asan, tsan or clang)
 endif
 
 CFLAGS ?=
@@ -101,7 +107,7 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_snapshot.o kvctl_render.o kvctl_top.o)
+KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_snapshot.o kvctl_render.o kvctl_tenants.o kvctl_top.o)
 
 $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
@@ -139,6 +145,8 @@ deps:
 test: deps
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory VARIANT=asan all
+	$(MAKE) --no-print-directory VARIANT=tsan all
+	$(MAKE) --no-print-directory fuzz-build
 	tests/run.sh
 
 demo: deps
@@ -163,5 +171,8 @@ clean:
 # Objects of test and tool binaries are not throwaway intermediates: keep them for incremental builds.
 .SECONDARY:
 FORCE:
+
+# libFuzzer targets: make fuzz (long runs), make fuzz-smoke (what CI runs).
+-include tests/fuzz/fuzz.mk
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -190,23 +190,32 @@ static void attend_part(struct kvpd_job *job, struct kvpd_attend_unit *u, const 
 /*
  * ATTEND: task = unit * kv_heads + kv head, the g query heads of that kv head, every
  * query; in a mapped job, (unit, kv head, part) from the unit's task0, a part being
- * a share of the keys (split) or of the queries (qparts).
+ * a share of the keys (split), or of the queries (qparts) and of the query heads
+ * (hparts, the faster-moving index).
  */
 static void attend(struct kvpd_job *job, uint32_t task)
 {
 	const struct kvpd_kv_layout *l = job->layout;
 	struct kvpd_attend_unit *u;
-	uint32_t head, c = 0, parts, i0 = 0, i1;
+	struct attn_params p = job->params; /* p.g: this task's slice of the kv head's heads */
+	uint32_t head, c = 0, parts, i0 = 0, i1, h0 = 0;
 	size_t q_row = (size_t)l->head_dim * attn_dtype_size(job->params.q_dtype);
 
 	if (job->mapped) {
 		u = unit_of(job, task);
-		parts = u->split * u->qparts;
+		parts = u->split * u->qparts * u->hparts;
 		head = (task - u->task0) / parts;
 		c = (task - u->task0) % parts;
 	} else {
 		u = &job->units[task / l->kv_heads];
 		head = task % l->kv_heads;
+	}
+	if (u->hparts > 1) {
+		uint32_t per = (p.g + u->hparts - 1) / u->hparts;
+
+		h0 = c % u->hparts * per;
+		p.g = per < p.g - h0 ? per : p.g - h0;
+		c /= u->hparts;
 	}
 	i1 = u->count;
 	if (u->qparts > 1) {
@@ -235,11 +244,11 @@ static void attend(struct kvpd_job *job, uint32_t task)
 		return;
 	}
 	for (uint32_t i = i0; i < i1; i++) {
-		size_t off = ((size_t)i * job->q_heads + (size_t)head * job->params.g) * q_row;
+		size_t off = ((size_t)i * job->q_heads + (size_t)head * job->params.g + h0) * q_row;
 		struct attn_query q = { .q = u->q + off, .out = u->out + off };
 
 		q.nranges = kvpd_mask_ranges(&u->mask, u->first_pos + i, q.lo, q.hi);
-		attn_one(&keys, &q, &job->params);
+		attn_one(&keys, &q, &p);
 	}
 }
 

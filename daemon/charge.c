@@ -66,12 +66,11 @@ static void erase(struct kvpd_charge *ch, uint32_t i)
 	ch->len--;
 }
 
-void kvpd_charge_hold(void *owner, uint32_t block, bool held)
+static void hold(struct kvpd_charge *ch, uint32_t block, bool held)
 {
-	struct kvpd_charge *ch = owner;
 	uint32_t key = block + 1, i;
 
-	if (!ch || ch->failed)
+	if (ch->failed)
 		return;
 	if (held && (ch->len + 1) * 2 > ch->cap && !grow(ch)) {
 		ch->failed = true;
@@ -92,9 +91,28 @@ void kvpd_charge_hold(void *owner, uint32_t block, bool held)
 	}
 }
 
+void kvpd_charge_hold(void *owner, uint32_t block, bool held)
+{
+	struct kvpd_charge *ch = owner;
+
+	if (!ch)
+		return;
+	hold(ch, block, held);
+	for (unsigned i = 0; i < 2; i++)
+		if (ch->also[i])
+			hold(ch->also[i], block, held);
+}
+
+bool kvpd_charge_holds(const struct kvpd_charge *ch, uint32_t block)
+{
+	return ch->cap && ch->keys[find(ch, block + 1)] != 0;
+}
+
 void kvpd_charge_release(struct kvpd_charge *ch)
 {
+	uint64_t limit = ch->limit;
+
 	free(ch->keys);
 	free(ch->counts);
-	*ch = (struct kvpd_charge){ 0 };
+	*ch = (struct kvpd_charge){ .limit = limit };
 }

@@ -17,12 +17,20 @@ struct kvpd_charge {
 	uint32_t *counts;
 	uint32_t cap, len;
 	uint64_t blocks;  /* distinct blocks: the charge */
+	uint64_t limit;   /* a tenant's max_blocks (KVP_QUOTA_UNLIMITED: none) */
 	bool failed;      /* out of memory once: the charge is no longer exact */
 	bool failure_logged;
+	/*
+	 * A client's charge feeds its tenants' in the same pool (its uid's, its
+	 * namespace's): each counts the same holds, distinct over its own clients.
+	 */
+	struct kvpd_charge *also[2];
 };
 
 /* The kvc_hold_fn of every pool; the owner of a sequence is its client's charge. */
 void kvpd_charge_hold(void *owner, uint32_t block, bool held);
+/* Whether @ch counts @block. */
+bool kvpd_charge_holds(const struct kvpd_charge *ch, uint32_t block);
 void kvpd_charge_release(struct kvpd_charge *ch);
 
 #endif

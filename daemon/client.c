@@ -37,35 +37,97 @@ static bool is_pow2(uint32_t v)
 
 /* Messages a refused client may have queued that are taken off before the reply. */
 #define REFUSAL_DRAIN 16
+/* The last slots of --max-clients, kept for root and the daemon's uid. */
+#define RESERVED_SLOTS 4
 
+
+/*
+ * A connection turned away at once: the reply says why (-EUSERS), read by the
+ * client after it sends its setup; the courier sends it and hangs up.
+ */
+static void refuse(struct kvpd *d, int fd, int err, const char *why)
+{
+	struct kvp_setup_reply r = { .result = err, .abi_version = KVP_ABI_VERSION };
+	struct kvpd_parcel p = KVPD_PARCEL_INIT;
+
+	kvpd_log(d, 1, "refusing a connection: %s", why);
+	p.sock = fd;
+	p.len = sizeof(r);
+	memcpy(p.msg, &r, sizeof(r));
+	p.drain = REFUSAL_DRAIN;
+	p.close[p.nclose++] = fd;
+	kvpd_courier_post(&d->courier, &p);
+}
+
+/*
+ * Called when full. A daemon that was stopped or busy accepts its backlog in
+ * one go, and most of it may be connections whose peers gave up: their
+ * hang-ups are events the loop has not seen yet. They give their slots back
+ * before a live connection is turned away.
+ */
+static void reclaim_hung_up(struct kvpd *d)
+{
+	for (unsigned slot = 0; slot < d->cfg.max_clients; slot++) {
+		struct kvpd_client *c = d->clients[slot];
+		char byte;
+
+		if (c && !c->ready && recv(c->sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+			kvpd_client_close(d, c, "hung up before its setup");
+	}
+}
 
 int kvpd_client_accept(struct kvpd *d, int fd)
 {
+	unsigned reserved = d->cfg.max_clients > RESERVED_SLOTS ? RESERVED_SLOTS : 0;
+	struct kvpd_tenant *tenant;
 	struct kvpd_client *c;
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
+	bool privileged;
 	unsigned slot;
 
-	for (slot = 0; slot < d->cfg.max_clients && d->clients[slot]; slot++)
-		;
-	if (slot == d->cfg.max_clients || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
-		kvpd_log(d, 1, "refusing a connection: %s",
-			 slot == d->cfg.max_clients ? "too many clients" : strerror(errno));
-		kvpd_courier_close(&d->courier, fd);
-		return -EMFILE;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
+		refuse(d, fd, -errno, strerror(errno));
+		return -EPROTO;
+	}
+	privileged = cred.uid == 0 || cred.uid == geteuid();
+	if (d->nclients >= d->cfg.max_clients - (privileged ? 0 : reserved))
+		reclaim_hung_up(d);
+	if (d->nclients >= d->cfg.max_clients ||
+	    (!privileged && d->nclients >= d->cfg.max_clients - reserved)) {
+		refuse(d, fd, -EUSERS, d->nclients >= d->cfg.max_clients ? "too many clients" :
+				       "the last slots are kept for root and the daemon's uid");
+		return -EUSERS;
+	}
+	/* Counted from accept: a connection that never sets up holds its uid's slot too. */
+	tenant = kvpd_tenant_get(d, KVP_TENANT_UID, cred.uid, NULL);
+	if (!tenant) {
+		refuse(d, fd, -ENOMEM, "out of memory");
+		return -ENOMEM;
+	}
+	if (kvpd_tenant_take(tenant, KVP_QUOTA_CLIENTS, 1) &&
+	    (reclaim_hung_up(d), kvpd_tenant_take(tenant, KVP_QUOTA_CLIENTS, 1))) {
+		kvpd_tenant_put(d, tenant);
+		refuse(d, fd, -EUSERS, "its uid has max_clients connections");
+		return -EUSERS;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		kvpd_courier_close(&d->courier, fd);
+		tenant->used[KVP_QUOTA_CLIENTS]--;
+		kvpd_tenant_put(d, tenant);
+		refuse(d, fd, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
+	for (slot = 0; d->clients[slot]; slot++)
+		;
 	c->slot = slot;
 	c->gen = (uint32_t)++d->client_gen;
 	c->sock = fd;
-	c->bell = c->mem_fd = c->bell_efd = -1;
+	c->bell = c->mem_fd = c->bell_efd = c->stats_fd = -1;
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
+	c->tenant[0] = tenant;
 	c->accepted_ns = kvpd_now_ns();
 	d->clients[slot] = c;
 	d->nclients++;
@@ -106,17 +168,32 @@ bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid)
 int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name)
 {
 	struct kvpd_pool *pool = *name ? kvpd_pool_find(d, name) : NULL;
+	int ret;
 
 	if (*name && !pool)
 		return -ENODEV;
+	/* An owned pool is its creator's: its uid's clients (and root's) only. */
+	if (pool && pool->owned && c->uid != 0 && c->uid != pool->owner_uid)
+		return -EPERM;
 	if (c->seqs_open)
 		return -EBUSY;
-	if (c->pool)
+	ret = pool ? kvpd_tenants_attach(c, pool->stat_idx) : 0;
+	if (ret)
+		return ret;
+	if (!pool)
+		kvpd_tenants_detach(c);
+	/* Both pools' client counts change: publish both (a batch republishes only the new one). */
+	kvpd_stats_begin(d);
+	if (c->pool) {
 		c->pool->clients--;
+		kvpd_stats_pool(d, c->pool, c);
+	}
 	c->pool = pool;
-	if (pool)
+	if (pool) {
 		pool->clients++;
-	c->touched_pool = true;
+		kvpd_stats_pool(d, pool, c);
+	}
+	kvpd_stats_end(d);
 	return 0;
 }
 
@@ -261,11 +338,13 @@ static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_s
 		p.pass[KVP_FD_MEM] = c->mem_fd;
 		p.pass[KVP_FD_DOORBELL] = c->bell_efd;
 		p.npass = KVP_FD_STATS;
-		if (r->features & KVP_FEAT_STATS_PAGE)
-			p.pass[p.npass++] = d->stats.fd;
+		if (c->stats_fd >= 0) {
+			p.pass[p.npass++] = c->stats_fd;
+			p.close[p.nclose++] = c->stats_fd;
+		}
 		p.close[p.nclose++] = c->mem_fd;
 		p.close[p.nclose++] = c->bell_efd;
-		c->mem_fd = c->bell_efd = -1;
+		c->mem_fd = c->bell_efd = c->stats_fd = -1;
 	} else {
 		/* The socket closes next: the peeked setup message must not be left unread. */
 		p.drain = REFUSAL_DRAIN;
@@ -282,6 +361,23 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 		return ret;
 	if (!kvpd_namespace_allowed(d, s->namespace_, c->uid))
 		return -EPERM;
+	/* The namespace's quotas (a named one's), and the arena against both tenants'. */
+	if (*s->namespace_) {
+		struct kvpd_tenant *t = kvpd_tenant_get(d, KVP_TENANT_NAMESPACE, 0, s->namespace_);
+
+		if (!t)
+			return -ENOMEM;
+		ret = kvpd_tenant_take(t, KVP_QUOTA_CLIENTS, 1);
+		if (ret) {
+			kvpd_tenant_put(d, t);
+			return ret;
+		}
+		c->tenant[1] = t;
+	}
+	ret = kvpd_quota_take(c, KVP_QUOTA_ARENA_BYTES, page_align(s->arena_bytes));
+	if (ret)
+		return ret;
+	c->arena_charged = page_align(s->arena_bytes);
 	c->admin = (s->features & KVP_FEAT_ADMIN) && (c->uid == 0 || c->uid == geteuid());
 	ret = kvpd_client_attach(d, c, s->pool);
 	if (ret)
@@ -292,8 +388,20 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 		return ret;
 	r->client_id = c->gen;
 	r->features = s->features & KVP_FEATURES_SUPPORTED & (c->admin ? ~0ull : ~KVP_FEAT_ADMIN);
-	if (r->features & KVP_FEAT_STATS_PAGE)
+	if (r->features & KVP_FEAT_STATS_PAGE) {
+		/* Without the admin feature: its uid's view, no other uid's clients. */
+		if (!c->admin) {
+			c->stat_view = kvpd_statview_get(d, c->uid);
+			if (!c->stat_view)
+				return -ENOMEM;
+		}
+		/* A copy, closed once sent: the view may go before the courier sends it. */
+		c->stats_fd = fcntl(c->stat_view ? c->stat_view->pg.fd : d->stats.fd,
+				    F_DUPFD_CLOEXEC, 0);
+		if (c->stats_fd < 0)
+			return -errno;
 		r->stats_bytes = d->stats.bytes;
+	}
 	fill_pool_info(c, &r->pool);
 	return 0;
 }
@@ -392,9 +500,20 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	kvpd_stats_begin(d);
 	if (c->pool) {
 		kvpd_seqs_close_all(c);
+		d->seqs_released += seqs_open;
+		kvpd_tenants_detach(c);
 		c->pool->clients--;
 		kvpd_stats_pool(d, c->pool, c);
 		c->pool = NULL; /* it may be an owned pool that goes with this client */
+	}
+	/* What it took from its tenants' quotas goes back, and its hold on them. */
+	kvpd_quota_give(c, KVP_QUOTA_CLIENTS, 1);
+	kvpd_quota_give(c, KVP_QUOTA_ARENA_BYTES, c->arena_charged);
+	for (unsigned i = 0; i < 2; i++) {
+		if (c->tenant[i])
+			kvpd_stats_tenant(d, c->tenant[i]);
+		kvpd_tenant_put(d, c->tenant[i]);
+		c->tenant[i] = NULL;
 	}
 	if (c->ready) {
 		d->stats.page->clients_disconnected = d->disconnected;
@@ -407,9 +526,12 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		KVPD_PROBE(client_disconnect, c->gen, (int32_t)c->pid, (uint32_t)c->uid,
 			   (uint32_t)killed, seqs_open);
 	}
+	kvpd_statview_put(d, c->stat_view);
+	c->stat_view = NULL;
 	kvpd_stats_end(d);
 	close_fd(&c->mem_fd);
 	close_fd(&c->bell_efd); /* never sent: the client does not hold it */
+	close_fd(&c->stats_fd);
 	d->clients[c->slot] = NULL;
 	d->nclients--;
 	c->dead = true;

@@ -4,7 +4,11 @@
  *
  *   [daemon]            socket, socket_group, spin_us, budget, max_clients, event_loop
  *   [pool.NAME]         kvctl's pool keys: blocks, block_size, groups, ...
- *   [namespace.NAME]    uids = 1000 1001   (who may use the namespace)
+ *   [namespace.NAME]    uids = 1000 1001   (who may use the namespace), and quotas
+ *   [quota]             quotas of every uid
+ *   [uid.N]             quotas of uid N (keys it does not set: [quota]'s)
+ * Quota keys: max_clients, max_sequences, max_tokens, max_arena_bytes,
+ * max_blocks; a number or "unlimited".
  */
 #include <errno.h>
 #include <ini.h>
@@ -63,6 +67,66 @@ int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out)
 	return -EINVAL;
 }
 
+static const char *const quota_keys[KVP_QUOTA_KEYS] = {
+	[KVP_QUOTA_CLIENTS] = "max_clients",         [KVP_QUOTA_SEQUENCES] = "max_sequences",
+	[KVP_QUOTA_TOKENS] = "max_tokens",           [KVP_QUOTA_ARENA_BYTES] = "max_arena_bytes",
+	[KVP_QUOTA_BLOCKS] = "max_blocks",
+};
+
+void kvpd_quota_defaults(struct kvpd_quota *q)
+{
+	q->limit[KVP_QUOTA_CLIENTS] = 32;
+	q->limit[KVP_QUOTA_SEQUENCES] = 65536;
+	q->limit[KVP_QUOTA_TOKENS] = 1u << 24;
+	q->limit[KVP_QUOTA_ARENA_BYTES] = 256u << 20;
+	q->limit[KVP_QUOTA_BLOCKS] = KVP_QUOTA_UNLIMITED;
+}
+
+/* A quota key into @q (its bit into *@set); -ENOENT: not a quota key. */
+static int quota_key(struct kvpd_quota *q, unsigned *set, const char *name, const char *value)
+{
+	for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++) {
+		char *end;
+
+		if (strcmp(name, quota_keys[k]))
+			continue;
+		if (!strcmp(value, "unlimited")) {
+			q->limit[k] = KVP_QUOTA_UNLIMITED;
+		} else {
+			errno = 0;
+			q->limit[k] = strtoull(value, &end, 10);
+			if (errno || end == value || *end || *value == '-')
+				return -EINVAL;
+		}
+		if (set)
+			*set |= 1u << k;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static int uid_key(struct kvpd_config *cfg, const char *uid_text, const char *name,
+		   const char *value)
+{
+	struct kvpd_uid_quota *u = NULL, *grown;
+	unsigned uid;
+
+	if (parse_unsigned(uid_text, &uid))
+		return -EINVAL;
+	for (unsigned i = 0; i < cfg->nuid_quotas && !u; i++)
+		if (cfg->uid_quotas[i].uid == uid)
+			u = &cfg->uid_quotas[i];
+	if (!u) {
+		grown = realloc(cfg->uid_quotas, (cfg->nuid_quotas + 1) * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		cfg->uid_quotas = grown;
+		u = &cfg->uid_quotas[cfg->nuid_quotas++];
+		*u = (struct kvpd_uid_quota){ .uid = uid };
+	}
+	return quota_key(&u->quota, &u->set, name, value) ? -EINVAL : 0;
+}
+
 static int daemon_key(struct kvpd_config *cfg, const char *name, const char *value)
 {
 	if (!strcmp(name, "socket"))
@@ -97,7 +161,7 @@ static int namespace_key(struct kvpd_config *cfg, const char *ns, const char *na
 	struct kvpd_namespace *n = NULL;
 	char buf[256], *save = NULL;
 
-	if (strcmp(name, "uids") || strlen(ns) >= KVP_NAME_MAX || !*ns || strlen(value) >= sizeof(buf))
+	if (strlen(ns) >= KVP_NAME_MAX || !*ns || strlen(value) >= sizeof(buf))
 		return -EINVAL;
 	for (unsigned i = 0; i < cfg->nnamespaces && !n; i++)
 		if (!strcmp(cfg->namespaces[i].name, ns))
@@ -108,7 +172,11 @@ static int namespace_key(struct kvpd_config *cfg, const char *ns, const char *na
 		n = &cfg->namespaces[cfg->nnamespaces++];
 		memset(n, 0, sizeof(*n));
 		strcpy(n->name, ns);
+		for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
+			n->quota.limit[k] = KVP_QUOTA_UNLIMITED;
 	}
+	if (strcmp(name, "uids"))
+		return quota_key(&n->quota, NULL, name, value) ? -EINVAL : 0;
 	strcpy(buf, value);
 	for (char *t = strtok_r(buf, " ,\t", &save); t; t = strtok_r(NULL, " ,\t", &save)) {
 		unsigned uid;
@@ -133,6 +201,10 @@ static int on_entry(void *user, const char *section, const char *name, const cha
 		ret = p ? kvp_pool_params_set(p, name, value) : -EINVAL;
 	} else if (!strncmp(section, "namespace.", 10)) {
 		ret = namespace_key(ctx->cfg, section + 10, name, value);
+	} else if (!strcmp(section, "quota")) {
+		ret = quota_key(&ctx->cfg->quota, NULL, name, value) ? -EINVAL : 0;
+	} else if (!strncmp(section, "uid.", 4)) {
+		ret = uid_key(ctx->cfg, section + 4, name, value);
 	}
 	if (ret) {
 		fprintf(stderr, "kvpoold: %s: [%s] %s = %s: %s\n", ctx->path, section, name, value,
@@ -170,6 +242,9 @@ int kvpd_config_load(struct kvpd_config *cfg, const char *path)
 
 void kvpd_config_release(struct kvpd_config *cfg)
 {
+	free(cfg->uid_quotas);
+	cfg->uid_quotas = NULL;
+	cfg->nuid_quotas = 0;
 	while (cfg->strings) {
 		char *next = *(char **)cfg->strings;
 

@@ -124,26 +124,67 @@ static int op_seq_open(struct kvpd_client *c, const struct kvp_sqe *sqe, struct 
 	if (!tokens)
 		return -EINVAL;
 	user_salt = (const uint8_t *)tokens + (bytes - sqe->arg2);
+	if (sqe->len > c->pool->params.max_len)
+		return -EINVAL;
 	if (sqe->op_flags & KVP_OPEN_PREFIX)
 		prefix = sqe->arg1;
+	/* Quotas before anything is made: the sequence, and the tokens it keeps. */
+	ret = kvpd_quota_take(c, KVP_QUOTA_SEQUENCES, 1);
+	if (ret)
+		return ret;
+	ret = kvpd_quota_take(c, KVP_QUOTA_TOKENS, sqe->len);
+	if (ret)
+		goto err_give_seq;
 	salt = make_salt(c, user_salt, sqe->arg2, &salt_len);
-	if (!salt)
-		return -ENOMEM;
+	if (!salt) {
+		ret = -ENOMEM;
+		goto err_give_tokens;
+	}
 	ret = kvc_seq_create(c->pool->core, tokens, sqe->len, salt, salt_len, prefix, &seq);
 	free(salt);
 	if (ret)
-		return ret;
+		goto err_give_tokens;
 	ret = kvpd_seq_put(c, seq, &cqe->aux);
-	if (ret)
+	if (ret) {
 		kvc_seq_destroy(seq);
-	else
-		KVPD_PROBE(seq_open, c->gen, (uint64_t)cqe->aux, sqe->len);
+		goto err_give_tokens;
+	}
+	KVPD_PROBE(seq_open, c->gen, (uint64_t)cqe->aux, sqe->len);
+	return 0;
+
+err_give_tokens:
+	kvpd_quota_give(c, KVP_QUOTA_TOKENS, sqe->len);
+err_give_seq:
+	kvpd_quota_give(c, KVP_QUOTA_SEQUENCES, 1);
+	return ret;
+}
+
+/* APPEND: never past the pool's max_len, and within the tenants' tokens. */
+static int op_append(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe)
+{
+	struct kvc_seq_info info;
+	const uint32_t *tokens;
+	uint64_t bytes;
+	int ret;
+
+	kvc_seq_info(seq, &info);
+	if (kvpd_words_bytes(sqe->len, &bytes) || (uint64_t)info.tokens + sqe->len > c->pool->params.max_len)
+		return -EINVAL;
+	tokens = arena_range(c, sqe->addr, bytes);
+	if (!tokens)
+		return -EINVAL;
+	ret = kvpd_quota_take(c, KVP_QUOTA_TOKENS, sqe->len);
+	if (ret)
+		return ret;
+	ret = kvc_seq_append(seq, tokens, sqe->len);
+	if (ret)
+		kvpd_quota_give(c, KVP_QUOTA_TOKENS, sqe->len);
 	return ret;
 }
 
 static struct kvp_stats_pool *pool_stats(struct kvpd *d, const struct kvpd_client *c)
 {
-	return &d->stats.pools[c->pool->stat_idx];
+	return kvpd_stats_pool_entry(d, c->pool);
 }
 
 static int op_lookup(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
@@ -264,18 +305,19 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 {
 	struct kvc_seq_info info;
 	struct kvc_seq *seq;
-	const uint32_t *tokens;
-	uint64_t bytes;
 
-	if (sqe->opcode == KVP_OP_SEQ_CLOSE)
-		return kvpd_seq_close(c, sqe->handle);
+	if (sqe->opcode == KVP_OP_SEQ_CLOSE) {
+		int ret = kvpd_seq_close(c, sqe->handle);
+
+		d->seqs_released += ret == 0;
+		return ret;
+	}
 	seq = kvpd_seq_get(c, sqe->handle);
 	if (!seq)
 		return -EBADF;
 	switch (sqe->opcode) {
 	case KVP_OP_APPEND_TOKENS:
-		tokens = kvpd_words_bytes(sqe->len, &bytes) ? NULL : arena_range(c, sqe->addr, bytes);
-		return tokens ? kvc_seq_append(seq, tokens, sqe->len) : -EINVAL;
+		return op_append(c, seq, sqe);
 	case KVP_OP_LOOKUP:
 		return op_lookup(d, c, seq, sqe, cqe);
 	case KVP_OP_ALLOC:
@@ -376,9 +418,12 @@ static int op_check(struct kvpd_client *c, const struct kvp_sqe *sqe)
 	char *out = arena_range(c, sqe->out_addr, sqe->out_len);
 	int ret = kvc_pool_check(c->pool->core, why, sizeof(why));
 
+	/* The text and its NUL only: never the rest of a large buffer (strncpy would pad it). */
 	if (out && sqe->out_len) {
-		strncpy(out, why, sqe->out_len - 1);
-		out[sqe->out_len - 1] = '\0';
+		size_t n = strnlen(why, sqe->out_len - 1);
+
+		memcpy(out, why, n);
+		out[n] = '\0';
 	}
 	return ret;
 }
@@ -399,7 +444,7 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		memcpy(&params, src, sizeof(params));
 		if (!memchr(params.name, '\0', sizeof(params.name)))
 			return -EINVAL;
-		return kvpd_pool_create(d, &params, sqe->op_flags & KVP_POOL_OWNED ? c->gen : 0);
+		return kvpd_pool_create(d, &params, sqe->op_flags & KVP_POOL_OWNED ? c : NULL);
 	case KVP_OP_POOL_DESTROY:
 		return arena_name(c, sqe, name) ?: kvpd_pool_destroy(d, name, c);
 	}
@@ -440,7 +485,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return 0;
 	case KVP_OP_STATS:
 		out = arena_range(c, sqe->out_addr, sqe->out_len);
-		return out ? kvpd_stats(d, out, sqe->out_len, &cqe->aux) : -EINVAL;
+		return out ? kvpd_stats(d, c, out, sqe->out_len, &cqe->aux) : -EINVAL;
 	case KVP_OP_ATTACH:
 		return arena_name(c, sqe, name) ?: kvpd_client_attach(d, c, name);
 	}

@@ -22,9 +22,15 @@ enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND };
  * How big a task may be: every task of a long request leaves a worker after
  * about this much work, and another client's task waits for one at most.
  */
+/*
+ * The memory a client's jobs in flight may hold; past it, its next data-path
+ * request waits in its SQ (one job, at most KVPD_MAX_ATTEND_IDS ids and
+ * KVPD_SPLIT_SCRATCH of partials, always goes).
+ */
+#define KVPD_CLIENT_JOB_BYTES (16u << 20)
 #define KVPD_TASK_BYTES (4u << 20) /* WRITE_KV, READ_KV: K and V bytes a task copies */
-#define KVPD_TASK_KEYS (1u << 16)  /* ATTEND: key positions a task reads, summed over its
-				    * queries, for one kv head */
+#define KVPD_TASK_WORK (1u << 18)  /* ATTEND: key positions a task reads, summed over its
+				    * queries, times its query heads, times head_dim / 128 */
 
 /* One sequence's queries of an ATTEND. */
 struct kvpd_attend_unit {
@@ -35,6 +41,7 @@ struct kvpd_attend_unit {
 	uint8_t *out;
 	uint64_t keys;     /* key positions its queries read, summed */
 	uint32_t minkeys;  /* key positions of its query that reads the fewest */
+	uint32_t maxkeys;  /* and of the one that reads the most */
 	/*
 	 * Split-K (flash-decoding), for a long context with too few tasks to keep the
 	 * workers busy: the keys of each query are cut into `split` parts, one task
@@ -46,10 +53,16 @@ struct kvpd_attend_unit {
 	/*
 	 * Unsplit, a unit of many queries (a prefill) is cut by queries instead:
 	 * `qparts` tasks per kv head, each its share of the queries, so that no
-	 * task reads much more than KVPD_TASK_KEYS keys (a worker's task is what
+	 * task does much more than KVPD_TASK_WORK (a worker's task is what
 	 * another client's next task waits for).
 	 */
 	uint32_t qparts;
+	/*
+	 * And a query that alone does more (a long context read by many query
+	 * heads) is cut by its query heads: `hparts` tasks per query share, each
+	 * its slice of the kv head's heads (independent: no merge).
+	 */
+	uint32_t hparts;
 	uint32_t task0;
 	float *part;       /* [kv_heads][split][count][g][head_dim] */
 	float *lse;        /* [kv_heads][split][count][g] */
@@ -105,6 +118,7 @@ struct kvpd_job {
 				    * tasks map to units through task0 */
 
 	uint8_t *scratch;          /* ATTEND: the split units' partials (in the job's allocation) */
+	size_t alloc_bytes;        /* the job's allocation, counted in its client's job_bytes */
 
 	/*
 	 * Every task is short (split-K parts, decode queries): the event loop may run

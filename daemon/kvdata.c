@@ -13,10 +13,16 @@
 
 #include "jobs.h"
 #include "kvpoold.h"
+#include "kvwritten.h"
+#include "probes.h"
 #include "sizes.h"
 
-/* Block ids one ATTEND may pin (64 MiB of them): entries may repeat a handle, so bound the sum. */
-#define KVPD_MAX_ATTEND_IDS (1u << 24)
+/*
+ * Block ids one ATTEND may pin (4 MiB of them): entries may repeat a handle,
+ * so bound the sum; with the split partials below, what one request may cost
+ * the daemon in memory (and a client has KVPD_CLIENT_JOB_BYTES in flight).
+ */
+#define KVPD_MAX_ATTEND_IDS (1u << 20)
 /*
  * Split-K: an ATTEND of fewer (sequence, kv head) tasks than KVPD_SPLIT_TASKS per
  * worker thread cuts the keys of its long queries into parts, so that one long
@@ -27,146 +33,13 @@
  */
 #define KVPD_SPLIT_TASKS 2
 #define KVPD_SPLIT_MIN_KEYS 2048
-#define KVPD_SPLIT_SCRATCH (64u << 20)
+#define KVPD_SPLIT_SCRATCH (4u << 20)
 /*
- * An ATTEND whose every task reads at most this many key positions (per kv head:
- * about 100-300 us) may run on the event loop between turns (jobs.h short_tasks).
+ * An ATTEND whose every task reads at most this many key positions times query
+ * heads (per kv head: 8192 keys of 8 query heads, about 100-600 us) may run on
+ * the event loop between turns (jobs.h short_tasks).
  */
-#define KVPD_SHORT_TASK_KEYS 8192
-#include "probes.h"
-
-/* Positions written since the last commit, for one (group, layer). */
-struct kvpd_written {
-	uint64_t *bits; /* bit k: position base + k */
-	uint32_t nwords;
-	uint32_t high;  /* one past the highest position ever written (ring coverage) */
-};
-
-struct kvpd_seq_kv {
-	uint32_t base; /* the computed count the bits start at */
-	uint32_t layers;
-	struct kvpd_written w[]; /* [group * layers + layer] */
-};
-
-void kvpd_seq_kv_free(struct kvpd_seq_kv *kv, uint32_t ngroups)
-{
-	if (!kv)
-		return;
-	for (uint32_t i = 0; i < ngroups * kv->layers; i++)
-		free(kv->w[i].bits);
-	free(kv);
-}
-
-/* After a FREE the blocks are gone: nothing written survives. */
-void kvpd_seq_kv_reset(struct kvpd_seq_kv *kv, uint32_t ngroups)
-{
-	if (!kv)
-		return;
-	for (uint32_t i = 0; i < ngroups * kv->layers; i++) {
-		if (kv->w[i].bits)
-			memset(kv->w[i].bits, 0, kv->w[i].nwords * sizeof(uint64_t));
-		kv->w[i].high = 0;
-	}
-	kv->base = 0;
-}
-
-/* Drops the bits of positions that became computed: they are present by definition now. */
-static void rebase(struct kvpd_seq_kv *kv, uint32_t ngroups, uint32_t computed)
-{
-	uint32_t shift = computed - kv->base;
-
-	if (computed <= kv->base)
-		return;
-	for (uint32_t i = 0; i < ngroups * kv->layers; i++) {
-		struct kvpd_written *w = &kv->w[i];
-		uint32_t words = shift / 64, bits = shift % 64;
-
-		for (uint32_t k = 0; k < w->nwords; k++) {
-			uint64_t lo = k + words < w->nwords ? w->bits[k + words] : 0;
-			uint64_t hi = k + words + 1 < w->nwords ? w->bits[k + words + 1] : 0;
-
-			w->bits[k] = bits ? lo >> bits | hi << (64 - bits) : lo;
-		}
-	}
-	kv->base = computed;
-}
-
-static struct kvpd_written *written(struct kvpd_seq_kv *kv, uint32_t group, uint32_t layer)
-{
-	return &kv->w[group * kv->layers + layer];
-}
-
-static bool all_written(const struct kvpd_written *w, uint32_t base, uint32_t lo, uint32_t hi)
-{
-	for (uint32_t p = lo; p < hi; p++) {
-		uint32_t k = p - base;
-
-		if (k / 64 >= w->nwords || !(w->bits[k / 64] >> (k % 64) & 1))
-			return false;
-	}
-	return true;
-}
-
-static int mark_written(struct kvpd_written *w, uint32_t base, uint32_t lo, uint32_t hi)
-{
-	uint32_t need;
-
-	/* Only what lies past computed is tracked: committed positions are present anyway. */
-	if (hi <= base)
-		return 0;
-	need = (hi - base + 63) / 64;
-	if (need > w->nwords) {
-		uint64_t *bits = realloc(w->bits, need * sizeof(*bits));
-
-		if (!bits)
-			return -ENOMEM;
-		memset(bits + w->nwords, 0, (need - w->nwords) * sizeof(*bits));
-		w->bits = bits;
-		w->nwords = need;
-	}
-	for (uint32_t p = lo < base ? base : lo; p < hi; p++)
-		w->bits[(p - base) / 64] |= 1ull << ((p - base) % 64);
-	if (hi > w->high)
-		w->high = hi;
-	return 0;
-}
-
-/*
- * COMMIT n of a sequence of a pool that holds KV: every layer of every group
- * must have KV written at [computed, n), or a later reader (this sequence, or
- * another one hitting its published blocks) would see whatever the block held
- * before: -ENODATA. A WRITE_KV still in flight counts as not written. On
- * success, what was written past n stops being readable: a position past
- * computed is readable only once written after the last COMMIT.
- */
-int kvpd_kv_commit(struct kvpd_client *c, uint64_t handle, uint32_t n)
-{
-	struct kvpd_seq_slot *slot = kvpd_seq_slot(c, handle);
-	uint32_t ngroups = kvc_pool_config(c->pool->core)->num_groups;
-	struct kvpd_seq_kv *kv = slot->kv;
-	struct kvc_seq_info info;
-	int ret;
-
-	kvc_seq_info(slot->seq, &info);
-	/* An n the core refuses is refused as invalid, whatever was written. */
-	if (c->pool->layout.slot_bytes && n > info.computed && n <= info.tokens &&
-	    n <= info.allocated_slots) {
-		if (!kv)
-			return -ENODATA;
-		rebase(kv, ngroups, info.computed);
-		for (uint32_t i = 0; i < ngroups * kv->layers; i++)
-			if (!all_written(&kv->w[i], kv->base, info.computed, n))
-				return -ENODATA;
-	}
-	ret = kvc_seq_computed(slot->seq, n);
-	if (ret || !kv)
-		return ret;
-	rebase(kv, ngroups, n);
-	for (uint32_t i = 0; i < ngroups * kv->layers; i++)
-		if (kv->w[i].bits)
-			memset(kv->w[i].bits, 0, kv->w[i].nwords * sizeof(uint64_t));
-	return 0;
-}
+#define KVPD_SHORT_TASK_WORK (1u << 16)
 
 /* What one request needs to know about its sequence in one group. */
 struct seq_view {
@@ -192,15 +65,13 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 	if (group >= cfg->num_groups || layer >= pool->layout.layers)
 		return -EINVAL;
 	if (!slot->kv) {
-		slot->kv = calloc(1, sizeof(*slot->kv) + (size_t)cfg->num_groups *
-					   pool->layout.layers * sizeof(struct kvpd_written));
+		slot->kv = kvpd_seq_kv_new(cfg->num_groups, pool->layout.layers);
 		if (!slot->kv)
 			return -ENOMEM;
-		slot->kv->layers = pool->layout.layers;
 	}
 	v->slot = slot;
 	kvc_seq_info(slot->seq, &v->info);
-	rebase(slot->kv, cfg->num_groups, v->info.computed);
+	kvpd_seq_kv_rebase(slot->kv, cfg->num_groups, v->info.computed);
 	v->table = kvc_seq_table(slot->seq, group, &v->tlen);
 	v->ring = kvc_group_ring_blocks(pool->core, group) * cfg->block_size;
 	v->mask = (struct kvpd_mask){ cfg->groups[group].kind, cfg->groups[group].param,
@@ -212,13 +83,13 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 static bool present(const struct seq_view *v, uint32_t group, uint32_t layer, uint32_t bs,
 		    uint32_t lo, uint32_t hi)
 {
-	const struct kvpd_written *w = written(v->slot->kv, group, layer);
 	uint32_t computed = v->info.computed, end = hi < computed ? hi : computed;
 
 	if (lo < end) {
 		if (v->ring) {
 			/* A ring slot holds the latest position written to it only. */
-			uint32_t newest = computed > w->high ? computed : w->high;
+			uint32_t high = kvpd_seq_kv_high(v->slot->kv, group, layer);
+			uint32_t newest = computed > high ? computed : high;
 
 			if ((uint64_t)lo + v->ring < newest)
 				return false;
@@ -230,7 +101,7 @@ static bool present(const struct seq_view *v, uint32_t group, uint32_t layer, ui
 				return false;
 		}
 	}
-	return all_written(w, v->slot->kv->base, lo > computed ? lo : computed, hi);
+	return kvpd_seq_kv_written(v->slot->kv, group, layer, lo > computed ? lo : computed, hi);
 }
 
 /* The blocks holding [lo, hi): the ring's whole table, or the table's span. */
@@ -266,6 +137,7 @@ static struct kvpd_job *new_job(struct kvpd_client *c, const struct kvp_sqe *sqe
 	if (!job)
 		return NULL;
 	job->type = type;
+	job->alloc_bytes = at + scratch;
 	job->client = c;
 	job->lane = &c->lane;
 	job->pool = c->pool;
@@ -289,6 +161,7 @@ static int launch(struct kvpd *d, struct kvpd_job *job)
 		return ret;
 	}
 	job->client->inflight++;
+	job->client->job_bytes += job->alloc_bytes;
 	job->pool->inflight++;
 	d->jobs_inflight++;
 	job->start_ns = d->taken_ns;
@@ -364,16 +237,20 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 	return launch(d, job);
 }
 
+/* What KVP_ATTEND_MAX_KEYS and KVP_ATTEND_MAX_QUERIES leave of one ATTEND as its entries are walked. */
+struct attend_budget {
+	uint32_t keys, queries;
+};
+
 /*
  * One sequence's ATTEND entry, checked; its block span goes to @ids when
- * non-NULL. *keys_left is what KVP_ATTEND_MAX_KEYS leaves: this entry's key
- * positions are taken off it (-E2BIG when they do not fit), and its queries
- * are refused before they are looked at one by one when they cannot fit (each
- * reads its own position at least).
+ * non-NULL. Its queries and key positions are taken off @left (-E2BIG when
+ * they do not fit); the queries are looked at one by one (on the event loop)
+ * only once they fit, so the walk of one request is bounded.
  */
 static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 		       const struct kvp_attend_seq *s, size_t q_row, struct kvpd_attend_unit *u,
-		       uint32_t *ids, uint32_t *nids, uint32_t *keys_left)
+		       uint32_t *ids, uint32_t *nids, struct attend_budget *left)
 {
 	const struct kvpd_kv_layout *l = &c->pool->layout;
 	uint32_t lo[2], hi[2], n, span = 0, bs = l->block_size;
@@ -383,8 +260,9 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 
 	if (s->count == 0 || (uint64_t)s->first_pos + s->count > UINT32_MAX)
 		return -EINVAL;
-	if (s->count > *keys_left)
+	if (s->count > left->queries || s->count > left->keys)
 		return -E2BIG;
+	left->queries -= s->count;
 	ret = kvpd_attend_q_bytes(s->count, a->q_heads, q_row, &bytes);
 	if (ret)
 		return ret;
@@ -400,8 +278,10 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 	u->count = s->count;
 	u->keys = 0;
 	u->minkeys = UINT32_MAX;
+	u->maxkeys = 0;
 	u->split = 1;
 	u->qparts = 1;
+	u->hparts = 1;
 	for (uint32_t i = 0; i < s->count; i++) {
 		uint32_t qlo[2], qhi[2], qn = kvpd_mask_ranges(&v.mask, s->first_pos + i, qlo, qhi);
 		uint32_t seen = 0;
@@ -410,19 +290,47 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 			seen += qhi[r] - qlo[r];
 		u->keys += seen;
 		u->minkeys = seen < u->minkeys ? seen : u->minkeys;
+		u->maxkeys = seen > u->maxkeys ? seen : u->maxkeys;
 	}
 	n = kvpd_mask_union(&v.mask, s->first_pos, s->first_pos + s->count - 1, lo, hi);
 	for (uint32_t r = 0; r < n; r++)
 		span += hi[r] - lo[r];
-	if (span > *keys_left)
+	if (span > left->keys)
 		return -E2BIG;
-	*keys_left -= span;
+	left->keys -= span;
 	for (uint32_t r = 0; r < n; r++)
 		if (!present(&v, a->group, a->layer, bs, lo[r], hi[r]))
 			return -ENODATA;
 	span_of(&v, bs, lo[0], hi[n - 1], &u->map);
 	*nids = u->map.nblocks;
 	return ids ? copy_ids(&v, &u->map, ids) : 0;
+}
+
+/* What a task reading @keys key positions for @heads query heads costs: KVPD_TASK_WORK's unit. */
+static uint64_t attend_work(uint64_t keys, uint32_t heads, uint32_t head_dim)
+{
+	return (keys * heads * head_dim + 127) / 128;
+}
+
+/*
+ * Cuts an unsplit unit into tasks of about KVPD_TASK_WORK: by queries, and a
+ * query that alone does more by its query heads (a worker's task is what
+ * another client's next task waits for). A pure function of the request.
+ */
+static void attend_cut(struct kvpd_attend_unit *u, uint32_t g, uint32_t head_dim)
+{
+	uint64_t work = attend_work(u->keys, g, head_dim), one = attend_work(u->maxkeys, g, head_dim);
+	uint64_t want = (work + KVPD_TASK_WORK - 1) / KVPD_TASK_WORK;
+	uint32_t per;
+
+	if (work <= KVPD_TASK_WORK)
+		return;
+	u->qparts = want < u->count ? (uint32_t)want : u->count;
+	if (one <= KVPD_TASK_WORK || g == 1)
+		return;
+	want = (one + KVPD_TASK_WORK - 1) / KVPD_TASK_WORK;
+	per = want < g ? (uint32_t)((g + want - 1) / want) : 1;
+	u->hparts = (g + per - 1) / per;
 }
 
 /*
@@ -435,6 +343,7 @@ static uint32_t attend_split(const struct kvpd_attend_unit *u, const struct kvpd
 			     uint32_t q_heads, uint64_t tasks, unsigned threads, size_t *scratch)
 {
 	uint64_t want = (uint64_t)KVPD_SPLIT_TASKS * threads, parts, bytes;
+	uint32_t g;
 
 	if (threads < 2 || tasks >= want)
 		return 1;
@@ -444,6 +353,13 @@ static uint32_t attend_split(const struct kvpd_attend_unit *u, const struct kvpd
 	if (parts > ATTN_MERGE_MAX)
 		parts = ATTN_MERGE_MAX;
 	if (parts < 2)
+		return 1;
+	/*
+	 * Parts still too long for a task, read by several query heads: cut by
+	 * heads instead (attend_cut), which needs no partials.
+	 */
+	g = q_heads / l->kv_heads;
+	if (g > 1 && attend_work(u->keys / parts, g, l->head_dim) > KVPD_TASK_WORK)
 		return 1;
 	bytes = parts * u->count * q_heads * ((uint64_t)l->head_dim + 1) * sizeof(float) +
 		l->kv_heads * sizeof(uint32_t);
@@ -474,7 +390,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	struct kvp_attend head, *a;
 	struct kvpd_job *job;
 	size_t q_row, total_ids = 0, scratch = 0, bytes;
-	uint32_t keys_left = KVP_ATTEND_MAX_KEYS;
+	struct attend_budget left = { KVP_ATTEND_MAX_KEYS, KVP_ATTEND_MAX_QUERIES };
 	uint64_t tasks;
 	int ret = 0;
 
@@ -484,7 +400,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		return -EOPNOTSUPP;
 	/* The header first, once: how many entries there are bounds the copy below. */
 	memcpy(&head, src, sizeof(head));
-	if (head.num_seqs > KVP_ATTEND_MAX_SEQS)
+	if (head.num_seqs > KVP_ATTEND_MAX_SEQS || head.q_heads > KVP_ATTEND_MAX_Q_HEADS)
 		return -E2BIG;
 	bytes = sizeof(head) + (size_t)head.num_seqs * sizeof(head.seqs[0]);
 	if (sqe->len < bytes)
@@ -507,7 +423,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		struct kvpd_attend_unit u;
 		uint32_t n;
 
-		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n, &keys_left);
+		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n, &left);
 		total_ids += n;
 		if (!ret)
 			attend_split(&u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
@@ -523,29 +439,25 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	}
 	/* The same walk again: the same units, so the same splits into the same scratch. */
 	scratch = 0;
-	keys_left = KVP_ATTEND_MAX_KEYS;
+	left = (struct attend_budget){ KVP_ATTEND_MAX_KEYS, KVP_ATTEND_MAX_QUERIES };
 	for (uint32_t s = 0; s < a->num_seqs && !ret; s++) {
 		struct kvpd_attend_unit *u = &job->units[s];
 		uint32_t n;
 		size_t at = scratch;
 
 		ret = attend_unit(c, a, &a->seqs[s], q_row, u, job->pinned + job->npinned, &n,
-				  &keys_left);
+				  &left);
 		job->npinned += n;
 		if (ret)
 			break;
 		u->split = attend_split(u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
-		/* Unsplit, a long one is cut by queries: about KVPD_TASK_KEYS keys a task. */
-		if (u->split == 1 && u->keys > KVPD_TASK_KEYS) {
-			uint64_t want = (u->keys + KVPD_TASK_KEYS - 1) / KVPD_TASK_KEYS;
-
-			u->qparts = want < u->count ? (uint32_t)want : u->count;
-		}
+		if (u->split == 1)
+			attend_cut(u, a->q_heads / l->kv_heads, l->head_dim);
 		u->task0 = job->ntasks;
-		job->ntasks += l->kv_heads * u->split * u->qparts;
+		job->ntasks += l->kv_heads * u->split * u->qparts * u->hparts;
 		if (u->split > 1)
 			attend_scratch(u, l, a->q_heads, job->scratch + at);
-		if (u->split > 1 || u->qparts > 1)
+		if (u->split > 1 || u->qparts > 1 || u->hparts > 1)
 			job->mapped = true;
 	}
 	if (ret) {
@@ -566,10 +478,10 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	for (uint32_t s = 0; s < a->num_seqs; s++) {
 		const struct kvpd_attend_unit *u = &job->units[s];
 
-		job->bytes += u->keys * 2 * l->kv_heads * l->row_bytes;
-		uint64_t parts = (uint64_t)u->split * u->qparts;
+		uint64_t parts = (uint64_t)u->split * u->qparts * u->hparts;
 
-		if ((u->keys + parts - 1) / parts > KVPD_SHORT_TASK_KEYS)
+		job->bytes += u->keys * 2 * l->kv_heads * l->row_bytes;
+		if (attend_work(u->keys, job->params.g, l->head_dim) / parts > KVPD_SHORT_TASK_WORK)
 			job->short_tasks = false;
 	}
 	ret = launch(d, job);
@@ -607,6 +519,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 		job->pool->inflight--;
 		d->jobs_inflight--;
 		c->inflight--;
+		c->job_bytes -= job->alloc_bytes;
 		c->data_blocked = false; /* a request waiting for this room is taken next turn */
 		if (!c->dead) {
 			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);
@@ -616,10 +529,9 @@ void kvpd_jobs_complete(struct kvpd *d)
 				uint32_t ngroups = kvc_pool_config(job->pool->core)->num_groups;
 
 				kvc_seq_info(slot->seq, &info);
-				rebase(slot->kv, ngroups, info.computed);
-				cqe.res = mark_written(written(slot->kv, job->group, job->layer),
-						       slot->kv->base, job->first_pos,
-						       job->first_pos + job->count);
+				kvpd_seq_kv_rebase(slot->kv, ngroups, info.computed);
+				cqe.res = kvpd_seq_kv_mark(slot->kv, job->group, job->layer,
+							   job->first_pos, job->first_pos + job->count);
 			}
 			uint64_t ns = kvpd_now_ns() - job->start_ns;
 

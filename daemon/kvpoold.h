@@ -13,10 +13,11 @@
 #include "evloop.h"
 #include "jobs.h"
 #include "kvcore.h"
+#include "tenants.h"
 #include "../uapi/kvpool.h"
 
-#define KVPD_MAX_POOLS 64
 #define KVPD_MAX_NAMESPACES 64
+#define KVPD_STATS_OPS_WORDS (KVP_STATS_OPS / 64)
 #define KVPD_MAX_NS_UIDS 16
 
 struct kvpd_pool {
@@ -30,7 +31,9 @@ struct kvpd_pool {
 	uint32_t inflight;  /* data-path jobs using its blocks */
 	unsigned stat_idx;  /* its entry in the stats page */
 	struct kvc_pool_counters seen; /* the core's counters when last published */
+	bool owned;         /* KVP_POOL_OWNED: attached to only by its creator's uid and root */
 	uint32_t owner;     /* KVP_POOL_OWNED: the creating client's id while it is connected */
+	uid_t owner_uid;
 	bool orphaned;      /* KVP_POOL_OWNED, and its creator is gone: destroy once unused */
 };
 
@@ -64,7 +67,7 @@ struct kvpd_client {
 	int sock;            /* handed to the courier to close, at release */
 	int bell;            /* its own epoll set, holding its doorbell eventfd: the loop
 			      * watches this, never the eventfd the client holds */
-	int mem_fd, bell_efd; /* until the setup reply carries them away */
+	int mem_fd, bell_efd, stats_fd; /* until the setup reply carries them away */
 	void *ev_sock, *ev_bell; /* the event loop implementation's */
 	pid_t pid;
 	uid_t uid;
@@ -74,7 +77,11 @@ struct kvpd_client {
 	unsigned active_idx; /* in kvpd.active while ready */
 	bool dead;           /* closed, kept only until its jobs come back */
 	uint32_t inflight;   /* jobs on the workers; their completions have CQ room reserved */
+	size_t job_bytes;    /* their memory (KVPD_CLIENT_JOB_BYTES) */
 	bool data_blocked;   /* KVP_MAX_DATA_INFLIGHT reached with a data-path entry next */
+	struct kvpd_tenant *tenant[2]; /* its uid's; its namespace's (NULL in the shared one) */
+	struct kvpd_statview *stat_view; /* the page it was given, when not the full one */
+	uint64_t arena_charged; /* arena bytes taken from its tenants' quotas */
 	struct kvpd_lane lane; /* its jobs' tasks not yet taken, for the workers' round */
 	uint64_t accepted_ns;
 	char namespace_[KVP_NAME_MAX];
@@ -107,6 +114,14 @@ struct kvpd_namespace {
 	char name[KVP_NAME_MAX];
 	uid_t uids[KVPD_MAX_NS_UIDS];
 	uint32_t nuids;
+	struct kvpd_quota quota; /* its clients together; unset keys: no limit */
+};
+
+/* A [uid.N] section: the keys it sets (bit k: KVP_QUOTA_k) replace [quota]'s. */
+struct kvpd_uid_quota {
+	uid_t uid;
+	unsigned set;
+	struct kvpd_quota quota;
 };
 
 enum kvpd_evloop_choice { KVPD_EVLOOP_AUTO, KVPD_EVLOOP_IO_URING, KVPD_EVLOOP_EPOLL };
@@ -124,6 +139,9 @@ struct kvpd_config {
 	unsigned npools;
 	struct kvpd_namespace namespaces[KVPD_MAX_NAMESPACES];
 	unsigned nnamespaces;
+	struct kvpd_quota quota;  /* [quota]: every uid's, over the built-in defaults */
+	struct kvpd_uid_quota *uid_quotas;
+	unsigned nuid_quotas;
 	char *strings;            /* storage for the config file's strings */
 };
 
@@ -134,7 +152,24 @@ struct kvpd_statpage {
 	struct kvp_stats_pool *pools;
 	struct kvp_stats_client *clients;
 	struct kvp_stats_op *ops;
+	struct kvp_stats_tenant *tenants;
 	unsigned depth;            /* nested writers: the seqlock moves at the outermost */
+	/* The full page's entries written since its views were last brought up to date. */
+	uint64_t ops_dirty[KVPD_STATS_OPS_WORDS];
+	uint64_t pools_dirty;      /* bit: stat_idx */
+};
+
+/*
+ * The page of a uid's readers without the admin feature: the same layout,
+ * the daemon's pools and operations, but only that uid's client rows and
+ * tenant rows (statview.c).
+ */
+struct kvpd_statview {
+	struct kvpd_statview *next;
+	uid_t uid;
+	unsigned readers;          /* clients that were given it */
+	unsigned own_clients;      /* its rows in use */
+	struct kvpd_statpage pg;
 };
 
 /* The daemon: every piece of mutable state lives here. */
@@ -152,6 +187,9 @@ struct kvpd {
 	struct kvpd_pool *pools[KVPD_MAX_POOLS];
 	unsigned npools;
 
+	struct kvpd_tenant *tenants;
+	uint64_t seqs_released;       /* since the heap was last trimmed */
+	unsigned ticks;               /* housekeeping's */
 	struct kvpd_client **clients; /* by slot */
 	unsigned nclients;
 	struct kvpd_client **active;  /* set up, dense: what the loop polls */
@@ -161,7 +199,8 @@ struct kvpd {
 	struct kvpd_workers workers;
 	const struct kvpd_backend_ops *backend;
 	uint32_t jobs_inflight;
-	struct kvpd_statpage stats;
+	struct kvpd_statpage stats;       /* the full page, for admin readers */
+	struct kvpd_statview *stat_views; /* the uids' pages */
 	uint64_t taken_ns; /* when the entry being dispatched was taken */
 	struct kvpd_client *batch_pending; /* clients with an op_batch to fire */
 
@@ -183,11 +222,14 @@ int kvpd_config_load(struct kvpd_config *cfg, const char *path);
 int kvpd_parse_groups(const char *spec, struct kvp_pool_params *p);
 /* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
 int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
+/* The built-in quota defaults: 32 clients a uid, 65536 sequences, 2^24 tokens, 256 MiB of arenas. */
+void kvpd_quota_defaults(struct kvpd_quota *q);
 void kvpd_config_release(struct kvpd_config *cfg);
 
 /* pools.c */
-/* @owner: the client id a KVP_POOL_OWNED pool belongs to, else 0. */
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params, uint32_t owner);
+/* @owner: the client a KVP_POOL_OWNED pool belongs to, else NULL. */
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params,
+		     const struct kvpd_client *owner);
 int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by);
 struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name);
 /* Pool and namespace names: 1 to KVP_NAME_MAX - 1 printable ASCII bytes, no blanks. */
@@ -235,11 +277,27 @@ int kvpd_seq_close(struct kvpd_client *c, uint64_t handle);
 void kvpd_seqs_close_all(struct kvpd_client *c);
 
 /* stats.c */
-int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed);
+/* What @reader may see of the daemon: its own uid's clients unless it is admin. */
+int kvpd_stats(struct kvpd *d, const struct kvpd_client *reader, uint8_t *out, uint32_t out_len,
+	       __u64 *needed);
 
 /* statpage.c */
 int kvpd_statpage_init(struct kvpd *d);
 void kvpd_statpage_fini(struct kvpd *d);
+/* A sealed page of the stats layout, mapped writable by us only (one per view). */
+int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *name);
+void kvpd_statpage_unmake(struct kvpd_statpage *sp);
+static inline void kvpd_stats_dirty(uint64_t *words, unsigned bit)
+{
+	words[bit / 64] |= 1ull << (bit % 64);
+}
+/* A pool's entry in the full page, to be written (its views follow at the bracket's end). */
+static inline struct kvp_stats_pool *kvpd_stats_pool_entry(struct kvpd *d,
+							   const struct kvpd_pool *pool)
+{
+	kvpd_stats_dirty(&d->stats.pools_dirty, pool->stat_idx);
+	return &d->stats.pools[pool->stat_idx];
+}
 void kvpd_stats_begin(struct kvpd *d);
 void kvpd_stats_end(struct kvpd *d);
 void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_t res,
@@ -252,6 +310,19 @@ void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool);
 void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c);
 void kvpd_stats_client_remove(struct kvpd *d, struct kvpd_client *c);
 void kvpd_stats_fragmentation(struct kvpd *d);
+
+/* statview.c */
+/* The view a reader of @uid without the admin feature maps: made on first use; NULL without memory. */
+struct kvpd_statview *kvpd_statview_get(struct kvpd *d, uid_t uid);
+void kvpd_statview_put(struct kvpd *d, struct kvpd_statview *v);
+/* @uid's view, if a reader holds one. */
+struct kvpd_statview *kvpd_statview_of(struct kvpd *d, uid_t uid);
+/* The full page's changes since the last call, into every view (at a bracket's end). */
+void kvpd_statviews_sync(struct kvpd *d);
+/* A tenant's row, in the full page and in the views that may see it. */
+void kvpd_stats_tenant_add(struct kvpd *d, struct kvpd_tenant *t);
+void kvpd_stats_tenant(struct kvpd *d, struct kvpd_tenant *t);
+void kvpd_stats_tenant_remove(struct kvpd *d, struct kvpd_tenant *t);
 
 /* loop.c */
 /* Picks the implementation (logging which, and why), watches the daemon's descriptors. */

@@ -6,6 +6,7 @@
  * a signal, the housekeeping timer or a finished job wakes it.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -19,7 +20,17 @@
 #include "probes.h"
 #include "spin.h"
 
-#define SETUP_TIMEOUT_NS (5ull * 1000000000ull)
+/* A connection must send its setup this soon: a half-open one holds a slot of its uid's. */
+#define SETUP_TIMEOUT_NS 1000000000ull
+/* Housekeeping ticks: a stale connection goes within a quarter second of its deadline. */
+#define TICK_NS 250000000ull
+#define TICKS_PER_SECOND 4
+/*
+ * Sequences closed since the heap was last trimmed that make it worth a
+ * trim: the allocator keeps freed memory for reuse, and a client that opened
+ * a million sequences would otherwise leave the daemon that much bigger.
+ */
+#define TRIM_AFTER_SEQS 1024
 
 uint64_t kvpd_event_key(enum kvpd_event ev, const struct kvpd_client *c)
 {
@@ -68,7 +79,7 @@ static int choose_evloop(struct kvpd *d)
 
 int kvpd_loop_init(struct kvpd *d)
 {
-	struct itimerspec every_second = { { 1, 0 }, { 1, 0 } };
+	struct itimerspec tick = { { 0, TICK_NS }, { 0, TICK_NS } };
 	sigset_t mask;
 	int ret;
 
@@ -93,7 +104,7 @@ int kvpd_loop_init(struct kvpd *d)
 		ret = -errno;
 		goto err_close_signal;
 	}
-	if (timerfd_settime(d->timer_fd, 0, &every_second, NULL)) {
+	if (timerfd_settime(d->timer_fd, 0, &tick, NULL)) {
 		ret = -errno;
 		goto err_close_timer;
 	}
@@ -176,12 +187,18 @@ static void housekeeping(struct kvpd *d)
 		struct kvpd_client *c = d->clients[i];
 
 		if (c && !c->ready && now - c->accepted_ns > SETUP_TIMEOUT_NS)
-			kvpd_client_close(d, c, "no setup message within 5 s");
+			kvpd_client_close(d, c, "no setup message within 1 s");
 	}
 	kvpd_loop_accept_resume(d);
 	/* Orphaned pools still busy at their owner's close: their jobs drain, their users detach. */
 	kvpd_pools_reap(d);
-	kvpd_stats_fragmentation(d);
+	if (d->seqs_released >= TRIM_AFTER_SEQS) {
+		d->seqs_released = 0;
+		malloc_trim(0);
+	}
+	/* O(sequences): once a second is enough for a gauge. */
+	if (++d->ticks % TICKS_PER_SECOND == 0)
+		kvpd_stats_fragmentation(d);
 }
 
 static void handle_signal(struct kvpd *d)

@@ -6,7 +6,6 @@
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kvpoold.h"
@@ -58,7 +56,19 @@ static const char usage[] =
 	"                    dtype=f32|f16|bf16, layers_per_group\n"
 	"  [namespace.NAME]  uids = 1000 1001   (the uids that may use namespace NAME;\n"
 	"                    the shared namespace \"\" is open to all, and root and the\n"
-	"                    daemon's uid may use any)\n"
+	"                    daemon's uid may use any), and the quota keys below for\n"
+	"                    all of its clients together\n"
+	"  [quota]           quota keys: every uid's (root's and the daemon's uid's\n"
+	"                    only in a [uid.N] section of their own)\n"
+	"  [uid.N]           quota keys of uid N (the others: [quota]'s)\n"
+	"Quota keys, a number or \"unlimited\": max_clients (connections, default 32;\n"
+	"past it a connection is refused with EUSERS), max_sequences (65536),\n"
+	"max_tokens (tokens in open sequences, 16777216), max_arena_bytes (the\n"
+	"connections' arenas, 268435456), max_blocks (distinct blocks held in one\n"
+	"pool, unlimited); past one a request fails with EDQUOT, an ALLOC before free\n"
+	"space is looked at. The last 4 --max-clients slots are kept for root and the\n"
+	"daemon's uid; a connection that sends no setup within 1 s is closed. See\n"
+	"docs/reliability.md.\n"
 	"\n"
 	"The daemon logs the event loop it runs, always: \"event loop: io_uring\" or\n"
 	"\"event loop: epoll (io_uring unavailable: REASON)\"; kvctl stats shows it too.\n"
@@ -75,25 +85,6 @@ static const char usage[] =
 	"\n"
 	"Exit status: 0 after SIGTERM or SIGINT; 1 for a bad option or when the config,\n"
 	"a pool, the socket or the event loop cannot be set up. See docs/protocol.md.\n";
-
-void kvpd_logf(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("kvpoold: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-uint64_t kvpd_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int parse_count(const char *s, unsigned max, unsigned *out)
 {
@@ -412,6 +403,7 @@ int main(int argc, char **argv)
 	const char *config = NULL;
 	int ret;
 
+	kvpd_quota_defaults(&d.cfg.quota);
 	ret = parse_args(&d, argc, argv, &config);
 	if (ret)
 		goto out_config;
@@ -437,7 +429,7 @@ int main(int argc, char **argv)
 		goto out_clients;
 	}
 	for (unsigned i = 0; i < d.cfg.npools; i++) {
-		ret = kvpd_pool_create(&d, &d.cfg.pools[i], 0);
+		ret = kvpd_pool_create(&d, &d.cfg.pools[i], NULL);
 		if (ret) {
 			fprintf(stderr, "kvpoold: pool %s: %s\n", d.cfg.pools[i].name, strerror(-ret));
 			goto out_pools;

@@ -84,7 +84,8 @@ struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 	return NULL;
 }
 
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params, uint32_t owner)
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params,
+		     const struct kvpd_client *owner)
 {
 	struct kvc_pool_config cfg;
 	struct kvpd_pool *pool;
@@ -112,10 +113,15 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params, uint3
 	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
 	for (unsigned g = params->num_groups; g < KVP_MAX_GROUPS; g++)
 		pool->params.group_kind[g] = pool->params.group_param[g] = 0;
-	pool->owner = owner;
+	if (owner) {
+		pool->owned = true;
+		pool->owner = owner->gen;
+		pool->owner_uid = owner->uid;
+	}
 	memcpy(pool->name, params->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
 	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
+	kvc_pool_set_admit_hook(pool->core, kvpd_tenants_admit);
 	d->pools[d->npools++] = pool;
 	kvpd_stats_pool_add(d, pool);
 	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups, KV %zu MiB in %zu KiB pages",
@@ -149,10 +155,12 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 	if (pool->sequences || pool->inflight || pool->clients > (by && by->pool == pool ? 1u : 0u))
 		return -EBUSY;
 	if (by && by->pool == pool) {
+		kvpd_tenants_detach(by); /* its tenants' charges for the pool go below */
 		by->pool = NULL;
 		pool->clients--;
 	}
 	kvpd_stats_pool_remove(d, pool);
+	kvpd_tenants_pool_gone(d, pool->stat_idx);
 	for (i = 0; d->pools[i] != pool; i++)
 		;
 	d->pools[i] = d->pools[--d->npools];

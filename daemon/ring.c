@@ -130,11 +130,13 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 		copy_sqe(&sqe, &c->sqes[c->sq_next & (c->sq_entries - 1)]);
 		/*
 		 * Flow control, not an error: with KVP_MAX_DATA_INFLIGHT data-path
-		 * requests on the workers, the next one waits in the SQ (and so does
-		 * all that follows it) until one comes back; meanwhile the client is
-		 * not pending, whatever it writes into its ring.
+		 * requests on the workers, or KVPD_CLIENT_JOB_BYTES of their memory,
+		 * the next one waits in the SQ (and so does all that follows it)
+		 * until one comes back; meanwhile the client is not pending,
+		 * whatever it writes into its ring.
 		 */
-		if (is_data_path(sqe.opcode) && c->inflight >= KVP_MAX_DATA_INFLIGHT) {
+		if (is_data_path(sqe.opcode) && (c->inflight >= KVP_MAX_DATA_INFLIGHT ||
+						 c->job_bytes >= KVPD_CLIENT_JOB_BYTES)) {
 			c->data_blocked = true;
 			n = i;
 			break;

@@ -83,12 +83,12 @@ struct kvc_seq *kvpd_seq_get(struct kvpd_client *c, uint64_t handle)
 
 static void release_slot(struct kvpd_client *c, uint32_t slot)
 {
-	if (KVPD_PROBE_ENABLED(seq_close)) {
-		struct kvc_seq_info info;
+	struct kvc_seq_info info;
 
-		kvc_seq_info(c->seqs[slot].seq, &info);
-		KVPD_PROBE(seq_close, c->gen, make_handle(c, c->seqs[slot].gen, slot), info.blocks_held);
-	}
+	kvc_seq_info(c->seqs[slot].seq, &info);
+	KVPD_PROBE(seq_close, c->gen, make_handle(c, c->seqs[slot].gen, slot), info.blocks_held);
+	kvpd_quota_give(c, KVP_QUOTA_TOKENS, info.tokens);
+	kvpd_quota_give(c, KVP_QUOTA_SEQUENCES, 1);
 	kvc_seq_destroy(c->seqs[slot].seq);
 	kvpd_seq_kv_free(c->seqs[slot].kv, kvc_pool_config(c->pool->core)->num_groups);
 	c->seqs[slot].seq = NULL;

@@ -18,18 +18,25 @@
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
-int kvpd_statpage_init(struct kvpd *d)
+/* Entries of the tenants' table: each client counts towards a uid and at most one namespace. */
+static unsigned max_tenants(const struct kvpd *d)
 {
-	struct kvpd_statpage *sp = &d->stats;
+	return 2 * d->cfg.max_clients;
+}
+
+int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *name)
+{
 	struct timespec rt;
 	size_t pools_off = sizeof(struct kvp_stats_page);
 	size_t clients_off = pools_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_pool);
 	size_t ops_off = clients_off + d->cfg.max_clients * sizeof(struct kvp_stats_client);
+	size_t tenants_off = ops_off + KVP_STATS_OPS * sizeof(struct kvp_stats_op);
 	uint8_t *m;
 	int ret;
 
-	sp->bytes = (ops_off + KVP_STATS_OPS * sizeof(struct kvp_stats_op) + 4095) & ~(size_t)4095;
-	sp->fd = memfd_create("kvpool-stats", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	sp->bytes = (tenants_off + max_tenants(d) * sizeof(struct kvp_stats_tenant) + 4095) &
+		    ~(size_t)4095;
+	sp->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (sp->fd < 0)
 		return -errno;
 	if (ftruncate(sp->fd, (off_t)sp->bytes))
@@ -46,6 +53,7 @@ int kvpd_statpage_init(struct kvpd *d)
 	sp->pools = (struct kvp_stats_pool *)(m + pools_off);
 	sp->clients = (struct kvp_stats_client *)(m + clients_off);
 	sp->ops = (struct kvp_stats_op *)(m + ops_off);
+	sp->tenants = (struct kvp_stats_tenant *)(m + tenants_off);
 	clock_gettime(CLOCK_REALTIME, &rt);
 	*sp->page = (struct kvp_stats_page){
 		.magic = KVP_STATS_MAGIC,
@@ -57,6 +65,8 @@ int kvpd_statpage_init(struct kvpd *d)
 		.pools_off = pools_off,
 		.clients_off = clients_off,
 		.ops_off = ops_off,
+		.tenants_off = tenants_off,
+		.max_tenants = max_tenants(d),
 		.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec,
 	};
 	return 0;
@@ -68,22 +78,49 @@ err_close:
 	return ret;
 }
 
+void kvpd_statpage_unmake(struct kvpd_statpage *sp)
+{
+	if (sp->page)
+		munmap(sp->page, sp->bytes);
+	if (sp->fd >= 0)
+		close(sp->fd);
+	sp->page = NULL;
+	sp->fd = -1;
+}
+
+int kvpd_statpage_init(struct kvpd *d)
+{
+	return kvpd_statpage_make(d, &d->stats, "kvpool-stats");
+}
+
 void kvpd_statpage_fini(struct kvpd *d)
 {
-	if (d->stats.page)
-		munmap(d->stats.page, d->stats.bytes);
-	if (d->stats.fd >= 0)
-		close(d->stats.fd);
-	d->stats.page = NULL;
-	d->stats.fd = -1;
+	while (d->stat_views) {
+		d->stat_views->readers = 1;
+		kvpd_statview_put(d, d->stat_views);
+	}
+	kvpd_statpage_unmake(&d->stats);
+}
+
+static void seq_open(struct kvpd_statpage *sp)
+{
+	__atomic_store_n(&sp->page->seq, sp->page->seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void seq_close(struct kvpd_statpage *sp, uint64_t now)
+{
+	sp->page->update_ns = now;
+	__atomic_store_n(&sp->page->seq, sp->page->seq + 1, __ATOMIC_RELEASE);
 }
 
 /* Writers nest; only the outermost pair moves the sequence number. */
 void kvpd_stats_begin(struct kvpd *d)
 {
 	if (d->stats.depth++ == 0) {
-		__atomic_store_n(&d->stats.page->seq, d->stats.page->seq + 1, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_RELEASE);
+		seq_open(&d->stats);
+		for (struct kvpd_statview *v = d->stat_views; v; v = v->next)
+			seq_open(&v->pg);
 	}
 }
 
@@ -122,8 +159,12 @@ void kvpd_stats_batch_flush(struct kvpd *d, struct kvpd_client *c)
 void kvpd_stats_end(struct kvpd *d)
 {
 	if (--d->stats.depth == 0) {
-		d->stats.page->update_ns = kvpd_now_ns();
-		__atomic_store_n(&d->stats.page->seq, d->stats.page->seq + 1, __ATOMIC_RELEASE);
+		uint64_t now = kvpd_now_ns();
+
+		kvpd_statviews_sync(d);
+		for (struct kvpd_statview *v = d->stat_views; v; v = v->next)
+			seq_close(&v->pg, now);
+		seq_close(&d->stats, now);
 		batches_fire(d);
 	}
 }
@@ -153,6 +194,7 @@ void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_
 	struct kvp_stats_op *op = &d->stats.ops[opcode];
 	unsigned bucket = bucket_of(ns);
 
+	kvpd_stats_dirty(d->stats.ops_dirty, opcode);
 	op->count++;
 	op->errors += res < 0;
 	op->sum_ns += ns;
@@ -167,7 +209,7 @@ void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_
 /* Copies the core's view of @pool into its entry; probes what changed, charged to @c. */
 void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_client *c)
 {
-	struct kvp_stats_pool *e = &d->stats.pools[pool->stat_idx];
+	struct kvp_stats_pool *e = kvpd_stats_pool_entry(d, pool);
 	uint32_t client = c ? c->gen : 0, groups = pool->params.num_groups;
 	struct kvc_pool_counters now;
 	struct kvc_pool_stats st;
@@ -206,7 +248,7 @@ void kvpd_stats_pool_add(struct kvpd *d, struct kvpd_pool *pool)
 	for (i = 0; i < KVPD_MAX_POOLS && d->stats.pools[i].in_use; i++)
 		;
 	pool->stat_idx = i; /* a free entry exists: there are at most KVPD_MAX_POOLS pools */
-	e = &d->stats.pools[i];
+	e = kvpd_stats_pool_entry(d, pool);
 	kvpd_stats_begin(d);
 	memset(e, 0, sizeof(*e));
 	e->in_use = 1;
@@ -225,15 +267,12 @@ void kvpd_stats_pool_add(struct kvpd *d, struct kvpd_pool *pool)
 void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool)
 {
 	kvpd_stats_begin(d);
-	memset(&d->stats.pools[pool->stat_idx], 0, sizeof(struct kvp_stats_pool));
+	memset(kvpd_stats_pool_entry(d, pool), 0, sizeof(struct kvp_stats_pool));
 	kvpd_stats_end(d);
 }
 
-/* The client's entry; probes its charge when it changed. */
-void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
+static void client_row(struct kvp_stats_client *e, const struct kvpd_client *c)
 {
-	struct kvp_stats_client *e = &d->stats.clients[c->slot];
-
 	if (!e->in_use) {
 		e->in_use = 1;
 		e->client_id = c->gen;
@@ -246,10 +285,25 @@ void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
 		memcpy(e->pool, c->pool->name, sizeof(e->pool));
 	e->sequences = c->seqs_open;
 	e->ops = c->ops;
-	if (e->blocks_held != c->charge.blocks) {
-		e->blocks_held = c->charge.blocks;
+	e->blocks_held = c->charge.blocks;
+}
+
+/* The client's entry, in the full page and its uid's; probes its charge when it changed. */
+void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
+{
+	struct kvp_stats_client *e = &d->stats.clients[c->slot];
+	struct kvpd_statview *v = kvpd_statview_of(d, c->uid);
+
+	if (e->blocks_held != c->charge.blocks)
 		KVPD_PROBE(blocks_held, c->gen, (uint64_t)c->charge.blocks);
+	client_row(e, c);
+	if (v) {
+		v->own_clients += !v->pg.clients[c->slot].in_use;
+		client_row(&v->pg.clients[c->slot], c);
 	}
+	for (unsigned i = 0; i < 2; i++)
+		if (c->tenant[i])
+			kvpd_stats_tenant(d, c->tenant[i]);
 	if (c->charge.failed && !c->charge.failure_logged) {
 		c->charge.failure_logged = true;
 		kvpd_logf("client %u (pid %d): out of memory counting its blocks: its blocks_held "
@@ -260,7 +314,13 @@ void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
 
 void kvpd_stats_client_remove(struct kvpd *d, struct kvpd_client *c)
 {
+	struct kvpd_statview *v = kvpd_statview_of(d, c->uid);
+
 	memset(&d->stats.clients[c->slot], 0, sizeof(struct kvp_stats_client));
+	if (v && v->pg.clients[c->slot].in_use) {
+		v->own_clients--;
+		memset(&v->pg.clients[c->slot], 0, sizeof(struct kvp_stats_client));
+	}
 }
 
 /*
@@ -272,7 +332,7 @@ void kvpd_stats_fragmentation(struct kvpd *d)
 {
 	kvpd_stats_begin(d);
 	for (unsigned p = 0; p < d->npools; p++) {
-		struct kvp_stats_pool *e = &d->stats.pools[d->pools[p]->stat_idx];
+		struct kvp_stats_pool *e = kvpd_stats_pool_entry(d, d->pools[p]);
 
 		for (uint32_t g = 0; g < KVP_MAX_GROUPS; g++)
 			e->groups[g].tokens_held = e->groups[g].tokens_needed = 0;
@@ -285,7 +345,7 @@ void kvpd_stats_fragmentation(struct kvpd *d)
 		if (!c->pool)
 			continue;
 		cfg = kvc_pool_config(c->pool->core);
-		e = &d->stats.pools[c->pool->stat_idx];
+		e = kvpd_stats_pool_entry(d, c->pool);
 		for (uint32_t s = 0; s < c->seqs_cap; s++) {
 			struct kvc_seq_info info;
 

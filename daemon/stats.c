@@ -1,11 +1,21 @@
 /* SPDX-License-Identifier: MIT */
-/* The STATS snapshot: header, one entry per pool, one per connected client. */
+/*
+ * The STATS snapshot: header, one entry per pool, one per connected client;
+ * for a reader without the admin feature only its own uid's clients, the
+ * others counted in other_clients.
+ */
 #include <errno.h>
 #include <string.h>
 
 #include "kvpoold.h"
 
-int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed)
+static bool shown(const struct kvpd_client *reader, const struct kvpd_client *c)
+{
+	return c && c->ready && (reader->admin || c->uid == reader->uid);
+}
+
+int kvpd_stats(struct kvpd *d, const struct kvpd_client *reader, uint8_t *out, uint32_t out_len,
+	       __u64 *needed)
 {
 	struct kvp_stats_header h = {
 		.num_pools = d->npools,
@@ -16,7 +26,8 @@ int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed)
 	size_t off = sizeof(h);
 
 	for (unsigned i = 0; i < d->cfg.max_clients; i++)
-		h.num_clients += d->clients[i] && d->clients[i]->ready;
+		h.num_clients += shown(reader, d->clients[i]);
+	h.other_clients = d->nactive - h.num_clients;
 	*needed = sizeof(h) + (uint64_t)h.num_pools * sizeof(struct kvp_pool_entry) +
 		  (uint64_t)h.num_clients * sizeof(struct kvp_client_entry);
 	if (*needed > out_len)
@@ -38,7 +49,7 @@ int kvpd_stats(struct kvpd *d, uint8_t *out, uint32_t out_len, __u64 *needed)
 		struct kvpd_client *c = d->clients[i];
 		struct kvp_client_entry e = { 0 };
 
-		if (!c || !c->ready)
+		if (!shown(reader, c))
 			continue;
 		e.client_id = c->gen;
 		e.pid = c->pid;

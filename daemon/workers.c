@@ -55,12 +55,14 @@ static void finish(struct kvpd_workers *w, struct kvpd_job *job)
 	wake_loop(w);
 }
 
-/* The job whose task comes next: the first of the lane whose turn it is. */
+/*
+ * The job whose task comes next: the first of the lane whose turn it is. The
+ * caller holds the lock; without it, only whether there is one may be asked
+ * (w->round, atomic): a lane's head changes under the lock.
+ */
 static struct kvpd_job *next_job(const struct kvpd_workers *w)
 {
-	struct kvpd_lane *lane = __atomic_load_n(&w->round, __ATOMIC_RELAXED);
-
-	return lane ? lane->head : NULL;
+	return w->round ? w->round->head : NULL;
 }
 
 /* Puts @lane last in the round; the caller holds the lock. */
@@ -170,7 +172,7 @@ bool kvpd_workers_help(struct kvpd_workers *w)
 	struct kvpd_job *job;
 	uint32_t task;
 
-	if (!next_job(w))
+	if (!__atomic_load_n(&w->round, __ATOMIC_RELAXED))
 		return false;
 	pthread_mutex_lock(&w->lock);
 	job = next_job(w);

@@ -59,6 +59,13 @@ static int recv_reply(int sock, struct kvp_setup_reply *r, int fds[KVP_NUM_FDS])
 	struct cmsghdr *cm;
 	ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
+	/*
+	 * A daemon that refuses us answers and hangs up, perhaps before our
+	 * setup message reached it: that unread message makes the kernel report
+	 * ECONNRESET once, ahead of the reply still queued for us.
+	 */
+	if (n < 0 && errno == ECONNRESET)
+		n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	if (n < 0)
 		return -errno;
 	if (n == 0)
@@ -180,11 +187,21 @@ static int handshake(struct kvp_client *c, const struct kvp_setup *s, bool admin
 	int ret;
 
 	/* A fresh connection's send buffer is empty: this never has to wait. */
-	if (send(c->sock, s, sizeof(*s), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(*s))
-		return -errno;
-	ret = wait_readable(c->sock, deadline) ?: recv_reply(c->sock, &r, fds);
+	if (send(c->sock, s, sizeof(*s), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(*s)) {
+		ret = -errno;
+		/*
+		 * A daemon that turns a connection away (-EUSERS) answers at
+		 * once and hangs up: its reply is queued here, and says why.
+		 */
+		if ((ret != -EPIPE && ret != -ECONNRESET) || recv_reply(c->sock, &r, fds))
+			return ret;
+		ret = 0;
+	} else {
+		ret = wait_readable(c->sock, deadline) ?: recv_reply(c->sock, &r, fds);
+	}
 	if (!ret)
 		ret = r.result;
+
 	if (ret == -EPROTO && r.abi_version != KVP_ABI_VERSION)
 		fprintf(stderr, "libkvpool: kvpoold speaks ABI %u, this library ABI %u\n",
 			r.abi_version ? r.abi_version : 1, KVP_ABI_VERSION);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: unit tests and trace replays, each in the normal build and in
 # the ASan+UBSan build (whose core checks every invariant after every
-# operation), the kvtrace command-line tests, and a warning-free clang build.
+# operation), the data path under TSan, the fuzzers for 30 s each, the kvtrace
+# command-line tests, and a warning-free clang build.
 # The tests that start a daemon run again, release build, on the epoll event
 # loop (what containers that refuse io_uring get); the fallback itself is
 # tested under a seccomp filter that refuses io_uring.
@@ -57,6 +58,21 @@ for variant in "" asan; do
 	run "evloop/$tag/fallback" tests/evloop_fallback.sh "$daemon" "$bin/kvctl" "$bin/kvengine" \
 		"$dir/tests/no_io_uring"
 	run "bench/$tag/core" "$bin/kvbench" core --rounds 1
+done
+
+# The threaded data path (workers, split-K, the loop's help) under ThreadSanitizer: a race
+# makes the test binary, or the daemon at its exit, fail with TSan's exit code 66.
+run "tsan/test_workers" build/tsan/tests/test_workers
+for t in test_kv_split test_kv_tasks test_kv_inflight test_kv_prefill test_fair_attend; do
+	[ -x "build/tsan/tests/integration/$t" ] &&
+		run "tsan/$t" env KVPOOLD=build/tsan/bin/kvpoold KVCTL=build/tsan/bin/kvctl \
+			"build/tsan/tests/integration/$t"
+done
+
+# The fuzzers (tests/fuzz/), each for FUZZ_SMOKE_SECONDS (default 30) from its seed corpus;
+# skipped when clang's libFuzzer runtime is missing.
+for f in session config kvtrace; do
+	run "fuzz/$f" tests/fuzz/run.sh "$f" "${FUZZ_SMOKE_SECONDS:-30}"
 done
 
 # Again on the epoll event loop, release build.

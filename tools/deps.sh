@@ -6,6 +6,8 @@ packages=(
 	build-essential make pkg-config clang
 	libxxhash-dev libcmocka-dev liburing-dev libinih-dev libjson-c-dev systemtap-sdt-dev
 	libbpf-dev libelf-dev zlib1g-dev llvm bpftool bpftrace jq prometheus
+	# libFuzzer and the sanitizers' runtimes: only a Recommends of clang
+	libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvctl.h"
 
@@ -19,7 +21,9 @@ static const char usage[] =
 	"                                  group: blocks held, window drops, fragmentation;\n"
 	"                                  clients; operations with p50/p99 latency\n"
 	"  clients [--json]                per client: id, pid, uid, namespace, pool,\n"
-	"                                  sequences, blocks held (distinct), requests\n"
+	"                                  sequences, blocks held (distinct), requests;\n"
+	"                                  per uid and namespace: its use of each quota\n"
+	"                                  against its limit\n"
 	"  top [--json] [--interval MS] [--count N]\n"
 	"                                  the same, refreshed (default every 1000 ms); q quits\n"
 	"  acct [--json] [--pid PID] [--interval SEC] [--count N]\n"
@@ -39,13 +43,29 @@ static const char usage[] =
 	"  -h, --help          show this help and exit\n"
 	"\n"
 	"stats, clients and top read the daemon's read-only stats page: they never slow\n"
-	"it down. Admin commands need root or the daemon's uid. Exit status: 0 on\n"
-	"success, 1 when the daemon refuses or cannot be reached, 2 for a usage error.\n";
+	"it down. Root and the daemon's uid see every client; anyone else sees the\n"
+	"clients of their own uid, the others only counted (\"other clients: N\").\n"
+	"Admin commands need root or the daemon's uid. Exit status: 0 on success, 1\n"
+	"when the daemon refuses or cannot be reached, 2 for a usage error.\n";
+
+/*
+ * Root and the daemon's uid (the socket's owner) read the whole stats page
+ * as admin; anyone else is given their own uid's clients only.
+ */
+static bool may_admin(const char *socket)
+{
+	const char *path = socket ? socket : getenv("KVPOOL_SOCKET");
+	struct stat st;
+
+	if (geteuid() == 0)
+		return true;
+	return !stat(path ? path : KVP_DEFAULT_SOCKET, &st) && st.st_uid == geteuid();
+}
 
 static int connect_to(const char *socket, bool admin, struct kvp_client **c)
 {
-	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin, .stats_page = !admin,
-					 .sq_entries = 4, .arena_bytes = 4096 };
+	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin || may_admin(socket),
+					 .stats_page = !admin, .sq_entries = 4, .arena_bytes = 4096 };
 	int ret = kvp_connect(&opts, c);
 
 	if (ret)
@@ -112,8 +132,10 @@ static int cmd_view(const char *socket, int argc, char **argv)
 			print_prometheus(&s);
 		else if (!ret && json)
 			print_stats_json(&s, cmd == CLIENTS);
-		else if (!ret && cmd == CLIENTS)
+		else if (!ret && cmd == CLIENTS) {
 			print_clients_table(&s);
+			print_tenants_table(&s);
+		}
 		else if (!ret)
 			print_stats_table(&s);
 		snapshot_release(&s);

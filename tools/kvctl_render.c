@@ -80,6 +80,7 @@ void print_stats_table(const struct snapshot *s)
 	}
 	printf("\n");
 	print_clients_table(s);
+	print_tenants_table(s);
 	printf("\n%-14s %12s %8s %10s %10s\n", "OPERATION", "COUNT", "ERRORS", "P50", "P99");
 	for (unsigned o = 0; o < KVP_STATS_OPS; o++) {
 		const struct kvp_stats_op *op = &s->ops[o];
@@ -199,6 +200,7 @@ void print_stats_json(const struct snapshot *s, bool clients_only)
 		json_object_object_add(root, "pools", pools);
 	}
 	json_object_object_add(root, "clients", clients);
+	tenants_json(s, root);
 	if (!clients_only) {
 		json_object_object_add(root, "operations", ops_json(s));
 		json_object_object_add(root, "clients_connected", ju64(s->page->clients_connected));
@@ -220,7 +222,7 @@ static void meta(const char *name, const char *type, const char *help)
 }
 
 /* Label values: backslash, quote and newline escaped; names are printable already. */
-static void label(const char *key, const char *value, size_t max, bool first)
+void prom_label(const char *key, const char *value, size_t max, bool first)
 {
 	printf("%s%s=\"", first ? "" : ",", key);
 	for (size_t i = 0; i < max && value[i]; i++) {
@@ -238,9 +240,9 @@ static void pool_sample(const char *metric, const struct kvp_stats_pool *p, cons
 			const char *v2, uint64_t value)
 {
 	printf("%s{", metric);
-	label("pool", p->name, KVP_NAME_MAX, true);
+	prom_label("pool", p->name, KVP_NAME_MAX, true);
 	if (k2)
-		label(k2, v2, 64, false);
+		prom_label(k2, v2, 64, false);
 	printf("} %llu\n", (unsigned long long)value);
 }
 
@@ -248,10 +250,10 @@ static void group_sample(const char *metric, const struct kvp_stats_pool *p, uin
 			 const char *state, uint64_t value)
 {
 	printf("%s{", metric);
-	label("pool", p->name, KVP_NAME_MAX, true);
+	prom_label("pool", p->name, KVP_NAME_MAX, true);
 	printf(",group=\"%u\",kind=\"%s\"", g, kind_name(p->groups[g].kind));
 	if (state)
-		label("state", state, 16, false);
+		prom_label("state", state, 16, false);
 	printf("} %llu\n", (unsigned long long)value);
 }
 
@@ -343,8 +345,8 @@ void print_prometheus(const struct snapshot *s)
 	meta("kvpool_client_blocks", "gauge", "Distinct blocks a client's sequences hold (its charge).");
 	FOR_EACH_CLIENT(s, c) {
 		printf("kvpool_client_blocks{client=\"%u\",pid=\"%d\",", c->client_id, c->pid);
-		label("namespace", c->namespace_, KVP_NAME_MAX, true);
-		label("pool", c->pool, KVP_NAME_MAX, false);
+		prom_label("namespace", c->namespace_, KVP_NAME_MAX, true);
+		prom_label("pool", c->pool, KVP_NAME_MAX, false);
 		printf("} %llu\n", (unsigned long long)c->blocks_held);
 		clients++;
 	}
@@ -367,4 +369,5 @@ void print_prometheus(const struct snapshot *s)
 			printf("kvpool_operation_errors_total{op=\"%s\"} %llu\n", opcode_name(o),
 			       (unsigned long long)s->ops[o].errors);
 	print_histograms(s);
+	print_tenants_prometheus(s);
 }

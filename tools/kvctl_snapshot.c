@@ -50,20 +50,24 @@ uint64_t hist_percentile(const __u64 *hist, unsigned buckets, double p)
 static int validate(struct snapshot *s)
 {
 	const struct kvp_stats_page *pg = s->buf;
-	uint64_t pools_end, clients_end, ops_end;
+	uint64_t pools_end, clients_end, ops_end, tenants_end;
 
 	if (s->bytes < sizeof(*pg) || pg->magic != KVP_STATS_MAGIC || pg->version != KVP_STATS_VERSION)
 		return -EPROTO;
 	pools_end = pg->pools_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_pool);
 	clients_end = pg->clients_off + (uint64_t)pg->max_clients * sizeof(struct kvp_stats_client);
 	ops_end = pg->ops_off + KVP_STATS_OPS * sizeof(struct kvp_stats_op);
+	tenants_end = pg->tenants_off + (uint64_t)pg->max_tenants * sizeof(struct kvp_stats_tenant);
 	if (pools_end > s->bytes || clients_end > s->bytes || ops_end > s->bytes ||
+	    tenants_end > s->bytes ||
 	    pg->hist_buckets != KVP_HIST_BUCKETS)
 		return -EPROTO;
 	s->page = pg;
 	s->pools = (const void *)((const char *)s->buf + pg->pools_off);
 	s->clients = (const void *)((const char *)s->buf + pg->clients_off);
 	s->ops = (const void *)((const char *)s->buf + pg->ops_off);
+	s->tenants = (const void *)((const char *)s->buf + pg->tenants_off);
+	s->max_tenants = pg->max_tenants;
 	return 0;
 }
 

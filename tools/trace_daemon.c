@@ -15,11 +15,11 @@
 #include "trace.h"
 
 /*
- * The largest arena the daemon grants: the connection outlives every sequence
- * of the trace, so it is sized once for the largest request. Its memfd pages
- * cost only once touched.
+ * The connection outlives every sequence of the trace, so its arena is sized
+ * once: token arrays go through it in pieces (append_tokens), and a quarter
+ * of a uid's default max_arena_bytes leaves room for three more replays.
  */
-#define ARENA_BYTES KVP_MAX_ARENA
+#define ARENA_BYTES (64ull << 20)
 
 struct daemon_seq {
 	uint64_t handle;

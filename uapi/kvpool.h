@@ -187,6 +187,9 @@ enum kvp_opcode {
 #define KVP_ATTEND_MAX_KEYS (1u << 22)  /* ATTEND key positions read, summed over its
 					 * entries (each entry's counted once per
 					 * position its queries read): -E2BIG */
+#define KVP_ATTEND_MAX_QUERIES (1u << 16) /* ATTEND query positions (count), summed
+					 * over its entries: -E2BIG */
+#define KVP_ATTEND_MAX_Q_HEADS 256      /* ATTEND q_heads: -E2BIG */
 #define KVP_MAX_DATA_INFLIGHT 64        /* WRITE_KV, READ_KV, ATTEND of one client on
 					 * the workers at once; the next one waits in the
 					 * SQ (with what follows it) until one completes */
@@ -319,13 +322,18 @@ struct kvp_pool_params {
 	__u64 resv[2];         /* must be zero (else -EINVAL) */
 };
 
-/* Daemon -> client, STATS output. */
+/*
+ * Daemon -> client, STATS output. A client without KVP_FEAT_ADMIN is shown the
+ * clients of its own uid only; the others are counted in other_clients.
+ */
 struct kvp_stats_header {
 	__u32 num_pools;            /* struct kvp_pool_entry that follow */
 	__u32 num_clients;          /* struct kvp_client_entry that follow: clients past setup */
 	__u64 clients_connected;    /* since start */
 	__u64 clients_disconnected; /* since start */
 	__u64 clients_killed;       /* hung up with sequences open */
+	__u32 other_clients;        /* clients past setup left out (other uids') */
+	__u32 resv;                 /* zero */
 	/* then struct kvp_pool_entry[num_pools], struct kvp_client_entry[num_clients] */
 };
 
@@ -358,6 +366,24 @@ struct kvp_client_entry {
  */
 #define KVP_STATS_MAGIC 0x6b767374u /* "kvst" */
 #define KVP_STATS_VERSION 1
+/*
+ * Quotas, one value each of a uid, a namespace (its clients together) or the
+ * default for every uid, from the config; used and limit in struct
+ * kvp_stats_tenant. Over a quota a request fails with -EDQUOT (a connection
+ * over max_clients with -EUSERS).
+ */
+enum {
+	KVP_QUOTA_CLIENTS,     /* connections */
+	KVP_QUOTA_SEQUENCES,   /* open sequences */
+	KVP_QUOTA_TOKENS,      /* tokens held in the sequences' token arrays */
+	KVP_QUOTA_ARENA_BYTES, /* the connections' arenas, summed */
+	KVP_QUOTA_BLOCKS,      /* distinct blocks its sequences hold, per pool */
+	KVP_QUOTA_KEYS,
+};
+#define KVP_QUOTA_UNLIMITED (~0ull)
+#define KVP_TENANT_UID 1
+#define KVP_TENANT_NAMESPACE 2
+
 #define KVP_EVENT_LOOP_IO_URING 1 /* liburing: multishot accept and poll */
 #define KVP_EVENT_LOOP_EPOLL 2    /* epoll(7): where io_uring is refused (containers, gVisor) */
 #define KVP_HIST_BUCKETS 40  /* bucket b: latencies in [2^b, 2^(b+1)) ns (b = 0: also 0;
@@ -416,6 +442,22 @@ struct kvp_stats_client {
 	__u64 ops;          /* requests completed (failed ones included) */
 };
 
+/* A uid's, or a namespace's, use of its quotas (kvpd's [quota], [uid.N], [namespace.NAME]). */
+struct kvp_stats_tenant {
+	__u32 in_use;       /* 0: an unused entry (all zero) */
+	__u32 kind;         /* KVP_TENANT_UID, KVP_TENANT_NAMESPACE */
+	__u32 uid;          /* KVP_TENANT_UID */
+	__u32 resv;         /* zero */
+	char namespace_[KVP_NAME_MAX]; /* KVP_TENANT_NAMESPACE, NUL-terminated */
+	__u64 used[KVP_QUOTA_KEYS];    /* blocks: in the pool where it holds most */
+	__u64 limit[KVP_QUOTA_KEYS];   /* KVP_QUOTA_UNLIMITED: none */
+};
+
+/*
+ * The page a client without KVP_FEAT_ADMIN maps is its uid's: client rows of
+ * that uid only (the others counted in other_clients), and its uid's tenant
+ * row; pools and operations are the daemon's.
+ */
 struct kvp_stats_page {
 	__u32 magic;        /* KVP_STATS_MAGIC */
 	__u32 version;      /* KVP_STATS_VERSION */
@@ -433,8 +475,11 @@ struct kvp_stats_page {
 	__u64 clients_disconnected; /* since start */
 	__u64 clients_killed; /* hung up with sequences open */
 	__u32 event_loop;   /* KVP_EVENT_LOOP_* the daemon runs (0 from a daemon before ABI 2) */
+	__u32 other_clients; /* clients past setup whose rows this page leaves out */
+	__u64 tenants_off;  /* bytes from the page's start: struct kvp_stats_tenant[max_tenants] */
+	__u32 max_tenants;  /* entries at tenants_off */
 	__u32 resv0;        /* zero */
-	__u64 resv[4];      /* zero */
+	__u64 resv[2];      /* zero */
 };
 
 /*
@@ -608,7 +653,7 @@ _Static_assert(__builtin_offsetof(struct kvp_pool_params, group_param) == 84,
 _Static_assert(__builtin_offsetof(struct kvp_pool_params, resv0) == 148, "kvp_pool_params.resv0");
 _Static_assert(__builtin_offsetof(struct kvp_pool_params, resv) == 152, "kvp_pool_params.resv");
 
-_Static_assert(sizeof(struct kvp_stats_header) == 32, "kvp_stats_header");
+_Static_assert(sizeof(struct kvp_stats_header) == 40, "kvp_stats_header");
 _Static_assert(__builtin_offsetof(struct kvp_stats_header, num_pools) == 0,
 	       "kvp_stats_header.num_pools");
 _Static_assert(__builtin_offsetof(struct kvp_stats_header, num_clients) == 4,
@@ -619,6 +664,8 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_header, clients_disconnected)
 	       "kvp_stats_header.clients_disconnected");
 _Static_assert(__builtin_offsetof(struct kvp_stats_header, clients_killed) == 24,
 	       "kvp_stats_header.clients_killed");
+_Static_assert(__builtin_offsetof(struct kvp_stats_header, other_clients) == 32,
+	       "kvp_stats_header.other_clients");
 
 _Static_assert(sizeof(struct kvp_pool_entry) == 64, "kvp_pool_entry");
 _Static_assert(__builtin_offsetof(struct kvp_pool_entry, name) == 0, "kvp_pool_entry.name");
@@ -743,8 +790,19 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_page, clients_killed) == 88,
 	       "kvp_stats_page.clients_killed");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, event_loop) == 96,
 	       "kvp_stats_page.event_loop");
-_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv0) == 100, "kvp_stats_page.resv0");
-_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 104, "kvp_stats_page.resv");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, other_clients) == 100,
+	       "kvp_stats_page.other_clients");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, tenants_off) == 104,
+	       "kvp_stats_page.tenants_off");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, max_tenants) == 112,
+	       "kvp_stats_page.max_tenants");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv0) == 116, "kvp_stats_page.resv0");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 120, "kvp_stats_page.resv");
+_Static_assert(sizeof(struct kvp_stats_tenant) == 128, "kvp_stats_tenant");
+_Static_assert(__builtin_offsetof(struct kvp_stats_tenant, namespace_) == 16,
+	       "kvp_stats_tenant.namespace_");
+_Static_assert(__builtin_offsetof(struct kvp_stats_tenant, used) == 48, "kvp_stats_tenant.used");
+_Static_assert(__builtin_offsetof(struct kvp_stats_tenant, limit) == 88, "kvp_stats_tenant.limit");
 
 /* Values that cross the socket and the rings. */
 _Static_assert(KVP_FD_MEM == 0 && KVP_FD_DOORBELL == 1 && KVP_FD_STATS == 2 && KVP_NUM_FDS == 3,

@@ -66,6 +66,7 @@ struct kvc_pool {
 	struct kvc_seq_list seqs; /* every live sequence, for kvc_pool_check */
 	struct kvc_pool_counters counters;
 	kvc_hold_fn hold;
+	kvc_admit_fn admit;
 };
 
 struct kvc_table {

@@ -113,6 +113,26 @@ void kvc_pool_counters(const struct kvc_pool *pool, struct kvc_pool_counters *c)
 typedef void (*kvc_hold_fn)(void *owner, uint32_t block, bool held);
 void kvc_pool_set_hold_hook(struct kvc_pool *pool, kvc_hold_fn fn);
 
+/*
+ * What an allocation is about to add to a sequence's tables, for an admission
+ * hook: @popped new blocks off the free queue (no table holds them), and the
+ * cache hits it takes, group g's at hit_ids[g][hit_first[g] .. hit_end[g])
+ * (null entries skipped). Window drops for the current count have happened.
+ */
+struct kvc_admit {
+	uint32_t popped;
+	uint32_t hit_first[KVC_MAX_GROUPS], hit_end[KVC_MAX_GROUPS];
+	const uint32_t *hit_ids[KVC_MAX_GROUPS];
+};
+
+/*
+ * Called by kvc_alloc with the sequence's owner before it checks the free
+ * queue: a non-zero return (a quota's -EDQUOT, say) fails the allocation with
+ * it, as -ENOSPC would (only the window drop has happened then).
+ */
+typedef int (*kvc_admit_fn)(void *owner, const struct kvc_admit *admit);
+void kvc_pool_set_admit_hook(struct kvc_pool *pool, kvc_admit_fn fn);
+
 /* Clears every cache hash if no block is in use: 0, else -EBUSY. */
 int kvc_pool_reset(struct kvc_pool *pool);
 
@@ -176,8 +196,9 @@ struct kvc_alloc_res {
 
 /*
  * vLLM's allocate_slots. -EINVAL for a refused request (nothing changes),
- * -ENOSPC when the pool is short and -ENOMEM when a table cannot grow (only
- * the window drop for the current count has happened then). On success the new blocks of group g are the table entries
+ * what the admission hook returns (checked first), -ENOSPC when the pool is
+ * short and -ENOMEM when a table cannot grow (only the window drop for the
+ * current count has happened then). On success the new blocks of group g are the table entries
  * from res->first_new[g] to the end.
  */
 int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req,

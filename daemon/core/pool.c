@@ -140,6 +140,11 @@ void kvc_pool_counters(const struct kvc_pool *pool, struct kvc_pool_counters *c)
 	*c = pool->counters;
 }
 
+void kvc_pool_set_admit_hook(struct kvc_pool *pool, kvc_admit_fn fn)
+{
+	pool->admit = fn;
+}
+
 void kvc_pool_set_hold_hook(struct kvc_pool *pool, kvc_hold_fn fn)
 {
 	pool->hold = fn;

@@ -246,6 +246,23 @@ int64_t kvc_alloc_cost(struct kvc_seq *seq, const struct kvc_alloc_req *req)
 	return ret ? ret : (int64_t)plan.take;
 }
 
+/* The plan as the admission hook sees it (kvc_admit). */
+static const struct kvc_admit *admit_of(const struct kvc_seq *seq, const struct alloc_plan *plan,
+				       struct kvc_admit *a)
+{
+	const struct kvc_pool *pool = seq->pool;
+
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
+		a->popped += plan->take_new[g];
+		if (!seq->running) {
+			a->hit_first[g] = plan->skipped[g];
+			a->hit_end[g] = plan->hit_blocks > plan->skipped[g] ? plan->hit_blocks : plan->skipped[g];
+			a->hit_ids[g] = pool->hit_ids[g];
+		}
+	}
+	return a;
+}
+
 static int reserve_tables(struct kvc_seq *seq, const struct alloc_plan *plan)
 {
 	for (uint32_t g = 0; g < seq->pool->cfg.num_groups; g++) {
@@ -292,6 +309,13 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 	if (ret)
 		return ret;
 	drop_for(seq, plan.total);
+	if (pool->admit) {
+		ret = pool->admit(seq->owner, admit_of(seq, &plan, &(struct kvc_admit){ 0 }));
+		if (ret) {
+			kvc_debug_check(pool);
+			return ret;
+		}
+	}
 	if (plan.take > pool->nfree) {
 		kvc_debug_check(pool);
 		return -ENOSPC;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -95,6 +97,58 @@ int daemon_stop(struct daemon *d)
 		fprintf(stderr, "kvpoold exited %d; log %s\n", WEXITSTATUS(status), d->log);
 	}
 	return WEXITSTATUS(status);
+}
+
+void daemon_open_to_all(const struct daemon *d)
+{
+	CHECK_EQ(chmod(d->dir, 0711), 0);
+	CHECK_EQ(chmod(d->socket, 0666), 0);
+}
+
+void drop_to_uid(uid_t uid)
+{
+	CHECK_EQ(setgroups(0, NULL), 0);
+	CHECK_EQ(setgid(uid), 0);
+	CHECK_EQ(setuid(uid), 0);
+	CHECK_EQ(geteuid(), uid);
+	CHECK(uid == 0 || setuid(0) != 0); /* really dropped */
+	/* A change of credentials clears the parent-death signal fork_child set. */
+	CHECK_EQ(prctl(PR_SET_PDEATHSIG, SIGKILL), 0);
+}
+
+static char config_dir[64];
+static pid_t config_owner;
+
+/* At the exit of the process that made it, not of a forked child's. */
+static void config_remove(void)
+{
+	char path[96];
+
+	if (!*config_dir || getpid() != config_owner)
+		return;
+	snprintf(path, sizeof(path), "%s/kvpoold.ini", config_dir);
+	unlink(path);
+	rmdir(config_dir);
+}
+
+const char *config_file(const char *text)
+{
+	static char path[96];
+	FILE *f;
+
+	if (!*config_dir) {
+		strcpy(config_dir, "/tmp/kvpool-config-XXXXXX");
+		CHECK(mkdtemp(config_dir) != NULL);
+		CHECK_EQ(chmod(config_dir, 0755), 0);
+		config_owner = getpid();
+		atexit(config_remove);
+	}
+	snprintf(path, sizeof(path), "%s/kvpoold.ini", config_dir);
+	f = fopen(path, "w");
+	CHECK(f != NULL);
+	CHECK(fputs(text, f) >= 0);
+	CHECK_EQ(fclose(f), 0);
+	return path;
 }
 
 uint64_t test_now_ns(void)
@@ -252,25 +306,35 @@ void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool
 	kvp_close(c);
 }
 
+/* A child outlives no failed test: it would hold the runner's output pipe open. */
+static void die_with_parent(pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		_exit(1);
+}
+
 pid_t fork_child(int (*fn)(void *arg), void *arg)
 {
-	pid_t pid = fork();
+	pid_t parent = getpid(), pid = fork();
 
-	if (pid == 0)
+	if (pid == 0) {
+		die_with_parent(parent);
 		_exit(fn(arg));
+	}
 	return pid;
 }
 
 pid_t fork_child_ready(int (*fn)(void *arg), void *arg)
 {
+	pid_t parent = getpid(), pid;
 	int fds[2];
 	char c;
-	pid_t pid;
 
 	CHECK(pipe(fds) == 0);
 	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
+		die_with_parent(parent);
 		close(fds[0]);
 		dup2(fds[1], STDOUT_FILENO);
 		close(fds[1]);

@@ -66,6 +66,20 @@ void create_pool_or_die(const struct daemon *d, const char *name, const char *co
 /* The pool's stats through an admin CHECK first: aborts if invariants are broken. */
 void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool_stats *st);
 
+/*
+ * Tenants: tests that run clients as other uids need root (they return 77
+ * without it). daemon_open_to_all lets any uid reach @d's socket (the harness
+ * makes its directory 0700 and the socket 0660); drop_to_uid makes the
+ * calling process (a forked child) @uid, group @uid too, for good.
+ */
+void daemon_open_to_all(const struct daemon *d);
+void drop_to_uid(uid_t uid);
+/*
+ * Writes @text to a new config file and returns its path, valid until the
+ * next call; the file is removed at exit.
+ */
+const char *config_file(const char *text);
+
 /* Runs @fn(@arg) in a forked child; returns its pid. */
 pid_t fork_child(int (*fn)(void *arg), void *arg);
 /*

@@ -4,7 +4,7 @@
  * A WRITE_KV of 20000 tokens (f32, 2 kv heads of 64) is three chunks of 8192
  * tokens a kv head (4 MiB of K and V a task): READ_KV gives it back bit for
  * bit, also read in one call. A prefill ATTEND of 1024 queries reads 524,800
- * key positions a kv head, cut into 9 tasks of queries: every query's output
+ * key positions a kv head (two query heads each), cut into 5 tasks of queries: every query's output
  * matches the double-precision reference, and equals bit for bit the same
  * query asked alone (one task).
  */

@@ -6,7 +6,10 @@
  *   - another client still uses it when the creator leaves: it stays, with
  *     that client's sequences, until that client leaves too;
  *   - a pool created without the flag outlives its creator;
- *   - kvtrace --socket creates its private pool owned: no replay leaks one.
+ *   - kvtrace --socket creates its private pool owned: no replay leaks one;
+ *   - only its creator's uid and root may attach to it (-EPERM for others, at
+ *     setup and by ATTACH), so no other uid can pin it alive and make its
+ *     owner's POOL_DESTROY fail with -EBUSY; with root, as uid 65534.
  * "Gone" is seen through ATTACH (-ENODEV for a pool that does not exist),
  * polled for a bounded time: the daemon learns of a hang-up on its own loop.
  */
@@ -50,6 +53,43 @@ static bool gone(struct kvp_client *probe, const char *name)
 		usleep(10 * 1000);
 	}
 	return false;
+}
+
+/* uid 65534 is refused the owned pool both ways, and the plain one is not. */
+static int stranger(void *arg)
+{
+	struct kvp_connect_opts o = { .socket_path = dmn.socket, .pool = "private" };
+	struct kvp_client *c;
+
+	(void)arg;
+	drop_to_uid(65534);
+	CHECK_EQ(kvp_connect(&o, &c), -EPERM);
+	o.pool = "";
+	CHECK_EQ(kvp_connect(&o, &c), 0);
+	CHECK_EQ(kvp_attach(c, "private"), -EPERM);
+	CHECK_EQ(kvp_attach(c, "kept"), 0);
+	kvp_close(c);
+	return 0;
+}
+
+static void owned_by_uid(struct kvp_client *probe)
+{
+	struct kvp_client *owner = connect_or_die(&dmn, "", "", true), *same_uid;
+	struct kvp_pool_params p = params("private");
+
+	CHECK_EQ(kvp_pool_create_owned(owner, &p), 0);
+	daemon_open_to_all(&dmn);
+	CHECK_EQ(wait_child(fork_child(stranger, NULL)), 0);
+	/* The owner's own uid may attach; its destroy is not blocked by the stranger. */
+	same_uid = connect_or_die(&dmn, "private", "", false);
+	kvp_close(same_uid);
+	CHECK(pool_exists(probe, "private"));
+	for (int tries = 0; kvp_pool_destroy(owner, "private") == -EBUSY; tries++) {
+		CHECK(tries < 100); /* same_uid's hang-up reaches the loop soon */
+		usleep(10000);
+	}
+	CHECK(!pool_exists(probe, "private"));
+	kvp_close(owner);
 }
 
 static int create_owned_and_wait(void *arg)
@@ -113,6 +153,11 @@ int main(void)
 	kill(child, SIGKILL);
 	CHECK_EQ(wait_child(child), 128 + SIGKILL);
 	CHECK(gone(probe, "killed"));
+
+	if (geteuid() == 0)
+		owned_by_uid(probe);
+	else
+		printf("not root: the attach by another uid is not tried\n");
 
 	/* The pool the config-less daemon still has is the unowned one. */
 	CHECK(pool_exists(probe, "kept"));

@@ -96,6 +96,14 @@ static void descriptors(void)
 	CHECK_EQ(n, 3);
 	fd_is(fds[KVP_FD_MEM], "/memfd:kvpool-client (deleted)");
 	fd_is(fds[KVP_FD_DOORBELL], "anon_inode:[eventfd]");
+	/* Without the admin feature, even root's reader gets its uid's view. */
+	fd_is(fds[KVP_FD_STATS], "/memfd:kvpool-stats-uid (deleted)");
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+
+	n = raw_setup(KVP_ABI_VERSION, KVP_FEAT_STATS_PAGE | KVP_FEAT_ADMIN, &r, fds);
+	CHECK_EQ(r.result, 0);
+	CHECK_EQ(n, 3);
 	fd_is(fds[KVP_FD_STATS], "/memfd:kvpool-stats (deleted)");
 	for (int i = 0; i < n; i++)
 		close(fds[i]);

@@ -4,8 +4,10 @@
  * -ETIMEDOUT after the connection's timeout_ms (500 here), and every later
  * call -ENOTCONN (the connection is poisoned); kvp_connect gives -ETIMEDOUT
  * too, also when the daemon's accept backlog is full. Once the daemon goes
- * on, a new connection works. A daemon killed while a client waits gives
- * -ECONNRESET within 100 ms of its death, and from then on to every call.
+ * on, a new connection works at once, also one that comes after more dead
+ * connections in the backlog than the daemon has slots (--max-clients 16).
+ * A daemon killed while a client waits gives -ECONNRESET within 100 ms of
+ * its death, and from then on to every call.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +22,8 @@
 
 #define TIMEOUT_MS 500
 #define BACKLOG_FILL 512
+#define MAX_CLIENTS 16 /* kvpoold --max-clients */
+#define DEAD_AHEAD (4 * MAX_CLIENTS)
 
 static struct daemon dmn;
 
@@ -42,12 +46,41 @@ static void timed_out_in_time(int ret, uint64_t t0, const char *what)
 	CHECK(ms >= TIMEOUT_MS - 10 && ms < TIMEOUT_MS + 1500);
 }
 
+/*
+ * Connects up to @max sockets into the daemon's accept backlog and stops at
+ * the first EAGAIN (full). Returns how many; their descriptors in @fds.
+ */
+static int fill_backlog(int *fds, int max)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int n = 0;
+
+	memcpy(sa.sun_path, dmn.socket, strlen(dmn.socket) + 1);
+	while (n < max) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+
+		CHECK(fd >= 0);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+			CHECK_EQ(errno, EAGAIN);
+			close(fd);
+			break;
+		}
+		fds[n++] = fd;
+	}
+	return n;
+}
+
+static void close_all(int *fds, int n)
+{
+	while (n)
+		close(fds[--n]);
+}
+
 static void stopped_daemon(void)
 {
 	struct kvp_client *c = client(TIMEOUT_MS), *late;
 	struct kvp_connect_opts o = { .socket_path = dmn.socket, .timeout_ms = TIMEOUT_MS };
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fill[BACKLOG_FILL], nfill = 0, ret;
+	int fill[BACKLOG_FILL], nfill, ret;
 	uint64_t t0;
 
 	CHECK_EQ(kvp_nop(c), 0);
@@ -65,29 +98,49 @@ static void stopped_daemon(void)
 	timed_out_in_time(kvp_connect(&o, &late), t0, "kvp_connect, daemon stopped");
 
 	/* A full backlog: connect(2) itself would wait (EAGAIN when non-blocking). */
-	memcpy(sa.sun_path, dmn.socket, strlen(dmn.socket) + 1);
-	while (nfill < BACKLOG_FILL) {
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
-
-		CHECK(fd >= 0);
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-			CHECK_EQ(errno, EAGAIN);
-			close(fd);
-			break;
-		}
-		fill[nfill++] = fd;
-	}
-	CHECK(nfill < BACKLOG_FILL);
+	nfill = fill_backlog(fill, BACKLOG_FILL);
+	CHECK(nfill > DEAD_AHEAD && nfill < BACKLOG_FILL);
 	t0 = test_now_ns();
 	ret = kvp_connect(&o, &late);
 	timed_out_in_time(ret, t0, "kvp_connect, backlog full");
-	while (nfill)
-		close(fill[--nfill]);
+	close_all(fill, nfill);
 
 	CHECK_EQ(kill(dmn.pid, SIGCONT), 0);
 	c = client(5000);
 	CHECK_EQ(kvp_nop(c), 0);
 	kvp_close(c);
+}
+
+static int behind_the_dead(void *arg)
+{
+	struct kvp_client *c;
+
+	(void)arg;
+	printf("connecting\n");
+	fflush(stdout);
+	c = client(5000);
+	CHECK_EQ(kvp_nop(c), 0);
+	kvp_close(c);
+	return 0;
+}
+
+/*
+ * A live connection behind more dead ones than the daemon has slots, all
+ * accepted at once when it goes on: the dead give their slots back first.
+ */
+static void backlog_of_dead(void)
+{
+	int fill[DEAD_AHEAD], nfill;
+	pid_t kid;
+
+	CHECK_EQ(kill(dmn.pid, SIGSTOP), 0);
+	nfill = fill_backlog(fill, DEAD_AHEAD);
+	CHECK_EQ(nfill, DEAD_AHEAD);
+	close_all(fill, nfill);
+	kid = fork_child_ready(behind_the_dead, NULL);
+	usleep(200000); /* its connect, with room in the backlog, is done by now */
+	CHECK_EQ(kill(dmn.pid, SIGCONT), 0);
+	CHECK_EQ(wait_child(kid), 0);
 }
 
 struct waiter {
@@ -147,9 +200,12 @@ static void killed_daemon(void)
 int main(void)
 {
 	watchdog_start("test_timeouts", 120);
-	CHECK_EQ(daemon_start(&dmn, NULL), 0);
+	static const char *const args[] = { "--max-clients", "16", NULL } /* MAX_CLIENTS */;
+
+	CHECK_EQ(daemon_start(&dmn, args), 0);
 	watchdog_watch(&dmn);
 	stopped_daemon();
+	backlog_of_dead();
 	killed_daemon();
 	return 0;
 }

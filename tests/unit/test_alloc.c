@@ -2,7 +2,8 @@
 /*
  * allocate_slots: nospace without side effects (but the drop), lookahead,
  * max_len, publish=alloc vs commit, refusals, alloc_cost == blocks taken,
- * free keeps the sequence for re-admission.
+ * free keeps the sequence for re-admission, the admission hook (what it is
+ * shown, and its refusal coming before nospace).
  */
 #include "helpers.h"
 
@@ -323,6 +324,72 @@ static void test_free_keeps_sequence(void **state)
 	EXPECT_STATS("free=9 used=0 cached=4");
 }
 
+/* What the admission hook saw last, and what it answers. */
+static struct {
+	void *owner;
+	uint32_t popped, nhits, hits[16];
+	int answer;
+	unsigned calls;
+} admit;
+
+static int record_admit(void *owner, const struct kvc_admit *a)
+{
+	admit.owner = owner;
+	admit.popped = a->popped;
+	admit.nhits = 0;
+	for (uint32_t g = 0; g < KVC_MAX_GROUPS; g++)
+		for (uint32_t p = a->hit_first[g]; p < a->hit_end[g]; p++)
+			if (a->hit_ids[g][p] != KVC_NULL_BLOCK && admit.nhits < 16)
+				admit.hits[admit.nhits++] = a->hit_ids[g][p];
+	admit.calls++;
+	return admit.answer;
+}
+
+static void test_admit_hook(void **state)
+{
+	struct kvc_seq *a, *b, *c;
+	int owner;
+
+	(void)state;
+	memset(&admit, 0, sizeof(admit));
+	pool_new(8, 2, "full");
+	kvc_pool_set_admit_hook(P, record_admit);
+	a = seq_new("1 2 3 4 5 6 7 8");
+	kvc_seq_set_owner(a, &owner);
+	EXPECT_ALLOC(a, 8, 0, true, "ok [1,2,3,4]");
+	assert_ptr_equal(admit.owner, &owner);
+	assert_int_equal(admit.popped, 4);
+	assert_int_equal(admit.nhits, 0);
+	COMPUTED(a, 8);
+	/* b hits a's first three blocks and needs one more. */
+	b = seq_new("1 2 3 4 5 6 9 9");
+	EXPECT_HIT(b, "6 [1,2,3]");
+	admit.answer = -EDQUOT;
+	EXPECT_ALLOC(b, 2, 0, true, "error -122");
+	assert_int_equal(admit.popped, 1);
+	assert_int_equal(admit.nhits, 3);
+	assert_int_equal(admit.hits[0], 1);
+	assert_int_equal(admit.hits[2], 3);
+	EXPECT_TABLE(b, "[]");
+	EXPECT_INFO(b, "tokens=8 prompt=8 prefix=8 computed=0 slots=0 held=0 running=0");
+	admit.answer = 0;
+	EXPECT_ALLOC(b, 2, 0, true, "ok [5]");
+	EXPECT_TABLE(b, "[1,2,3,5]");
+	/* The hook comes first: with the queue empty it still decides, and nospace after it. */
+	c = seq_new("7*12");
+	EXPECT_ALLOC(c, 4, 0, false, "ok [6,7]");
+	COMPUTED(c, 4);
+	EXPECT_FREEQ("[]");
+	admit.answer = -EDQUOT;
+	admit.calls = 0;
+	EXPECT_ALLOC(c, 4, 0, false, "error -122");
+	assert_int_equal(admit.calls, 1);
+	assert_int_equal(admit.popped, 2);
+	admit.answer = 0;
+	EXPECT_ALLOC(c, 4, 0, false, "nospace");
+	kvc_pool_set_admit_hook(P, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -339,6 +406,7 @@ int main(void)
 		T(test_alloc_refusals),
 		T(test_cost_equals_taken),
 		T(test_free_keeps_sequence),
+		T(test_admit_hook),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer target: the config file (daemon/config.c, read with inih) as
+ * kvpoold reads it at start. The input is the file; it is handed over as
+ * /proc/self/fd/N of a memfd, since kvpd_config_load takes a path (and inih
+ * opens it). A config that loads must be one the daemon can start from: what
+ * it holds is checked against the limits the rest of the daemon relies on,
+ * and its pools are created, as main() does, in the in-process daemon of
+ * fuzz_daemon.c (their sizes clamped, so that a config asking for a 16M-block
+ * pool costs the fuzzer nothing), then destroyed. The config is released
+ * after every input, loaded or not: nothing may leak.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fuzz_daemon.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool name_ok(const char *name)
+{
+	size_t len = strnlen(name, KVP_NAME_MAX);
+
+	return len > 0 && len < KVP_NAME_MAX;
+}
+
+static void check_config(const struct kvpd_config *cfg)
+{
+	if (!cfg->socket_path || !cfg->budget || !cfg->max_clients || cfg->npools > KVPD_MAX_POOLS ||
+	    cfg->nnamespaces > KVPD_MAX_NAMESPACES || cfg->event_loop > KVPD_EVLOOP_EPOLL ||
+	    (cfg->nuid_quotas && !cfg->uid_quotas))
+		fz_fail("config: loaded with socket %p budget %u max_clients %u, %u pools, "
+			"%u namespaces, event loop %d", (const void *)cfg->socket_path, cfg->budget,
+			cfg->max_clients, cfg->npools, cfg->nnamespaces, (int)cfg->event_loop);
+	(void)strlen(cfg->socket_path); /* a string, kept alive (ASan sees a freed one) */
+	if (cfg->socket_group)
+		(void)strlen(cfg->socket_group);
+	for (unsigned i = 0; i < cfg->npools; i++) {
+		const struct kvp_pool_params *p = &cfg->pools[i];
+
+		if (!name_ok(p->name) || !p->num_blocks || !p->block_size || !p->num_groups ||
+		    p->num_groups > KVP_MAX_GROUPS)
+			fz_fail("config: pool %u '%.32s': %u blocks of %u, %u groups", i, p->name,
+				p->num_blocks, p->block_size, p->num_groups);
+		for (unsigned j = 0; j < i; j++)
+			if (!strcmp(p->name, cfg->pools[j].name))
+				fz_fail("config: pool %s twice", p->name);
+	}
+	for (unsigned i = 0; i < cfg->nnamespaces; i++) {
+		const struct kvpd_namespace *n = &cfg->namespaces[i];
+
+		if (!name_ok(n->name) || n->nuids > KVPD_MAX_NS_UIDS)
+			fz_fail("config: namespace %u '%.32s' with %u uids", i, n->name, n->nuids);
+		for (unsigned j = 0; j < i; j++)
+			if (!strcmp(n->name, cfg->namespaces[j].name))
+				fz_fail("config: namespace %s twice", n->name);
+	}
+	for (unsigned i = 0; i < cfg->nuid_quotas; i++) {
+		if (cfg->uid_quotas[i].set >> KVP_QUOTA_KEYS)
+			fz_fail("config: [uid.%u] sets keys %#x", (unsigned)cfg->uid_quotas[i].uid,
+				cfg->uid_quotas[i].set);
+		for (unsigned j = 0; j < i; j++)
+			if (cfg->uid_quotas[i].uid == cfg->uid_quotas[j].uid)
+				fz_fail("config: [uid.%u] twice", (unsigned)cfg->uid_quotas[i].uid);
+	}
+}
+
+/* main()'s next step: every pool of the config is created; a refusal is the config's error. */
+static void start_pools(const struct kvpd_config *cfg)
+{
+	struct kvpd *d = fz_daemon();
+
+	for (unsigned i = 0; i < cfg->npools; i++) {
+		struct kvp_pool_params p = cfg->pools[i];
+		int ret;
+
+		fz_clamp_pool_params(&p);
+		ret = kvpd_pool_create(d, &p, NULL);
+		if (ret && ret != -EINVAL)
+			fz_fail("config: pool %s: %s", p.name, strerror(-ret));
+	}
+	fz_teardown(d);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static int memfd = -1;
+	static char path[64];
+	struct kvpd_config cfg = { .socket_path = KVP_DEFAULT_SOCKET, .spin_us = 50, .budget = 64,
+				   .max_clients = 128 };
+
+	if (memfd < 0) {
+		memfd = memfd_create("fuzz.ini", MFD_CLOEXEC);
+		if (memfd < 0)
+			fz_fail("memfd_create: %s", strerror(errno));
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", memfd);
+	}
+	fz_daemon();
+	fz_begin(false);
+	if (ftruncate(memfd, 0) || pwrite(memfd, data, size, 0) != (ssize_t)size)
+		fz_fail("writing the config: %s", strerror(errno));
+	kvpd_quota_defaults(&cfg.quota);
+	if (kvpd_config_load(&cfg, path) == 0) {
+		check_config(&cfg);
+		start_pools(&cfg);
+	}
+	kvpd_config_release(&cfg);
+	return 0;
+}
