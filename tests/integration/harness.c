@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <string.h>
@@ -103,6 +104,26 @@ void daemon_open_to_all(const struct daemon *d)
 {
 	CHECK_EQ(chmod(d->dir, 0711), 0);
 	CHECK_EQ(chmod(d->socket, 0666), 0);
+}
+
+void daemon_copy_program(const struct daemon *d, const char *bin, char *path, size_t len)
+{
+	const char *name = strrchr(bin, '/') ? strrchr(bin, '/') + 1 : bin;
+	char buf[65536];
+	ssize_t n;
+	int in, out;
+
+	CHECK((size_t)snprintf(path, len, "%s/%s", d->dir, name) < len);
+	in = open(bin, O_RDONLY | O_CLOEXEC);
+	CHECK(in >= 0);
+	out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	CHECK(out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		CHECK_EQ(write(out, buf, (size_t)n), n);
+	CHECK_EQ(n, 0);
+	CHECK_EQ(fchmod(out, 0755), 0); /* whatever the umask */
+	close(in);
+	CHECK_EQ(close(out), 0);
 }
 
 void drop_to_uid(uid_t uid)

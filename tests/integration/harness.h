@@ -73,6 +73,12 @@ void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool
  * calling process (a forked child) @uid, group @uid too, for good.
  */
 void daemon_open_to_all(const struct daemon *d);
+/*
+ * A copy of the program @bin, mode 0755, in @d's directory, in @path: after
+ * daemon_open_to_all another uid can run it there, where the tree it was built
+ * in may be closed to that uid (a CI clone in a 0700 temporary directory).
+ */
+void daemon_copy_program(const struct daemon *d, const char *bin, char *path, size_t len);
 void drop_to_uid(uid_t uid);
 /*
  * Writes @text to a new config file and returns its path, valid until the

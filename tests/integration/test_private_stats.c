@@ -299,12 +299,14 @@ static int observe(void *arg)
 /* `kvctl --socket S clients [--json]` run as @uid: its output; *pid: kvctl's (its own row). */
 static char *kvctl(const struct daemon *d, uid_t uid, bool json, pid_t *pid)
 {
-	static char out[65536];
-	const char *bin = getenv("KVCTL") ? getenv("KVCTL") : "tools/kvctl";
+	static char out[65536], bin[192];
 	size_t len = 0;
 	ssize_t n;
 	int fds[2];
 
+	if (!*bin)
+		daemon_copy_program(d, getenv("KVCTL") ? getenv("KVCTL") : "tools/kvctl", bin,
+				    sizeof(bin));
 	CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
 	fflush(NULL);
 	*pid = fork();
