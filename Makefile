@@ -38,6 +38,8 @@ endif
 
 CFLAGS ?=
 LDFLAGS ?=
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
 ALL_CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS) -MMD -MP
 ALL_LDFLAGS := $(OPT) $(LDFLAGS)
 
@@ -64,6 +66,22 @@ INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c
 INTEG_SRC := $(filter-out $(INTEG_LIB_SRC),$(wildcard tests/integration/*.c))
 INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
+# The CUDA backend plugin, built where nvcc is (make NVCC= skips it). Its host code is C that
+# nvcc hands to $(CC); the GPU code to come is built for Hopper, with PTX for later GPUs. A
+# daemon looks for it in gpu/ beside its own directory: gpu/ for daemon/kvpoold, $(BUILD)/gpu/
+# for $(BIN)/kvpoold.
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || \
+	  { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+NVCC_GENCODE := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# No sanitizers: the plugin is plain driver calls, and their runtimes would have to be linked in.
+NVCC_FLAGS := -ccbin $(CC) $(NVCC_GENCODE) -D_GNU_SOURCE \
+	      $(addprefix -Xcompiler ,-std=gnu11 $(WARN) -O2 -g -fPIC -fvisibility=hidden)
+GPU_SRC := $(wildcard gpu/*.c)
+GPU_OBJ := $(GPU_SRC:%.c=$(BUILD)/%.o)
+CUDA_PLUGIN := $(if $(VARIANT),$(BUILD)/gpu,gpu)/libkvpool_cuda.so
+
 # Runs a program where io_uring is refused (a seccomp filter): the epoll fallback's test.
 NO_IO_URING := $(BUILD)/tests/no_io_uring
 
@@ -71,7 +89,7 @@ TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
 .PHONY: all deps test demo install clean
-all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING)
+all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING) cuda-backend
 
 # Every object depends on the compiler and flags it was built with (as git's GIT-CFLAGS):
 # after a `make CFLAGS=-DX`, a plain `make` rebuilds, never links objects of both.
@@ -83,6 +101,40 @@ $(FLAGS_STAMP): FORCE
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# Where an installed kvpoold finds the CUDA plugin; like the flags, a change rebuilds plugin.o.
+PLUGIN_DIR_STAMP := $(BUILD)/.plugin_dir
+$(PLUGIN_DIR_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(LIBDIR)/kvpool' | cmp -s - $@ || echo '$(LIBDIR)/kvpool' > $@
+
+$(BUILD)/daemon/plugin.o: daemon/plugin.c $(FLAGS_STAMP) $(PLUGIN_DIR_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -DKVPOOL_PLUGIN_DIR='"$(LIBDIR)/kvpool"' -c $< -o $@
+
+.PHONY: cuda-backend
+ifneq ($(NVCC),)
+GPU_STAMP := $(BUILD)/.gpuflags
+$(GPU_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCC_FLAGS)' > $@
+
+$(GPU_OBJ): $(BUILD)/gpu/%.o: gpu/%.c $(GPU_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -x c -MMD -MP -c $< -o $@
+
+# -cudart none: the plugin loads the driver itself and needs no runtime; -z defs: a symbol
+# missing shows here, not at the daemon's dlopen.
+$(CUDA_PLUGIN): $(GPU_OBJ)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -shared -cudart none -Xlinker -z,defs $^ -o $@
+
+cuda-backend: $(CUDA_PLUGIN)
+	@echo "CUDA backend: built"
+else
+cuda-backend:
+	@echo "CUDA backend: not built: nvcc not found"
+endif
 
 include tools/bpf/bpf.mk
 
@@ -153,7 +205,6 @@ demo: deps
 	$(MAKE) --no-print-directory all
 	tools/demo.sh
 
-PREFIX ?= /usr/local
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/kvpool/lib $(DESTDIR)$(PREFIX)/include/kvpool/uapi
@@ -163,9 +214,13 @@ install: all
 	install -m 644 lib/libkvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/lib/
 	install -m 644 uapi/kvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/uapi/
 	sed 's|@PREFIX@|$(PREFIX)|' lib/libkvpool.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/libkvpool.pc
+ifneq ($(NVCC),)
+	install -d $(DESTDIR)$(LIBDIR)/kvpool
+	install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR)/kvpool/
+endif
 
 clean:
-	rm -rf build $(TOOLS) daemon/kvpoold
+	rm -rf build $(TOOLS) daemon/kvpoold gpu/libkvpool_cuda.so
 
 .PHONY: FORCE
 # Objects of test and tool binaries are not throwaway intermediates: keep them for incremental builds.

@@ -4,6 +4,7 @@
  * them), KV copies and attention on the worker threads.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,21 +12,28 @@
 
 #include "attn/attend_internal.h"
 #include "jobs.h"
+#include "../uapi/kvpool.h"
 
-/* The memfd is kept open only while mapping: the mapping holds the memory. */
-static void *map_memfd(size_t bytes, unsigned flags)
+/* A memfd of @bytes mapped shared; *fd stays open for POOL_MAP. */
+static void *map_memfd(size_t bytes, unsigned flags, int *fd)
 {
-	int fd = memfd_create("kvpool-kv", MFD_CLOEXEC | flags);
 	void *mem = MAP_FAILED;
 
-	if (fd < 0)
+	*fd = memfd_create("kvpool-kv", MFD_CLOEXEC | flags);
+	if (*fd < 0)
 		return MAP_FAILED;
 	/* Huge pages are reserved at mmap (ENOMEM when there are too few); never NORESERVE them,
 	 * or a shortage shows up later as SIGBUS on first touch. */
-	if (ftruncate(fd, (off_t)bytes) == 0)
+	if (ftruncate(*fd, (off_t)bytes) == 0)
 		mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-			   MAP_SHARED | (flags & MFD_HUGETLB ? 0 : MAP_NORESERVE), fd, 0);
-	close(fd);
+			   MAP_SHARED | (flags & MFD_HUGETLB ? 0 : MAP_NORESERVE), *fd, 0);
+	if (mem == MAP_FAILED) {
+		int err = errno;
+
+		close(*fd);
+		*fd = -1;
+		errno = err;
+	}
 	return mem;
 }
 
@@ -34,24 +42,26 @@ static void *map_memfd(size_t bytes, unsigned flags)
 #define MFD_HUGE_2MB (21u << 26)
 #endif
 
-static int host_pool_init(struct kvpd_kv_layout *l, void **mem)
+static int host_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem, char *why,
+			  size_t why_len)
 {
-	size_t bytes = (size_t)l->num_blocks * l->slot_bytes;
+	size_t bytes = l->total_bytes;
 	size_t huge_bytes = (bytes + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
 	void *m;
 
-	if ((l->slot_bytes && bytes / l->slot_bytes != l->num_blocks) || huge_bytes < bytes)
+	(void)device, (void)why, (void)why_len; /* checked 0; errno says enough */
+	if (huge_bytes < bytes)
 		return -EOVERFLOW;
 	/*
 	 * Explicit huge pages only when the admin reserved enough; the mapping is rounded
 	 * up to whole pages (under 2 MiB more), which costs less than a TLB miss on every
 	 * block: scattered blocks over 4 KiB pages attend about a quarter slower.
 	 */
-	m = map_memfd(huge_bytes, MFD_HUGETLB | MFD_HUGE_2MB);
+	m = map_memfd(huge_bytes, MFD_HUGETLB | MFD_HUGE_2MB, &l->mem_fd);
 	if (m != MAP_FAILED) {
 		l->page_bytes = HUGE_PAGE_BYTES;
 	} else {
-		m = map_memfd(huge_bytes, 0);
+		m = map_memfd(huge_bytes, 0, &l->mem_fd);
 		if (m == MAP_FAILED)
 			return -errno;
 		/* transparent huge pages, where shmem_enabled allows them */
@@ -67,6 +77,18 @@ static void host_pool_fini(const struct kvpd_kv_layout *l, void *mem)
 {
 	if (mem)
 		munmap(mem, l->map_bytes);
+	if (l->mem_fd >= 0)
+		close(l->mem_fd);
+}
+
+/* One piece: the memfd, of map_bytes. */
+static int host_export_fds(const struct kvpd_kv_layout *l, void *mem, int *fds, unsigned max)
+{
+	(void)mem;
+	if (max < 1)
+		return -ENOSPC;
+	fds[0] = fcntl(l->mem_fd, F_DUPFD_CLOEXEC, 0);
+	return fds[0] < 0 ? -errno : 1;
 }
 
 /* WRITE_KV and READ_KV: task chunk * kv_heads + h copies kv head h of the chunk's tokens. */
@@ -75,7 +97,7 @@ static void copy_kv(struct kvpd_job *job, uint32_t task)
 	const struct kvpd_kv_layout *l = job->layout;
 	uint32_t head = task % l->kv_heads, chunk = task / l->kv_heads;
 	uint32_t t0 = chunk * job->chunk_tokens, t1 = t0 + job->chunk_tokens;
-	size_t k_off = kvpd_k_off(l, job->layer, head), v_delta = kvpd_v_delta(l);
+	size_t k_off = kvpd_k_off(l, job->layer, head), v_delta = l->v_delta;
 	size_t token_bytes = l->kv_heads * l->row_bytes;
 	uint8_t *k = job->data + head * l->row_bytes;
 	uint8_t *v = k + job->count * token_bytes;
@@ -227,9 +249,10 @@ static void attend(struct kvpd_job *job, uint32_t task)
 
 	struct attn_keys keys = {
 		.pool = job->mem,
-		.slot_bytes = l->slot_bytes,
+		.block_stride = l->block_stride,
+		.row_stride = l->token_stride,
 		.k_off = kvpd_k_off(l, job->layer, head),
-		.v_delta = kvpd_v_delta(l),
+		.v_delta = l->v_delta,
 		.block_size = l->block_size,
 		.head_dim = l->head_dim,
 		.dtype = l->dtype,
@@ -264,5 +287,7 @@ const struct kvpd_backend_ops kvpd_host_backend = {
 	.name = "host",
 	.pool_init = host_pool_init,
 	.pool_fini = host_pool_fini,
+	.export_fds = host_export_fds,
+	.mem_kind = KVP_MEM_HOST_MEMFD,
 	.run_task = host_run_task,
 };

@@ -133,6 +133,8 @@ static int daemon_key(struct kvpd_config *cfg, const char *name, const char *val
 		return (cfg->socket_path = keep_string(cfg, value)) ? 0 : -ENOMEM;
 	if (!strcmp(name, "socket_group"))
 		return (cfg->socket_group = keep_string(cfg, value)) ? 0 : -ENOMEM;
+	if (!strcmp(name, "plugin_dir"))
+		return (cfg->plugin_dir = keep_string(cfg, value)) ? 0 : -ENOMEM;
 	if (!strcmp(name, "spin_us"))
 		return parse_unsigned(value, &cfg->spin_us);
 	if (!strcmp(name, "budget"))
@@ -144,14 +146,14 @@ static int daemon_key(struct kvpd_config *cfg, const char *name, const char *val
 	return -EINVAL;
 }
 
-static struct kvp_pool_params *pool_section(struct kvpd_config *cfg, const char *name)
+static struct kvp_pool_params_v2 *pool_section(struct kvpd_config *cfg, const char *name)
 {
 	for (unsigned i = 0; i < cfg->npools; i++)
-		if (!strcmp(cfg->pools[i].name, name))
+		if (!strcmp(cfg->pools[i].v1.name, name))
 			return &cfg->pools[i];
 	if (cfg->npools == KVPD_MAX_POOLS || strlen(name) >= KVP_NAME_MAX || !*name)
 		return NULL;
-	kvp_pool_params_init(&cfg->pools[cfg->npools], name);
+	kvp_pool_params_v2_init(&cfg->pools[cfg->npools], name);
 	return &cfg->pools[cfg->npools++];
 }
 
@@ -196,9 +198,9 @@ static int on_entry(void *user, const char *section, const char *name, const cha
 	if (!strcmp(section, "daemon")) {
 		ret = daemon_key(ctx->cfg, name, value);
 	} else if (!strncmp(section, "pool.", 5)) {
-		struct kvp_pool_params *p = pool_section(ctx->cfg, section + 5);
+		struct kvp_pool_params_v2 *p = pool_section(ctx->cfg, section + 5);
 
-		ret = p ? kvp_pool_params_set(p, name, value) : -EINVAL;
+		ret = p ? kvp_pool_params_v2_set(p, name, value) : -EINVAL;
 	} else if (!strncmp(section, "namespace.", 10)) {
 		ret = namespace_key(ctx->cfg, section + 10, name, value);
 	} else if (!strcmp(section, "quota")) {
@@ -229,7 +231,7 @@ int kvpd_config_load(struct kvpd_config *cfg, const char *path)
 	if (line)
 		return ctx.error ? ctx.error : -EINVAL;
 	for (unsigned i = 0; i < cfg->npools; i++) {
-		const struct kvp_pool_params *p = &cfg->pools[i];
+		const struct kvp_pool_params *p = &cfg->pools[i].v1;
 
 		if (!p->num_blocks || !p->block_size || !p->num_groups) {
 			fprintf(stderr, "kvpoold: %s: [pool.%s] needs blocks, block_size and groups\n",

@@ -5,6 +5,7 @@
  * inputs the core would read twice are copied first.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,23 +429,62 @@ static int op_check(struct kvpd_client *c, const struct kvp_sqe *sqe)
 	return ret;
 }
 
-static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
+/*
+ * A refusal's reason, NUL-terminated and cut to out_len, to the request's
+ * output buffer when it names one; cqe.aux is its length.
+ */
+static void give_reason(const struct kvpd_client *c, const struct kvp_sqe *sqe,
+			struct kvp_cqe *cqe, const char *why)
 {
-	struct kvp_pool_params params;
+	size_t len = strnlen(why, KVP_REASON_MAX - 1);
+	char *out;
+
+	if (!len || !sqe->out_len)
+		return;
+	if (len >= sqe->out_len)
+		len = sqe->out_len - 1;
+	out = arena_range(c, sqe->out_addr, len + 1);
+	if (!out)
+		return;
+	memcpy(out, why, len);
+	out[len] = '\0';
+	cqe->aux = len;
+}
+
+/* v1 (its size in len) or v2; v1 is a host pool in the default layout, open to every namespace. */
+static int op_pool_create(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			  struct kvp_cqe *cqe)
+{
+	struct kvp_pool_params_v2 params = { 0 };
+	char why[KVP_REASON_MAX] = "";
+	const void *src = arena_range(c, sqe->addr, sqe->len);
+	int ret;
+
+	if (!src || (sqe->len != sizeof(params.v1) && sqe->len != sizeof(params))) {
+		snprintf(why, sizeof(why), "len %u: must be %zu (struct kvp_pool_params) or %zu "
+			 "(struct kvp_pool_params_v2) inside the arena", sqe->len,
+			 sizeof(params.v1), sizeof(params));
+		give_reason(c, sqe, cqe, why);
+		return -EINVAL;
+	}
+	memcpy(&params, src, sqe->len);
+	ret = kvpd_pool_create(d, &params, sqe->op_flags & KVP_POOL_OWNED ? c : NULL, why,
+			       sizeof(why));
+	if (ret)
+		give_reason(c, sqe, cqe, why);
+	return ret;
+}
+
+static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+		    struct kvp_cqe *cqe)
+{
 	char name[KVP_NAME_MAX];
-	const void *src;
 
 	if (!c->admin)
 		return -EPERM;
 	switch (sqe->opcode) {
 	case KVP_OP_POOL_CREATE:
-		src = arena_range(c, sqe->addr, sizeof(params));
-		if (!src || sqe->len != sizeof(params))
-			return -EINVAL;
-		memcpy(&params, src, sizeof(params));
-		if (!memchr(params.name, '\0', sizeof(params.name)))
-			return -EINVAL;
-		return kvpd_pool_create(d, &params, sqe->op_flags & KVP_POOL_OWNED ? c : NULL);
+		return op_pool_create(d, c, sqe, cqe);
 	case KVP_OP_POOL_DESTROY:
 		return arena_name(c, sqe, name) ?: kvpd_pool_destroy(d, name, c);
 	}
@@ -472,14 +512,14 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 
 	if (sqe->flags || sqe->resv1 || sqe->resv2)
 		return -EINVAL;
-	if (sqe->opcode > KVP_OP_ATTEND && sqe->opcode < KVP_OP_POOL_CREATE)
+	if (sqe->opcode > KVP_OP_POOL_LAYOUT && sqe->opcode < KVP_OP_POOL_CREATE)
 		return -EINVAL;
 	if (sqe->opcode >= KVP_OP_LAST)
 		return -EINVAL;
 	if (sqe->op_flags & ~known_op_flags[sqe->opcode])
 		return -EINVAL;
 	if (sqe->opcode >= KVP_OP_POOL_CREATE)
-		return admin_op(d, c, sqe);
+		return admin_op(d, c, sqe, cqe);
 	switch (sqe->opcode) {
 	case KVP_OP_NOP:
 		return 0;
@@ -509,6 +549,9 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return kvpd_kv_io(d, c, sqe) ?: KVPD_LATER;
 	case KVP_OP_ATTEND:
 		return kvpd_attend(d, c, sqe) ?: KVPD_LATER;
+	case KVP_OP_POOL_LAYOUT:
+		out = arena_range(c, sqe->out_addr, sqe->out_len);
+		return out ? kvpd_pool_layout(c->pool, out, sqe->out_len, &cqe->aux) : -EINVAL;
 	case KVP_OP_POOL_STATS: {
 		struct kvc_pool_stats st;
 		struct kvp_pool_stats ps;

@@ -83,6 +83,11 @@ struct kvpd_lane {
 	bool queued;
 };
 
+struct kvpd_job;
+typedef void kvpd_task_fn(struct kvpd_job *job, uint32_t task);
+/* The daemon's: runs the task on its pool's backend. */
+kvpd_task_fn kvpd_job_run;
+
 struct kvpd_job {
 	struct kvpd_job *next;
 	struct kvpd_lane *lane;    /* its client's; NULL: the workers' own (tests) */
@@ -150,11 +155,12 @@ struct kvpd_workers {
 	uint64_t spin_ns;                      /* a worker out of tasks spins this long, then sleeps */
 	bool loop_sleeping;                    /* atomic: finish writes done_efd only then */
 	bool stop;
-	const struct kvpd_backend_ops *backend;
+	kvpd_task_fn *run;                     /* what a task runs */
 };
 
+/* @run runs one task of a job: the daemon's kvpd_job_run (its pool's backend), or a test's. */
 int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_us,
-		       const struct kvpd_backend_ops *backend);
+		       kvpd_task_fn *run);
 void kvpd_workers_stop(struct kvpd_workers *w);
 void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job);
 /*

@@ -60,7 +60,8 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 
 	if (!slot)
 		return -EBADF;
-	if (!pool->layout.slot_bytes)
+	/* The CUDA backend moves no data yet (the GPU issue): its pools hold KV but serve none. */
+	if (!pool->layout.slot_bytes || pool->backend_kind != KVP_BACKEND_HOST)
 		return -EOPNOTSUPP;
 	if (group >= cfg->num_groups || layer >= pool->layout.layers)
 		return -EINVAL;
@@ -396,7 +397,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 
 	if (!src || sqe->len < sizeof(head))
 		return -EINVAL;
-	if (!c->pool->layout.slot_bytes)
+	if (!c->pool->layout.slot_bytes || c->pool->backend_kind != KVP_BACKEND_HOST)
 		return -EOPNOTSUPP;
 	/* The header first, once: how many entries there are bounds the copy below. */
 	memcpy(&head, src, sizeof(head));
@@ -548,4 +549,9 @@ void kvpd_jobs_complete(struct kvpd *d)
 		job = next;
 	}
 	kvpd_stats_end(d);
+}
+
+void kvpd_job_run(struct kvpd_job *job, uint32_t task)
+{
+	job->pool->backend->run_task(job, task);
 }

@@ -13,6 +13,7 @@
 #include "evloop.h"
 #include "jobs.h"
 #include "kvcore.h"
+#include "plugin.h"
 #include "tenants.h"
 #include "../uapi/kvpool.h"
 
@@ -27,6 +28,11 @@ struct kvpd_pool {
 	uint32_t clients;   /* attached */
 	uint32_t sequences; /* open, over all clients */
 	struct kvpd_kv_layout layout; /* slot_bytes 0: the pool holds no KV */
+	const struct kvpd_backend_ops *backend; /* where its memory is */
+	uint32_t backend_kind; /* KVP_BACKEND_* */
+	uint32_t device;    /* cuda: the device ordinal */
+	char namespace_[KVP_NAME_MAX]; /* "": open to every namespace; else only its clients */
+	bool mapped;        /* a client mapped it: COMMIT takes the client's word for its KV */
 	void *mem;          /* the backend's pool memory */
 	uint32_t inflight;  /* data-path jobs using its blocks */
 	unsigned stat_idx;  /* its entry in the stats page */
@@ -135,7 +141,8 @@ struct kvpd_config {
 	unsigned threads;         /* data-path workers */
 	enum kvpd_evloop_choice event_loop;
 	int verbose;
-	struct kvp_pool_params pools[KVPD_MAX_POOLS];
+	const char *plugin_dir;   /* --plugin-dir: where libkvpool_cuda.so is; NULL: the default */
+	struct kvp_pool_params_v2 pools[KVPD_MAX_POOLS];
 	unsigned npools;
 	struct kvpd_namespace namespaces[KVPD_MAX_NAMESPACES];
 	unsigned nnamespaces;
@@ -197,7 +204,7 @@ struct kvpd {
 	uint64_t client_gen;
 
 	struct kvpd_workers workers;
-	const struct kvpd_backend_ops *backend;
+	struct kvpd_plugin cuda;          /* the CUDA backend, loaded by the first cuda pool */
 	uint32_t jobs_inflight;
 	struct kvpd_statpage stats;       /* the full page, for admin readers */
 	struct kvpd_statview *stat_views; /* the uids' pages */
@@ -228,8 +235,13 @@ void kvpd_config_release(struct kvpd_config *cfg);
 
 /* pools.c */
 /* @owner: the client a KVP_POOL_OWNED pool belongs to, else NULL. */
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params,
-		     const struct kvpd_client *owner);
+/* A refusal's reason goes to @why (why_len bytes; "" when it says nothing more than its errno). */
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+		     const struct kvpd_client *owner, char *why, size_t why_len);
+/* pool_layout.c: POOL_LAYOUT's output; its bytes, or -EOVERFLOW with *needed what it takes. */
+int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, __u64 *needed);
+/* pool_check.c: every parameter in its range; -EINVAL naming the first that is not. */
+int kvpd_pool_params_check(const struct kvp_pool_params_v2 *p, char *why, size_t why_len);
 int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by);
 struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name);
 /* Pool and namespace names: 1 to KVP_NAME_MAX - 1 printable ASCII bytes, no blanks. */

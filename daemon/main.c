@@ -414,7 +414,6 @@ int main(int argc, char **argv)
 	}
 	fit_descriptors(&d);
 	d.ncpus = sysconf(_SC_NPROCESSORS_ONLN);
-	d.backend = &kvpd_host_backend;
 	if (!d.cfg.threads)
 		d.cfg.threads = d.ncpus > 0 ? (unsigned)d.ncpus : 1;
 	d.clients = calloc(d.cfg.max_clients, sizeof(*d.clients));
@@ -429,9 +428,12 @@ int main(int argc, char **argv)
 		goto out_clients;
 	}
 	for (unsigned i = 0; i < d.cfg.npools; i++) {
-		ret = kvpd_pool_create(&d, &d.cfg.pools[i], NULL);
+		char why[KVP_REASON_MAX];
+
+		ret = kvpd_pool_create(&d, &d.cfg.pools[i], NULL, why, sizeof(why));
 		if (ret) {
-			fprintf(stderr, "kvpoold: pool %s: %s\n", d.cfg.pools[i].name, strerror(-ret));
+			fprintf(stderr, "kvpoold: pool %s: %s\n", d.cfg.pools[i].v1.name,
+				*why ? why : strerror(-ret));
 			goto out_pools;
 		}
 	}
@@ -441,7 +443,7 @@ int main(int argc, char **argv)
 			ret == -EADDRINUSE ? "another kvpoold is listening there" : strerror(-ret));
 		goto out_pools;
 	}
-	ret = kvpd_workers_start(&d.workers, d.cfg.threads, d.cfg.spin_us, d.backend);
+	ret = kvpd_workers_start(&d.workers, d.cfg.threads, d.cfg.spin_us, kvpd_job_run);
 	if (ret) {
 		fprintf(stderr, "kvpoold: worker threads: %s\n", strerror(-ret));
 		goto out_listen;
@@ -470,6 +472,7 @@ out_listen:
 	unlock_socket_path(d.cfg.socket_path, d.lock_fd);
 out_pools:
 	kvpd_pools_release(&d);
+	kvpd_plugin_unload(&d.cuda); /* after every cuda pool's pool_fini */
 	kvpd_statpage_fini(&d);
 out_clients:
 	free(d.clients);

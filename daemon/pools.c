@@ -1,17 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /* The daemon's named pools: each wraps one kvcore pool. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvpoold.h"
 
-static int to_core_config(const struct kvp_pool_params *p, struct kvc_pool_config *cfg)
+/* From parameters kvpd_pool_params_check passed; the core checks its limits again. */
+static void to_core_config(const struct kvp_pool_params *p, struct kvc_pool_config *cfg)
 {
-	if (p->num_groups == 0 || p->num_groups > KVP_MAX_GROUPS || p->free_order > 1 ||
-	    p->publish > 1 || p->caching > 1 || p->dtype > KVP_DTYPE_BF16 || p->resv0 ||
-	    p->resv[0] || p->resv[1])
-		return -EINVAL;
+	static const enum kvc_kind kinds[] = {
+		[KVP_KIND_FULL] = KVC_FULL,       [KVP_KIND_SWA] = KVC_SWA,
+		[KVP_KIND_RSWA] = KVC_RSWA,       [KVP_KIND_CHUNKED] = KVC_CHUNKED,
+		[KVP_KIND_CYCLIC] = KVC_CYCLIC,
+	};
+
 	kvc_pool_config_init(cfg, p->num_blocks, p->block_size);
 	cfg->caching = p->caching;
 	cfg->free_order = p->free_order ? KVC_FREE_APPEND : KVC_FREE_SPLIT;
@@ -19,18 +23,8 @@ static int to_core_config(const struct kvp_pool_params *p, struct kvc_pool_confi
 	cfg->max_len = p->max_len;
 	cfg->max_step_tokens = p->max_step_tokens;
 	cfg->num_groups = p->num_groups;
-	for (unsigned g = 0; g < p->num_groups; g++) {
-		static const enum kvc_kind kinds[] = {
-			[KVP_KIND_FULL] = KVC_FULL,       [KVP_KIND_SWA] = KVC_SWA,
-			[KVP_KIND_RSWA] = KVC_RSWA,       [KVP_KIND_CHUNKED] = KVC_CHUNKED,
-			[KVP_KIND_CYCLIC] = KVC_CYCLIC,
-		};
-
-		if (p->group_kind[g] > KVP_KIND_CYCLIC)
-			return -EINVAL;
+	for (unsigned g = 0; g < p->num_groups; g++)
 		cfg->groups[g] = (struct kvc_group_spec){ kinds[p->group_kind[g]], p->group_param[g] };
-	}
-	return 0;
 }
 
 bool kvpd_name_valid(const char *name)
@@ -45,35 +39,85 @@ bool kvpd_name_valid(const char *name)
 	return true;
 }
 
-/* KV memory, when the pool has a geometry: all of kv_heads, head_dim and layers or none. */
-static int init_kv(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool_params *p)
+/* The strides of @kind (kvpd_kv_layout); -EOVERFLOW when the pool does not fit a size_t. */
+static int set_strides(struct kvpd_kv_layout *l, uint32_t kind)
 {
-	struct kvpd_kv_layout *l = &pool->layout;
+	size_t block_bytes; /* K (or V) of one layer of one block: every head, every token */
+
+	l->kind = kind;
+	l->row_bytes = (size_t)l->head_dim * attn_dtype_size(l->dtype);
+	block_bytes = l->block_size * l->row_bytes * l->kv_heads;
+	l->slot_bytes = 2 * l->layers * block_bytes;
+	if (__builtin_mul_overflow(l->slot_bytes, (size_t)l->num_blocks, &l->total_bytes))
+		return -EOVERFLOW;
+	if (kind == KVP_LAYOUT_BLOCK) {
+		l->head_stride = l->block_size * l->row_bytes;
+		l->token_stride = l->row_bytes;
+		l->v_delta = block_bytes;
+		l->layer_stride = 2 * block_bytes;
+		l->block_stride = l->slot_bytes;
+	} else {
+		l->head_stride = l->row_bytes;
+		l->token_stride = l->kv_heads * l->row_bytes;
+		l->block_stride = block_bytes;
+		l->v_delta = l->num_blocks * block_bytes;
+		l->layer_stride = 2 * l->v_delta;
+	}
+	return 0;
+}
+
+/* KV memory, when the pool has a geometry (kv_heads, head_dim and layers all set). */
+static int init_kv(struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p, char *why,
+		   size_t why_len)
+{
 	static const enum attn_dtype dtypes[] = { [KVP_DTYPE_F32] = ATTN_F32,
 						  [KVP_DTYPE_F16] = ATTN_F16,
 						  [KVP_DTYPE_BF16] = ATTN_BF16 };
+	struct kvpd_kv_layout *l = &pool->layout;
+	uint32_t kind = p->layout;
+	int ret;
 
-	if (!p->kv_heads && !p->head_dim && !p->layers_per_group)
+	l->mem_fd = -1;
+	if (!p->v1.kv_heads)
 		return 0;
-	if (!p->kv_heads || !p->head_dim || !p->layers_per_group || p->kv_heads > 1024 ||
-	    p->head_dim > 1024 || p->layers_per_group > 1024)
-		return -EINVAL;
-	/* publish=alloc would let another sequence hit blocks whose KV is not written yet. */
-	if (p->publish)
-		return -EINVAL;
-	*l = (struct kvpd_kv_layout){
-		.num_blocks = p->num_blocks,
-		.block_size = p->block_size,
-		.layers = p->layers_per_group,
-		.kv_heads = p->kv_heads,
-		.head_dim = p->head_dim,
-		.dtype = dtypes[p->dtype],
-	};
-	l->row_bytes = (size_t)l->head_dim * attn_dtype_size(l->dtype);
-	l->head_bytes = l->block_size * l->row_bytes;
-	l->layer_bytes = 2 * l->kv_heads * l->head_bytes;
-	l->slot_bytes = l->layers * l->layer_bytes;
-	return d->backend->pool_init(l, &pool->mem);
+	if (kind == KVP_LAYOUT_DEFAULT)
+		kind = p->backend == KVP_BACKEND_CUDA ? KVP_LAYOUT_LAYER : KVP_LAYOUT_BLOCK;
+	l->num_blocks = p->v1.num_blocks;
+	l->block_size = p->v1.block_size;
+	l->layers = p->v1.layers_per_group;
+	l->kv_heads = p->v1.kv_heads;
+	l->head_dim = p->v1.head_dim;
+	l->dtype = dtypes[p->v1.dtype];
+	ret = set_strides(l, kind);
+	if (ret) {
+		snprintf(why, why_len, "KV memory: %u blocks of %zu bytes do not fit in memory",
+			 l->num_blocks, l->slot_bytes);
+		return ret;
+	}
+	ret = pool->backend->pool_init(l, p->device, &pool->mem, why, why_len);
+	if (ret && !*why)
+		snprintf(why, why_len, "%s backend: KV memory of %zu bytes: %s",
+			 pool->backend->name, l->total_bytes, strerror(-ret));
+	return ret;
+}
+
+/* The backend a pool asks for; the CUDA plugin is loaded by the first pool that wants it. */
+static int pick_backend(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p,
+			char *why, size_t why_len)
+{
+	int ret;
+
+	pool->backend_kind = p->backend;
+	pool->device = p->device;
+	if (p->backend == KVP_BACKEND_HOST) {
+		pool->backend = &kvpd_host_backend;
+		return 0;
+	}
+	ret = kvpd_plugin_load(&d->cuda, d->cfg.plugin_dir, why, why_len);
+	if (ret)
+		return ret;
+	pool->backend = d->cuda.ops;
+	return 0;
 }
 
 struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
@@ -84,49 +128,58 @@ struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 	return NULL;
 }
 
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params *params,
-		     const struct kvpd_client *owner)
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+		     const struct kvpd_client *owner, char *why, size_t why_len)
 {
+	const struct kvp_pool_params *p1 = &params->v1;
 	struct kvc_pool_config cfg;
 	struct kvpd_pool *pool;
 	int ret;
 
-	if (!kvpd_name_valid(params->name))
-		return -EINVAL;
-	ret = to_core_config(params, &cfg);
+	*why = '\0';
+	ret = kvpd_pool_params_check(params, why, why_len);
 	if (ret)
 		return ret;
-	if (kvpd_pool_find(d, params->name))
+	if (kvpd_pool_find(d, p1->name)) {
+		snprintf(why, why_len, "a pool named %s exists", p1->name);
 		return -EEXIST;
-	if (d->npools == KVPD_MAX_POOLS)
+	}
+	if (d->npools == KVPD_MAX_POOLS) {
+		snprintf(why, why_len, "the daemon has %u pools, its most", KVPD_MAX_POOLS);
 		return -ENOSPC;
+	}
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return -ENOMEM;
+	to_core_config(p1, &cfg);
 	ret = kvc_pool_create(&cfg, &pool->core);
-	if (ret)
+	if (ret) {
+		snprintf(why, why_len, "the block manager refused it: %s", strerror(-ret));
 		goto err_free_pool;
-	ret = init_kv(d, pool, params);
+	}
+	ret = pick_backend(d, pool, params, why, why_len) ?: init_kv(pool, params, why, why_len);
 	if (ret)
 		goto err_destroy_core;
-	pool->params = *params;
+	pool->params = *p1;
 	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
-	for (unsigned g = params->num_groups; g < KVP_MAX_GROUPS; g++)
+	for (unsigned g = p1->num_groups; g < KVP_MAX_GROUPS; g++)
 		pool->params.group_kind[g] = pool->params.group_param[g] = 0;
+	memcpy(pool->namespace_, params->namespace_, KVP_NAME_MAX);
 	if (owner) {
 		pool->owned = true;
 		pool->owner = owner->gen;
 		pool->owner_uid = owner->uid;
 	}
-	memcpy(pool->name, params->name, KVP_NAME_MAX);
+	memcpy(pool->name, p1->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
 	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
 	kvc_pool_set_admit_hook(pool->core, kvpd_tenants_admit);
 	d->pools[d->npools++] = pool;
 	kvpd_stats_pool_add(d, pool);
-	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups, KV %zu MiB in %zu KiB pages",
-		 pool->name, cfg.num_blocks, cfg.block_size, cfg.num_groups,
-		 pool->layout.map_bytes >> 20, pool->layout.page_bytes >> 10);
+	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups, %s KV %zu MiB in %zu KiB "
+		 "pages%s%s", pool->name, cfg.num_blocks, cfg.block_size, cfg.num_groups,
+		 pool->backend->name, pool->layout.map_bytes >> 20, pool->layout.page_bytes >> 10,
+		 *pool->namespace_ ? ", namespace " : "", pool->namespace_);
 	return 0;
 
 err_destroy_core:
@@ -136,10 +189,10 @@ err_free_pool:
 	return ret;
 }
 
-static void pool_free(struct kvpd *d, struct kvpd_pool *pool)
+static void pool_free(struct kvpd_pool *pool)
 {
 	if (pool->mem)
-		d->backend->pool_fini(&pool->layout, pool->mem);
+		pool->backend->pool_fini(&pool->layout, pool->mem);
 	kvc_pool_destroy(pool->core);
 	free(pool);
 }
@@ -165,7 +218,7 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 		;
 	d->pools[i] = d->pools[--d->npools];
 	kvpd_log(d, 1, "pool %s destroyed", pool->name);
-	pool_free(d, pool);
+	pool_free(pool);
 	return 0;
 }
 
@@ -191,5 +244,5 @@ void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner)
 void kvpd_pools_release(struct kvpd *d)
 {
 	while (d->npools)
-		pool_free(d, d->pools[--d->npools]);
+		pool_free(d->pools[--d->npools]);
 }

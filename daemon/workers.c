@@ -104,7 +104,7 @@ static struct kvpd_job *take_task(struct kvpd_workers *w, uint32_t *task)
 static void run_task(struct kvpd_workers *w, struct kvpd_job *job, uint32_t task)
 {
 	pthread_mutex_unlock(&w->lock);
-	w->backend->run_task(job, task);
+	w->run(job, task);
 	if (__atomic_sub_fetch(&job->tasks_left, 1, __ATOMIC_ACQ_REL) == 0)
 		finish(w, job);
 	pthread_mutex_lock(&w->lock);
@@ -204,11 +204,11 @@ bool kvpd_workers_loop_sleeping(struct kvpd_workers *w, bool sleeping)
 }
 
 int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_us,
-		       const struct kvpd_backend_ops *backend)
+		       kvpd_task_fn *run)
 {
 	int ret = 0;
 
-	w->backend = backend;
+	w->run = run;
 	w->max_running = nthreads;
 	w->spin_ns = spin_us * 1000ull;
 	w->done_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -224,6 +224,14 @@ int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params);
  */
 int kvp_pool_create_owned(struct kvp_client *c, const struct kvp_pool_params *params);
 
+/*
+ * kvp_pool_create_v2 - create a pool where @params says (backend, device,
+ * layout, namespace); @op_flags 0 or KVP_POOL_OWNED. A refusal's reason, when
+ * the daemon gives one, goes to @why ("" otherwise).
+ */
+int kvp_pool_create_v2(struct kvp_client *c, const struct kvp_pool_params_v2 *params,
+		       uint32_t op_flags, char *why, size_t why_len);
+
 /* kvp_pool_destroy - destroy a pool; -EBUSY while another client uses it. */
 int kvp_pool_destroy(struct kvp_client *c, const char *name);
 
@@ -248,5 +256,12 @@ int kvp_check(struct kvp_client *c, char *why, size_t why_len);
 void kvp_pool_params_init(struct kvp_pool_params *p, const char *name);
 /* kvp_pool_params_set - one key=value; -EINVAL (unknown key, bad value). */
 int kvp_pool_params_set(struct kvp_pool_params *p, const char *key, const char *value);
+/*
+ * The same for POOL_CREATE v2, which also takes backend (host|cuda), device
+ * (a CUDA ordinal), namespace (a name, or "" for every namespace) and layout
+ * (block|layer; default: block for host, layer for cuda).
+ */
+void kvp_pool_params_v2_init(struct kvp_pool_params_v2 *p, const char *name);
+int kvp_pool_params_v2_set(struct kvp_pool_params_v2 *p, const char *key, const char *value);
 
 #endif

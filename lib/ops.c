@@ -248,6 +248,27 @@ static int pool_create(struct kvp_client *c, const struct kvp_pool_params *param
 	return run(c, &call);
 }
 
+int kvp_pool_create_v2(struct kvp_client *c, const struct kvp_pool_params_v2 *params,
+		       uint32_t op_flags, char *why, size_t why_len)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_POOL_CREATE, .len = sizeof(*params),
+				      .op_flags = op_flags } };
+	int64_t off = stage(c, &call, params, sizeof(*params));
+	int ret;
+
+	if (off < 0)
+		return (int)off;
+	call.sqe.addr = (uint64_t)off;
+	ret = reserve_out(c, &call, KVP_REASON_MAX);
+	if (ret)
+		return ret;
+	ret = run(c, &call);
+	if (why && why_len)
+		snprintf(why, why_len, "%.*s", ret && call.cqe.aux ? KVP_REASON_MAX - 1 : 0,
+			 (const char *)out_ptr(c, &call));
+	return ret;
+}
+
 int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params)
 {
 	return pool_create(c, params, 0);

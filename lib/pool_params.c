@@ -117,3 +117,36 @@ int kvp_pool_params_set(struct kvp_pool_params *p, const char *key, const char *
 	}
 	return -EINVAL;
 }
+
+void kvp_pool_params_v2_init(struct kvp_pool_params_v2 *p, const char *name)
+{
+	memset(p, 0, sizeof(*p));
+	kvp_pool_params_init(&p->v1, name);
+}
+
+int kvp_pool_params_v2_set(struct kvp_pool_params_v2 *p, const char *key, const char *value)
+{
+	static const char *const backends[] = { "host", "cuda" };
+	static const char *const layouts[] = { "default", "block", "layer" };
+	uint8_t v8 = 0;
+	int ret;
+
+	if (!strcmp(key, "backend") || !strcmp(key, "layout")) {
+		bool backend = key[0] == 'b';
+
+		ret = parse_choice(value, backend ? backends : layouts, backend ? 2 : 3, &v8);
+		if (!ret)
+			*(backend ? &p->backend : &p->layout) = v8;
+		return ret;
+	}
+	if (!strcmp(key, "device"))
+		return parse_u32(value, 0, &p->device);
+	if (!strcmp(key, "namespace")) {
+		if (strlen(value) >= sizeof(p->namespace_))
+			return -EINVAL;
+		memset(p->namespace_, 0, sizeof(p->namespace_));
+		strcpy(p->namespace_, value);
+		return 0;
+	}
+	return kvp_pool_params_set(&p->v1, key, value);
+}

@@ -150,7 +150,8 @@ static int cmd_view(const char *socket, int argc, char **argv)
 
 static int cmd_pool(const char *socket, int argc, char **argv)
 {
-	struct kvp_pool_params params;
+	struct kvp_pool_params_v2 params;
+	char why[KVP_REASON_MAX] = "";
 	struct kvp_client *c;
 	int ret;
 
@@ -163,30 +164,31 @@ static int cmd_pool(const char *socket, int argc, char **argv)
 		return 2;
 	}
 	if (!strcmp(argv[1], "create")) {
-		kvp_pool_params_init(&params, argv[2]);
+		kvp_pool_params_v2_init(&params, argv[2]);
 		for (int i = 3; i < argc; i++) {
 			char *eq = strchr(argv[i], '=');
 
 			if (eq)
 				*eq = '\0';
-			if (!eq || kvp_pool_params_set(&params, argv[i], eq + 1)) {
+			if (!eq || kvp_pool_params_v2_set(&params, argv[i], eq + 1)) {
 				fprintf(stderr, "kvctl: bad pool setting '%s%s%s'\n", argv[i], eq ? "=" : "",
 					eq ? eq + 1 : "");
 				return 2;
 			}
 		}
-		if (!params.num_blocks || !params.block_size || !params.num_groups) {
+		if (!params.v1.num_blocks || !params.v1.block_size || !params.v1.num_groups) {
 			fputs("kvctl: pool create needs blocks=, block_size= and groups=\n", stderr);
 			return 2;
 		}
 	}
 	if (connect_to(socket, true, &c))
 		return 1;
-	ret = !strcmp(argv[1], "create") ? kvp_pool_create(c, &params) : kvp_pool_destroy(c, argv[2]);
+	ret = !strcmp(argv[1], "create") ? kvp_pool_create_v2(c, &params, 0, why, sizeof(why))
+					 : kvp_pool_destroy(c, argv[2]);
 	kvp_close(c);
 	if (ret) {
 		fprintf(stderr, "kvctl: pool %s %s: %s\n", argv[1], argv[2],
-			ret == -EBUSY ? "in use" : strerror(-ret));
+			*why ? why : ret == -EBUSY ? "in use" : strerror(-ret));
 		return 1;
 	}
 	return 0;

@@ -49,6 +49,8 @@
 #define KVP_FEAT_SPIN_WAKEUP (1ull << 0) /* NEED_WAKEUP flags on both rings */
 #define KVP_FEAT_ADMIN (1ull << 1)       /* admin opcodes (granted to root / the daemon's uid) */
 #define KVP_FEAT_STATS_PAGE (1ull << 2)  /* a 4th descriptor: the read-only stats page */
+#define KVP_FEAT_POOL_MAP (1ull << 3)    /* POOL_MAP: clients map their pool's KV memory
+					  * (not granted yet: the daemon does not serve it) */
 #define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE)
 
 /*
@@ -168,6 +170,13 @@ enum kvp_opcode {
 	KVP_OP_READ_KV,       /* as WRITE_KV, out_addr: K then V. -ENODATA: a position not present */
 	KVP_OP_ATTEND,        /* addr: struct kvp_attend (len bytes). -ENODATA: the mask needs a
 			       * position that was dropped or never written */
+	KVP_OP_POOL_LAYOUT,   /* out: struct kvp_kv_layout, its layers, its pieces' sizes, of the
+			       * attached pool. res and cqe.aux: its bytes (-EOVERFLOW: aux is
+			       * what out_len must be); -EOPNOTSUPP for a pool without KV */
+	KVP_OP_POOL_MAP,      /* KVP_FEAT_POOL_MAP: the attached pool's memory descriptors follow
+			       * on the socket (SCM_RIGHTS, at most KVP_MAP_FDS_PER_MSG a message,
+			       * in piece order). res: how many. -EPERM (reason in out) unless the
+			       * pool is restricted to this client's namespace */
 	/* Admin (KVP_FEAT_ADMIN): */
 	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params (len = its size); KVP_POOL_OWNED */
 	KVP_OP_POOL_DESTROY,  /* addr: pool name (len bytes); -EBUSY while in use by others */
@@ -320,6 +329,78 @@ struct kvp_pool_params {
 					    * chunk C (>= 1), <= 2^30; unused for FULL */
 	__u32 resv0;           /* must be zero (else -EINVAL) */
 	__u64 resv[2];         /* must be zero (else -EINVAL) */
+};
+
+/* Where a pool's memory is (kvp_pool_params_v2.backend). */
+enum kvp_backend {
+	KVP_BACKEND_HOST = 0, /* a memfd in host memory */
+	KVP_BACKEND_CUDA = 1, /* GPU memory (CUDA VMM), through the daemon's CUDA plugin */
+};
+
+/* How K and V lie in a pool's memory (kvp_pool_params_v2.layout); KVP_OP_POOL_LAYOUT tells. */
+enum kvp_layout_kind {
+	KVP_LAYOUT_DEFAULT = 0, /* BLOCK for host pools, LAYER for cuda pools */
+	KVP_LAYOUT_BLOCK = 1,   /* a slot per block: per layer K then V, each
+				 * [kv_heads][block_size][head_dim] */
+	KVP_LAYOUT_LAYER = 2,   /* per layer one K and one V array, each
+				 * [num_blocks][block_size][kv_heads][head_dim] (vLLM's
+				 * FlashAttention layout) */
+};
+
+/*
+ * POOL_CREATE with sqe.len == sizeof(struct kvp_pool_params_v2): v1 and where
+ * and how its memory lies. sqe.len == sizeof(struct kvp_pool_params) is v1
+ * (host, default layout, shared by all namespaces). A refusal writes its
+ * reason to out_addr (NUL-terminated, at most KVP_REASON_MAX bytes, cut to
+ * out_len) when out_len is not 0, with cqe.aux its length.
+ */
+struct kvp_pool_params_v2 {
+	struct kvp_pool_params v1;
+	__u32 backend;          /* KVP_BACKEND_*; others -EINVAL */
+	__u32 device;           /* CUDA device ordinal (cuda); must be 0 for host */
+	__u32 layout;           /* KVP_LAYOUT_*; others -EINVAL */
+	__u32 resv0;            /* must be zero (else -EINVAL) */
+	char namespace_[KVP_NAME_MAX]; /* "": any namespace's clients attach; a name: only
+				 * that namespace's (others -EPERM), and they may map it */
+	__u64 resv[8];          /* must be zero (else -EINVAL) */
+};
+
+#define KVP_REASON_MAX 128   /* a refusal's reason text, NUL included */
+#define KVP_MAP_FDS_PER_MSG 253 /* SCM_MAX_FD */
+
+/* Memory kinds of struct kvp_kv_layout. */
+enum kvp_mem_kind {
+	KVP_MEM_HOST_MEMFD = 1, /* pieces are memfds: mmap(MAP_SHARED), read-write */
+	KVP_MEM_CUDA = 2,       /* pieces are CUDA VMM shareable handles (POSIX fds) */
+};
+
+/*
+ * Where one layer's K and V lie (layer l of every group: groups share the
+ * pool's blocks). Element (block b, token t, kv head h, dim d) of K is at byte
+ * k_off + b * block_stride + t * token_stride + h * head_stride + d * dtype
+ * size of piece k_piece; V likewise from v_off in v_piece.
+ */
+struct kvp_kv_layer_layout {
+	__u32 k_piece, v_piece;
+	__u64 k_off, v_off;
+	__u64 block_stride, token_stride, head_stride;
+};
+
+/*
+ * KVP_OP_POOL_LAYOUT's output: this header, then num_layers struct
+ * kvp_kv_layer_layout (layers 0..layers_per_group-1), then num_pieces __u64
+ * piece sizes. Both layouts are described alike: an engine has one code path.
+ */
+struct kvp_kv_layout {
+	__u32 mem_kind;         /* KVP_MEM_* */
+	__u32 layout;           /* KVP_LAYOUT_BLOCK or KVP_LAYOUT_LAYER */
+	__u64 total_bytes;      /* all pieces */
+	__u32 num_pieces;       /* descriptors POOL_MAP sends */
+	__u32 num_layers;       /* = layers_per_group */
+	__u32 num_blocks, block_size, kv_heads, head_dim;
+	__u32 dtype;            /* KVP_DTYPE_* */
+	__u32 device;           /* CUDA ordinal; 0 for host */
+	__u64 resv[2];          /* zero */
 };
 
 /*
@@ -622,6 +703,22 @@ _Static_assert(__builtin_offsetof(struct kvp_pool_stats, blocks_cached) == 12,
 	       "kvp_pool_stats.blocks_cached");
 
 _Static_assert(sizeof(struct kvp_pool_params) == 168, "kvp_pool_params");
+_Static_assert(sizeof(struct kvp_pool_params_v2) == 280, "kvp_pool_params_v2");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params_v2, backend) == 168,
+	       "kvp_pool_params_v2.backend");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params_v2, namespace_) == 184,
+	       "kvp_pool_params_v2.namespace_");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params_v2, resv) == 216,
+	       "kvp_pool_params_v2.resv");
+_Static_assert(sizeof(struct kvp_kv_layer_layout) == 48, "kvp_kv_layer_layout");
+_Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, k_off) == 8,
+	       "kvp_kv_layer_layout.k_off");
+_Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, head_stride) == 40,
+	       "kvp_kv_layer_layout.head_stride");
+_Static_assert(sizeof(struct kvp_kv_layout) == 64, "kvp_kv_layout");
+_Static_assert(__builtin_offsetof(struct kvp_kv_layout, num_pieces) == 16,
+	       "kvp_kv_layout.num_pieces");
+_Static_assert(__builtin_offsetof(struct kvp_kv_layout, resv) == 48, "kvp_kv_layout.resv");
 _Static_assert(__builtin_offsetof(struct kvp_pool_params, name) == 0, "kvp_pool_params.name");
 _Static_assert(__builtin_offsetof(struct kvp_pool_params, num_blocks) == 32,
 	       "kvp_pool_params.num_blocks");

@@ -2,11 +2,11 @@
 /*
  * Decode/prefill attention over paged KV: the inner loops of the host backend.
  *
- * Pool memory is an array of block slots. Inside a slot, per layer, K then V,
- * each laid out [kv_heads][block_size][head_dim] in the pool dtype; so the K
- * rows of one kv head inside one block are contiguous. attn_keys locates the
- * K rows of one (layer, kv head) of one sequence; the V row of the same token
- * is v_delta bytes after its K row.
+ * Pool memory is described by strides (the daemon's BLOCK layout keeps the K
+ * rows of one kv head inside one block back to back; its LAYER layout puts
+ * the other heads' rows between them). attn_keys locates the K rows of one
+ * (layer, kv head) of one sequence; the V row of the same token is v_delta
+ * bytes after its K row.
  *
  * One call computes, for one query position and the g query heads sharing one
  * kv head (GQA), softmax(scale * q.K^T [soft-capped]) V over the key positions
@@ -27,8 +27,10 @@ static inline size_t attn_dtype_size(enum attn_dtype t)
 
 struct attn_keys {
 	const uint8_t *pool;   /* base of the pool's memory */
-	size_t slot_bytes;     /* bytes per block slot */
-	size_t k_off;          /* offset, in a slot, of this layer's and kv head's K rows */
+	size_t block_stride;   /* bytes from a block's rows to those of the block after it */
+	size_t row_stride;     /* bytes from a token's K row to the next token's in a block;
+				* 0: head_dim * dtype size (rows back to back) */
+	size_t k_off;          /* offset of block 0's K rows of this layer and kv head */
 	size_t v_delta;        /* bytes from a K row to the V row of the same token */
 	uint32_t block_size;
 	uint32_t head_dim;

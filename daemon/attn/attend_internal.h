@@ -94,7 +94,8 @@ static inline int attn_keys_rising(const struct attn_keys *k)
 {
 	size_t block = (size_t)k->block_size * k->head_dim * attn_dtype_size(k->dtype);
 
-	if (k->ring_tokens || k->v_delta != block || k->slot_bytes != 2 * block)
+	if (k->ring_tokens || k->v_delta != block || k->block_stride != 2 * block ||
+	    (k->row_stride && k->row_stride != block / k->block_size))
 		return 0;
 	for (uint32_t i = 1; i < k->nblocks; i++)
 		if (k->ids[i] != k->ids[i - 1] + 1)
@@ -109,7 +110,7 @@ static inline int attn_keys_rising(const struct attn_keys *k)
 struct attn_walk {
 	const uint8_t *pool;
 	const uint32_t *ids;
-	size_t slot_bytes, k_off, row_bytes;
+	size_t block_stride, k_off, row_stride;
 	uint32_t bs, ring, first_block;
 	uint32_t lo[2], hi[2];
 	uint32_t nr, r;  /* ranges, the next one to start */
@@ -122,9 +123,9 @@ static inline void attn_walk_init(struct attn_walk *w, const struct attn_keys *k
 {
 	w->pool = k->pool;
 	w->ids = k->ids;
-	w->slot_bytes = k->slot_bytes;
+	w->block_stride = k->block_stride;
 	w->k_off = k->k_off;
-	w->row_bytes = (size_t)k->head_dim * attn_dtype_size(k->dtype);
+	w->row_stride = k->row_stride ? k->row_stride : (size_t)k->head_dim * attn_dtype_size(k->dtype);
 	w->bs = k->block_size;
 	w->ring = k->ring_tokens;
 	w->first_block = k->first_block;
@@ -167,10 +168,10 @@ static inline unsigned attn_walk_fill(struct attn_walk *w, const uint8_t **rows,
 			seg = w->ring - w->jr;
 		if (seg > max - n)
 			seg = max - n;
-		base = w->pool + (size_t)w->ids[w->lb - w->first_block] * w->slot_bytes + w->k_off +
-		       (size_t)w->row * w->row_bytes;
+		base = w->pool + (size_t)w->ids[w->lb - w->first_block] * w->block_stride + w->k_off +
+		       (size_t)w->row * w->row_stride;
 		for (uint32_t i = 0; i < seg; i++)
-			rows[n++] = base + i * w->row_bytes;
+			rows[n++] = base + i * w->row_stride;
 		w->left -= seg;
 		w->jr += seg;
 		w->row += seg;

@@ -128,7 +128,7 @@ static double run_kernel(const struct run *r, uint32_t g, uint32_t ctx, double s
 	do {
 		for (int i = 0; i < 8; i++) {
 			struct attn_keys k = {
-				.pool = r->pool, .slot_bytes = r->slot,
+				.pool = r->pool, .block_stride = r->slot,
 				.k_off = r->hot ? 0 : (rnd() % KV_HEADS) * r->head_bytes,
 				.v_delta = KV_HEADS * r->head_bytes, .block_size = BS,
 				.head_dim = HEAD_DIM, .dtype = r->dt,

@@ -39,14 +39,14 @@ static void check_config(const struct kvpd_config *cfg)
 	if (cfg->socket_group)
 		(void)strlen(cfg->socket_group);
 	for (unsigned i = 0; i < cfg->npools; i++) {
-		const struct kvp_pool_params *p = &cfg->pools[i];
+		const struct kvp_pool_params *p = &cfg->pools[i].v1;
 
 		if (!name_ok(p->name) || !p->num_blocks || !p->block_size || !p->num_groups ||
 		    p->num_groups > KVP_MAX_GROUPS)
 			fz_fail("config: pool %u '%.32s': %u blocks of %u, %u groups", i, p->name,
 				p->num_blocks, p->block_size, p->num_groups);
 		for (unsigned j = 0; j < i; j++)
-			if (!strcmp(p->name, cfg->pools[j].name))
+			if (!strcmp(p->name, cfg->pools[j].v1.name))
 				fz_fail("config: pool %s twice", p->name);
 	}
 	for (unsigned i = 0; i < cfg->nnamespaces; i++) {
@@ -74,13 +74,19 @@ static void start_pools(const struct kvpd_config *cfg)
 	struct kvpd *d = fz_daemon();
 
 	for (unsigned i = 0; i < cfg->npools; i++) {
-		struct kvp_pool_params p = cfg->pools[i];
+		struct kvp_pool_params_v2 p = cfg->pools[i];
+		char why[KVP_REASON_MAX];
 		int ret;
 
-		fz_clamp_pool_params(&p);
-		ret = kvpd_pool_create(d, &p, NULL);
+		/* No CUDA plugin here: a cuda pool is refused for that, which says nothing of the config. */
+		if (p.backend == KVP_BACKEND_CUDA)
+			continue;
+		fz_clamp_pool_params(&p.v1);
+		ret = kvpd_pool_create(d, &p, NULL, why, sizeof(why));
 		if (ret && ret != -EINVAL)
-			fz_fail("config: pool %s: %s", p.name, strerror(-ret));
+			fz_fail("config: pool %s: %s", p.v1.name, strerror(-ret));
+		if (ret && !*why)
+			fz_fail("config: pool %s refused without a reason", p.v1.name);
 	}
 	fz_teardown(d);
 }

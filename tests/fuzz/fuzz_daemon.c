@@ -201,7 +201,6 @@ struct kvpd *fz_daemon(void)
 	d.cfg.verbose = fz_verbose ? 2 : 0;
 	configure(&d.cfg);
 	d.ncpus = 2;
-	d.backend = &kvpd_host_backend;
 	d.ev = &fz_evloop;
 	d.clients = calloc(d.cfg.max_clients, sizeof(*d.clients));
 	d.active = calloc(d.cfg.max_clients, sizeof(*d.active));
@@ -212,7 +211,7 @@ struct kvpd *fz_daemon(void)
 		fz_fail("stats page: %s", strerror(-ret));
 	d.stats.page->event_loop = d.ev->kind;
 	/* Threads, as in kvpoold: split-K and the loop's help only happen with two or more. */
-	ret = kvpd_workers_start(&d.workers, d.cfg.threads, 0, d.backend);
+	ret = kvpd_workers_start(&d.workers, d.cfg.threads, 0, kvpd_job_run);
 	if (ret)
 		fz_fail("workers: %s", strerror(-ret));
 	made = true;
@@ -266,21 +265,22 @@ void fz_clamp_pool_params(struct kvp_pool_params *p)
 static void make_pool(struct kvpd *d, const char *name, const char *words)
 {
 	char buf[256], *save = NULL;
-	struct kvp_pool_params p;
+	struct kvp_pool_params_v2 p;
+	char why[KVP_REASON_MAX];
 	int ret;
 
-	kvp_pool_params_init(&p, name);
+	kvp_pool_params_v2_init(&p, name);
 	snprintf(buf, sizeof(buf), "%s", words);
 	for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
 		char *eq = strchr(w, '=');
 
 		*eq = '\0';
-		if (kvp_pool_params_set(&p, w, eq + 1))
+		if (kvp_pool_params_v2_set(&p, w, eq + 1))
 			fz_fail("pool %s: bad word %s=%s", name, w, eq + 1);
 	}
-	ret = kvpd_pool_create(d, &p, NULL);
+	ret = kvpd_pool_create(d, &p, NULL, why, sizeof(why));
 	if (ret)
-		fz_fail("pool %s: %s", name, strerror(-ret));
+		fz_fail("pool %s: %s", name, *why ? why : strerror(-ret));
 }
 
 void fz_begin(bool tracing)

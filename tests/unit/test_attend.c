@@ -103,6 +103,7 @@ struct tcase {
 	float scale, softcap;
 	float ramp; /* != 0: head 0's score grows by ramp per key (forces max updates) */
 	bool rising; /* slots of one K and one V block, blocks in order (attn_keys_rising) */
+	bool strided; /* the LAYER layout: a K array then a V array, 3 kv heads' rows interleaved */
 };
 
 struct tenv {
@@ -121,15 +122,17 @@ static uint8_t *row_addr(const struct tenv *e, uint32_t j)
 	uint32_t jr = k->ring_tokens ? j % k->ring_tokens : j;
 	uint32_t b = k->ids[jr / k->block_size - k->first_block];
 
-	return (uint8_t *)k->pool + (size_t)b * k->slot_bytes + k->k_off +
-	       (size_t)(jr % k->block_size) * k->head_dim * attn_dtype_size(k->dtype);
+	size_t row_stride = k->row_stride ? k->row_stride : k->head_dim * attn_dtype_size(k->dtype);
+
+	return (uint8_t *)k->pool + (size_t)b * k->block_stride + k->k_off +
+	       (size_t)(jr % k->block_size) * row_stride;
 }
 
 static void build(const struct tcase *t, struct tenv *e)
 {
 	size_t ds = attn_dtype_size(t->dt), row_bytes = t->hd * ds;
 	size_t head_bytes = t->bs * row_bytes, layer_bytes = 2 * 2 * head_bytes;
-	size_t slot = t->rising ? 2 * head_bytes : 2 * layer_bytes + 32, words;
+	size_t slot = t->rising ? 2 * head_bytes : 2 * layer_bytes + 32, words, pool_bytes;
 	uint32_t first, last, nblocks, pblocks, *perm;
 	uint64_t lo_min = UINT32_MAX, hi_max = 0;
 	double q2 = 0;
@@ -165,10 +168,13 @@ static void build(const struct tcase *t, struct tenv *e)
 	memcpy(e->ids, perm + (t->rising ? 1 : 0), sizeof(*e->ids) * nblocks);
 	free(perm);
 
+	if (t->strided)
+		slot = 3 * head_bytes; /* [bs][3 heads][hd] */
+	pool_bytes = (t->strided ? 2 : 1) * pblocks * slot;
 	/* NaN everywhere: a row read that the ranges don't cover poisons the output */
-	e->pool = aligned_alloc(64, (pblocks * slot + 63) & ~(size_t)63);
+	e->pool = aligned_alloc(64, (pool_bytes + 63) & ~(size_t)63);
 	assert_non_null(e->pool);
-	words = pblocks * slot / ds;
+	words = pool_bytes / ds;
 	for (size_t i = 0; i < words; i++) {
 		if (t->dt == ATTN_F32)
 			((uint32_t *)e->pool)[i] = 0x7fc00000u;
@@ -178,7 +184,7 @@ static void build(const struct tcase *t, struct tenv *e)
 
 	e->keys = (struct attn_keys){
 		.pool = e->pool,
-		.slot_bytes = slot,
+		.block_stride = slot,
 		.k_off = t->rising ? 0 : layer_bytes + head_bytes, /* layer 1, kv head 1 */
 		.v_delta = t->rising ? head_bytes : 2 * head_bytes,
 		.block_size = t->bs,
@@ -189,6 +195,11 @@ static void build(const struct tcase *t, struct tenv *e)
 		.nblocks = nblocks,
 		.ring_tokens = t->ring,
 	};
+	if (t->strided) {
+		e->keys.row_stride = 3 * row_bytes;
+		e->keys.k_off = row_bytes; /* kv head 1 */
+		e->keys.v_delta = pblocks * slot;
+	}
 	e->q = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
 	e->out = malloc((size_t)t->g * t->hd * attn_dtype_size(t->qdt));
 	e->ref = calloc((size_t)t->g * t->hd, sizeof(double));
@@ -605,6 +616,41 @@ static void test_rising(void **state)
 }
 
 /*
+ * The LAYER layout: a token's K row is kv_heads rows from the next token's
+ * (row_stride), V a whole array away. Every kernel walks it as it walks the
+ * BLOCK layout, and none takes it for a rising run.
+ */
+static void test_strided(void **state)
+{
+	static const uint32_t hds[] = { 64, 128 }, bss[] = { 1, 16 };
+	static const enum attn_dtype dts[][2] = {
+		{ ATTN_F32, ATTN_F32 }, { ATTN_F16, ATTN_F16 }, { ATTN_BF16, ATTN_BF16 },
+		{ ATTN_BF16, ATTN_F32 },
+	};
+
+	(void)state;
+	for (size_t d = 0; d < 4; d++)
+		for (size_t hi = 0; hi < 2; hi++)
+			for (size_t bi = 0; bi < 2; bi++)
+				for (uint32_t g = 1; g <= 4; g *= 4)
+					for (int sh = 0; sh < SH_N; sh++) {
+						struct tcase t = {
+							.what = "layer layout", .dt = dts[d][0],
+							.qdt = dts[d][1], .g = g, .hd = hds[hi],
+							.bs = bss[bi], .scale = 4.0f / sqrtf((float)hds[hi]),
+							.strided = true,
+						};
+						struct tenv e;
+
+						shape_ranges(&t, (enum shape)sh);
+						build(&t, &e);
+						assert_int_equal(attn_keys_rising(&e.keys), 0);
+						destroy(&e);
+						run_case(&t);
+					}
+}
+
+/*
  * Scores that keep climbing (and, with g > 1, large ones on the other heads): the
  * running max moves often, by small and by large steps, so the accumulators are
  * rescaled at many tiles; early weights underflow to zero.
@@ -998,6 +1044,7 @@ int main(void)
 		cmocka_unit_test(test_long),
 		cmocka_unit_test(test_rescale),
 		cmocka_unit_test(test_rising),
+		cmocka_unit_test(test_strided),
 		cmocka_unit_test(test_split),
 		cmocka_unit_test(test_env_isa),
 		cmocka_unit_test(test_report),

@@ -54,8 +54,6 @@ static void fake_task(struct kvpd_job *job, uint32_t task)
 	__atomic_sub_fetch(&fake.now, 1, __ATOMIC_SEQ_CST);
 }
 
-static const struct kvpd_backend_ops fake_backend = { .name = "fake", .run_task = fake_task };
-
 /*
  * Starts @nthreads workers and waits until all of them sleep: one still starting up
  * would find the queue on its own, without the wake-up the test is about.
@@ -64,7 +62,7 @@ static void start_asleep(struct kvpd_workers *w, unsigned nthreads, unsigned spi
 {
 	unsigned sleepers = 0;
 
-	assert_int_equal(kvpd_workers_start(w, nthreads, spin_us, &fake_backend), 0);
+	assert_int_equal(kvpd_workers_start(w, nthreads, spin_us, fake_task), 0);
 	while (sleepers < nthreads) {
 		usleep(100);
 		pthread_mutex_lock(&w->lock);

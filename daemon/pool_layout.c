@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * KVP_OP_POOL_LAYOUT: where a pool's K and V lie, by strides, so that an
+ * engine that maps the pool runs its own kernels on it with one code path for
+ * both layouts.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "kvpoold.h"
+
+static const uint32_t dtypes[] = { [ATTN_F32] = KVP_DTYPE_F32, [ATTN_F16] = KVP_DTYPE_F16,
+				   [ATTN_BF16] = KVP_DTYPE_BF16 };
+
+int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, __u64 *needed)
+{
+	const struct kvpd_kv_layout *l = &pool->layout;
+	struct kvp_kv_layout head = {
+		.mem_kind = pool->backend->mem_kind,
+		.layout = l->kind,
+		.total_bytes = l->map_bytes,
+		.num_pieces = 1, /* one memfd, one CUDA allocation */
+		.num_layers = l->layers,
+		.num_blocks = l->num_blocks,
+		.block_size = l->block_size,
+		.kv_heads = l->kv_heads,
+		.head_dim = l->head_dim,
+		.dtype = dtypes[l->dtype],
+		.device = pool->device,
+	};
+	uint8_t *p = out;
+	__u64 piece = l->map_bytes;
+
+	if (!l->slot_bytes)
+		return -EOPNOTSUPP;
+	*needed = sizeof(head) + (uint64_t)l->layers * sizeof(struct kvp_kv_layer_layout) +
+		  head.num_pieces * sizeof(piece);
+	if (*needed > out_len)
+		return -EOVERFLOW;
+	memcpy(p, &head, sizeof(head));
+	p += sizeof(head);
+	for (uint32_t layer = 0; layer < l->layers; layer++) {
+		struct kvp_kv_layer_layout e = {
+			.k_off = kvpd_k_off(l, layer, 0),
+			.v_off = kvpd_k_off(l, layer, 0) + l->v_delta,
+			.block_stride = l->block_stride,
+			.token_stride = l->token_stride,
+			.head_stride = l->head_stride,
+		};
+
+		memcpy(p, &e, sizeof(e));
+		p += sizeof(e);
+	}
+	memcpy(p, &piece, sizeof(piece));
+	return (int)*needed;
+}

@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA backend, built into libkvpool_cuda.so and loaded by kvpoold only
+ * when a pool asks for it (daemon/plugin.c). Pool memory is a CUDA VMM
+ * allocation, exportable as a POSIX fd so that engines map the same blocks.
+ *
+ * The driver API is loaded at runtime, not linked: the plugin must load, and
+ * refuse with a reason, on a machine without a driver (the build machines
+ * have only the toolkit's stub libcuda). cuda.h still gives the types and the
+ * prototypes, which pick each call's current ABI version (cuMemsetD8_v2...).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda.h>
+
+#include "../daemon/backend.h"
+#include "../daemon/plugin.h"
+#include "../uapi/kvpool.h"
+
+#define CUDA_LIB "libcuda.so.1"
+
+/* The driver calls this backend makes; each X(name) expands to its versioned symbol. */
+#define CU_CALLS(X)                                                                        \
+	X(cuInit) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)                   \
+	X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)   \
+	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize)                         \
+	X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease)                    \
+	X(cuMemExportToShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree)         \
+	X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8)
+
+#define CU_STR_(sym) #sym
+#define CU_STR(sym) CU_STR_(sym) /* the macro's expansion: cuMemsetD8 -> "cuMemsetD8_v2" */
+
+struct cu_api {
+	void *lib;
+#define CU_PTR(fn) __typeof__(&fn) fn;
+	CU_CALLS(CU_PTR)
+#undef CU_PTR
+};
+
+/*
+ * A pool's memory; *mem points here. ptr comes first so that a later data
+ * path can read the device address through mem alone.
+ */
+struct cuda_pool {
+	CUdeviceptr ptr;
+	size_t bytes;                        /* reserved and mapped */
+	CUmemGenericAllocationHandle handle; /* the physical memory */
+	CUdevice dev;
+	CUcontext ctx;                       /* the device's primary context, retained */
+	struct cu_api cu;                    /* per pool: the plugin keeps no state of its own */
+};
+
+static int __attribute__((format(printf, 4, 5)))
+refuse(char *why, size_t why_len, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && why_len) {
+		va_start(ap, fmt);
+		vsnprintf(why, why_len, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+static int cu_errno(CUresult res)
+{
+	switch (res) {
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CUDA_ERROR_NO_DEVICE:
+	case CUDA_ERROR_INVALID_DEVICE:
+	case CUDA_ERROR_DEVICE_UNAVAILABLE:
+		return -ENODEV;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	case CUDA_ERROR_NOT_PERMITTED:
+		return -EPERM;
+	default:
+		return -EIO;
+	}
+}
+
+static const char *cu_text(const struct cu_api *cu, CUresult res)
+{
+	const char *s = NULL;
+
+	if (cu->cuGetErrorString(res, &s) != CUDA_SUCCESS || !s)
+		s = "unknown error";
+	return s;
+}
+
+/* "cuMemCreate failed: out of memory (CUresult 2)": the driver's words and its number. */
+static int cu_refuse(const struct cu_api *cu, CUresult res, int err, const char *call, char *why,
+		     size_t why_len)
+{
+	return refuse(why, why_len, err, "%s failed: %s (CUresult %d)", call, cu_text(cu, res),
+		      (int)res);
+}
+
+/*
+ * NODELETE: once cuInit has run, the driver has threads of its own in the
+ * process, and unmapping its code under them would crash the daemon; the
+ * last pool's dlclose must leave it loaded.
+ */
+static int cu_open(struct cu_api *cu, char *why, size_t why_len)
+{
+	cu->lib = dlopen(CUDA_LIB, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!cu->lib)
+		return refuse(why, why_len, -ENODEV, CUDA_LIB " not loadable: %s", dlerror());
+#define CU_SYM(fn)                                                                               \
+	cu->fn = (__typeof__(&fn))dlsym(cu->lib, CU_STR(fn));                                    \
+	if (!cu->fn) {                                                                           \
+		dlclose(cu->lib);                                                                \
+		return refuse(why, why_len, -ENOSYS, CUDA_LIB " has no " CU_STR(fn)              \
+			      ": driver too old");                                               \
+	}
+	CU_CALLS(CU_SYM)
+#undef CU_SYM
+	return 0;
+}
+
+/* The allocation pool_init makes on @dev: pinned device memory a POSIX fd can share. */
+static CUmemAllocationProp alloc_prop(CUdevice dev)
+{
+	CUmemAllocationProp prop = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
+	};
+
+	return prop;
+}
+
+/* Refuses a device without VMM or fd export up front, with a reason that says so. */
+static int check_device(struct cuda_pool *pool, uint32_t device, char *why, size_t why_len)
+{
+	const struct cu_api *cu = &pool->cu;
+	int count = 0, vmm = 0, posix_fd = 0;
+	CUresult res;
+
+	res = cu->cuInit(0);
+	if (res != CUDA_SUCCESS)
+		return cu_refuse(cu, res, -ENODEV, "cuInit", why, why_len);
+	res = cu->cuDeviceGetCount(&count);
+	if (res != CUDA_SUCCESS)
+		return cu_refuse(cu, res, -ENODEV, "cuDeviceGetCount", why, why_len);
+	if (device >= (uint32_t)count)
+		return refuse(why, why_len, -ENODEV, "no CUDA device %u (%d found)", device, count);
+	res = cu->cuDeviceGet(&pool->dev, (int)device);
+	if (res != CUDA_SUCCESS)
+		return cu_refuse(cu, res, -ENODEV, "cuDeviceGet", why, why_len);
+
+	res = cu->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+				       pool->dev);
+	if (res == CUDA_SUCCESS)
+		res = cu->cuDeviceGetAttribute(
+			&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+			pool->dev);
+	if (res != CUDA_SUCCESS)
+		return cu_refuse(cu, res, cu_errno(res), "cuDeviceGetAttribute", why, why_len);
+	if (!vmm)
+		return refuse(why, why_len, -EOPNOTSUPP,
+			      "CUDA device %u has no virtual memory management (cuMemCreate)", device);
+	if (!posix_fd)
+		return refuse(why, why_len, -EOPNOTSUPP,
+			      "CUDA device %u cannot export memory as POSIX fds", device);
+	return 0;
+}
+
+/*
+ * Maps pool->bytes (a multiple of the granularity) of new device memory at a
+ * new address, zeroed. The caller has the pool's context current.
+ */
+static int map_memory(struct cuda_pool *pool, char *why, size_t why_len)
+{
+	const struct cu_api *cu = &pool->cu;
+	CUmemAllocationProp prop = alloc_prop(pool->dev);
+	CUmemAccessDesc access = {
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = pool->dev },
+		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+	};
+	const char *call;
+	CUresult res;
+	int err;
+
+	res = cu->cuMemCreate(&pool->handle, pool->bytes, &prop, 0);
+	if (res != CUDA_SUCCESS)
+		return cu_refuse(cu, res, cu_errno(res), "cuMemCreate", why, why_len);
+	res = cu->cuMemAddressReserve(&pool->ptr, pool->bytes, 0, 0, 0);
+	if (res != CUDA_SUCCESS) {
+		err = cu_refuse(cu, res, cu_errno(res), "cuMemAddressReserve", why, why_len);
+		goto release_handle;
+	}
+	res = cu->cuMemMap(pool->ptr, pool->bytes, 0, pool->handle, 0);
+	if (res != CUDA_SUCCESS) {
+		err = cu_refuse(cu, res, cu_errno(res), "cuMemMap", why, why_len);
+		goto free_address;
+	}
+
+	/* A new mapping is not even accessible from its own device until granted. */
+	call = "cuMemSetAccess";
+	res = cu->cuMemSetAccess(pool->ptr, pool->bytes, &access, 1);
+	if (res == CUDA_SUCCESS) {
+		call = "cuMemsetD8";
+		res = cu->cuMemsetD8(pool->ptr, 0, pool->bytes);
+	}
+	/* The memset may still run: clients may map the pool as soon as this returns. */
+	if (res == CUDA_SUCCESS) {
+		call = "cuCtxSynchronize";
+		res = cu->cuCtxSynchronize();
+	}
+	if (res != CUDA_SUCCESS) {
+		err = cu_refuse(cu, res, cu_errno(res), call, why, why_len);
+		goto unmap;
+	}
+	return 0;
+
+unmap:
+	cu->cuMemUnmap(pool->ptr, pool->bytes);
+free_address:
+	cu->cuMemAddressFree(pool->ptr, pool->bytes);
+release_handle:
+	cu->cuMemRelease(pool->handle);
+	return err;
+}
+
+static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem, char *why,
+			  size_t why_len)
+{
+	struct cuda_pool *pool;
+	CUmemAllocationProp prop;
+	size_t gran = 0;
+	CUcontext popped;
+	CUresult res;
+	int err;
+
+	l->mem_fd = -1;
+	if (!l->total_bytes)
+		return refuse(why, why_len, -EINVAL, "a cuda pool needs KV memory (kv_heads, head_dim)");
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return refuse(why, why_len, -ENOMEM, "out of memory");
+	err = cu_open(&pool->cu, why, why_len);
+	if (err)
+		goto free_pool;
+	err = check_device(pool, device, why, why_len);
+	if (err)
+		goto close_lib;
+
+	res = pool->cu.cuDevicePrimaryCtxRetain(&pool->ctx, pool->dev);
+	if (res != CUDA_SUCCESS) {
+		err = cu_refuse(&pool->cu, res, cu_errno(res), "cuDevicePrimaryCtxRetain", why, why_len);
+		goto close_lib;
+	}
+	/* Pushed, not set: the calling thread's own current context is left as it was. */
+	res = pool->cu.cuCtxPushCurrent(pool->ctx);
+	if (res != CUDA_SUCCESS) {
+		err = cu_refuse(&pool->cu, res, cu_errno(res), "cuCtxPushCurrent", why, why_len);
+		goto release_ctx;
+	}
+
+	prop = alloc_prop(pool->dev);
+	res = pool->cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (res != CUDA_SUCCESS) {
+		err = cu_refuse(&pool->cu, res, cu_errno(res), "cuMemGetAllocationGranularity", why,
+				why_len);
+		goto pop_ctx;
+	}
+	if (!gran) {
+		err = refuse(why, why_len, -EIO, "cuMemGetAllocationGranularity gave 0");
+		goto pop_ctx;
+	}
+	pool->bytes = (l->total_bytes + gran - 1) / gran * gran;
+	if (pool->bytes < l->total_bytes) {
+		err = refuse(why, why_len, -EOVERFLOW, "a pool of %zu bytes is too large",
+			     l->total_bytes);
+		goto pop_ctx;
+	}
+	err = map_memory(pool, why, why_len);
+	if (err)
+		goto pop_ctx;
+	pool->cu.cuCtxPopCurrent(&popped);
+
+	l->map_bytes = pool->bytes;
+	l->page_bytes = gran;
+	*mem = pool;
+	return 0;
+
+pop_ctx:
+	pool->cu.cuCtxPopCurrent(&popped);
+release_ctx:
+	pool->cu.cuDevicePrimaryCtxRelease(pool->dev);
+close_lib:
+	dlclose(pool->cu.lib);
+free_pool:
+	free(pool);
+	return err;
+}
+
+static void cuda_pool_fini(const struct kvpd_kv_layout *l, void *mem)
+{
+	struct cuda_pool *pool = mem;
+	const struct cu_api *cu;
+	CUcontext popped;
+
+	(void)l;
+	if (!pool)
+		return;
+	cu = &pool->cu;
+	/*
+	 * Clients that still map the memory keep it alive through their own
+	 * handles: the release here drops only the daemon's reference.
+	 */
+	if (cu->cuCtxPushCurrent(pool->ctx) == CUDA_SUCCESS) {
+		cu->cuMemUnmap(pool->ptr, pool->bytes);
+		cu->cuMemAddressFree(pool->ptr, pool->bytes);
+		cu->cuMemRelease(pool->handle);
+		cu->cuCtxPopCurrent(&popped);
+	}
+	cu->cuDevicePrimaryCtxRelease(pool->dev);
+	dlclose(cu->lib);
+	free(pool);
+}
+
+/* The whole pool is one piece: one allocation, one fd. */
+static int cuda_export_fds(const struct kvpd_kv_layout *l, void *mem, int *fds, unsigned max)
+{
+	struct cuda_pool *pool = mem;
+	const struct cu_api *cu = &pool->cu;
+	CUcontext popped;
+	CUresult res;
+	int fd = -1;
+
+	(void)l;
+	if (max < 1)
+		return -ENOSPC;
+	res = cu->cuCtxPushCurrent(pool->ctx);
+	if (res != CUDA_SUCCESS)
+		return cu_errno(res);
+	res = cu->cuMemExportToShareableHandle(&fd, pool->handle,
+					       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	cu->cuCtxPopCurrent(&popped);
+	if (res != CUDA_SUCCESS)
+		return cu_errno(res);
+	/* The driver does not ask for CLOEXEC, and nothing the daemon execs may hold pool memory. */
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	fds[0] = fd;
+	return 1;
+}
+
+/*
+ * KV copies and attention on the GPU are a later issue: until then the daemon
+ * must not send a cuda pool's WRITE_KV, READ_KV or ATTEND to the workers, and
+ * a task that comes anyway does nothing (the job still completes, its data
+ * untouched).
+ */
+static void cuda_run_task(struct kvpd_job *job, uint32_t task)
+{
+	(void)job;
+	(void)task;
+}
+
+static const struct kvpd_backend_ops cuda_backend = {
+	.name = "cuda",
+	.pool_init = cuda_pool_init,
+	.pool_fini = cuda_pool_fini,
+	.export_fds = cuda_export_fds,
+	.mem_kind = KVP_MEM_CUDA,
+	.run_task = cuda_run_task,
+};
+
+/*
+ * The plugin's only exports (it is built with hidden visibility): the daemon's
+ * entry, and the ABI that plugin.c names when the entry refuses its own.
+ */
+#define EXPORT __attribute__((visibility("default")))
+EXPORT kvpd_backend_entry_fn kvpool_cuda_backend;
+EXPORT extern const uint32_t kvpool_cuda_backend_abi;
+
+const uint32_t kvpool_cuda_backend_abi = KVPD_BACKEND_ABI;
+
+const struct kvpd_backend_ops *kvpool_cuda_backend(uint32_t abi)
+{
+	/* Only the layouts of this ABI's structs are known here; say nothing rather than guess. */
+	return abi == KVPD_BACKEND_ABI ? &cuda_backend : NULL;
+}
