@@ -8,8 +8,10 @@
 #ifndef KVPOOLD_BACKEND_H
 #define KVPOOLD_BACKEND_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "attn/attend.h"
 
@@ -63,6 +65,23 @@ static inline uint8_t *kvpd_row(uint8_t *mem, const struct kvpd_kv_layout *l,
 }
 
 struct kvpd_job;
+
+/*
+ * Returns @err with a refusal's reason in @why (why_len bytes, NUL-terminated):
+ * for the daemon and its plugins alike, which link nothing of each other.
+ */
+static inline int __attribute__((format(printf, 4, 5)))
+kvpd_refuse(char *why, size_t why_len, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && why_len) {
+		va_start(ap, fmt);
+		vsnprintf(why, why_len, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
 
 /* Version of struct kvpd_backend_ops a plugin must be built against. */
 #define KVPD_BACKEND_ABI 1

@@ -61,7 +61,7 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 	if (!slot)
 		return -EBADF;
 	/* The CUDA backend moves no data yet (the GPU issue): its pools hold KV but serve none. */
-	if (!pool->layout.slot_bytes || pool->backend_kind != KVP_BACKEND_HOST)
+	if (!pool->layout.slot_bytes || pool->backend != &kvpd_host_backend)
 		return -EOPNOTSUPP;
 	if (group >= cfg->num_groups || layer >= pool->layout.layers)
 		return -EINVAL;
@@ -397,7 +397,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 
 	if (!src || sqe->len < sizeof(head))
 		return -EINVAL;
-	if (!c->pool->layout.slot_bytes || c->pool->backend_kind != KVP_BACKEND_HOST)
+	if (!c->pool->layout.slot_bytes || c->pool->backend != &kvpd_host_backend)
 		return -EOPNOTSUPP;
 	/* The header first, once: how many entries there are bounds the copy below. */
 	memcpy(&head, src, sizeof(head));

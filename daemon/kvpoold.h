@@ -29,7 +29,6 @@ struct kvpd_pool {
 	uint32_t sequences; /* open, over all clients */
 	struct kvpd_kv_layout layout; /* slot_bytes 0: the pool holds no KV */
 	const struct kvpd_backend_ops *backend; /* where its memory is */
-	uint32_t backend_kind; /* KVP_BACKEND_* */
 	uint32_t device;    /* cuda: the device ordinal */
 	char namespace_[KVP_NAME_MAX]; /* "": open to every namespace; else only its clients */
 	bool mapped;        /* a client mapped it: COMMIT takes the client's word for its KV */

@@ -21,19 +21,6 @@
 
 #define NOT_AVAILABLE "cuda backend not available: "
 
-static int __attribute__((format(printf, 4, 5)))
-refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 /*
  * gpu/ of the build tree that the running kvpoold was built in: daemon/kvpoold
  * (or build/<variant>/bin/kvpoold) finds gpu/ (build/<variant>/gpu/) beside
@@ -78,7 +65,7 @@ static int find_plugin(struct kvpd_plugin *p, const char *plugin_dir, char *why,
 		int n = snprintf(p->path, sizeof(p->path), "%s/" KVPD_CUDA_PLUGIN_FILE, dirs[i]);
 
 		if (n < 0 || (size_t)n >= sizeof(p->path))
-			return refuse(why, why_len, -ENAMETOOLONG,
+			return kvpd_refuse(why, why_len, -ENAMETOOLONG,
 				      NOT_AVAILABLE "plugin path too long: %s", dirs[i]);
 		if (access(p->path, F_OK) == 0)
 			return 0;
@@ -86,15 +73,15 @@ static int find_plugin(struct kvpd_plugin *p, const char *plugin_dir, char *why,
 		if (errno != ENOENT && errno != ENOTDIR) {
 			int err = errno;
 
-			return refuse(why, why_len, -err, NOT_AVAILABLE "%s: %s", p->path,
+			return kvpd_refuse(why, why_len, -err, NOT_AVAILABLE "%s: %s", p->path,
 				      strerror(err));
 		}
 	}
 	p->path[0] = '\0';
 	if (ndirs == 1)
-		return refuse(why, why_len, -ENOENT,
+		return kvpd_refuse(why, why_len, -ENOENT,
 			      NOT_AVAILABLE KVPD_CUDA_PLUGIN_FILE " not found in %s", dirs[0]);
-	return refuse(why, why_len, -ENOENT,
+	return kvpd_refuse(why, why_len, -ENOENT,
 		      NOT_AVAILABLE KVPD_CUDA_PLUGIN_FILE " not found in %s or %s", dirs[0],
 		      dirs[1]);
 }
@@ -114,11 +101,11 @@ int kvpd_plugin_load(struct kvpd_plugin *p, const char *plugin_dir, char *why, s
 	/* NOW: a plugin missing a symbol fails here, with dlerror's name for it, not mid-request. */
 	p->handle = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
 	if (!p->handle)
-		return refuse(why, why_len, -ELIBBAD, NOT_AVAILABLE "%s", dlerror());
+		return kvpd_refuse(why, why_len, -ELIBBAD, NOT_AVAILABLE "%s", dlerror());
 
 	entry = (kvpd_backend_entry_fn *)dlsym(p->handle, KVPD_CUDA_PLUGIN_ENTRY);
 	if (!entry) {
-		err = refuse(why, why_len, -ELIBBAD,
+		err = kvpd_refuse(why, why_len, -ELIBBAD,
 			     NOT_AVAILABLE KVPD_CUDA_PLUGIN_FILE " has no " KVPD_CUDA_PLUGIN_ENTRY "()");
 		goto close_handle;
 	}
@@ -126,12 +113,12 @@ int kvpd_plugin_load(struct kvpd_plugin *p, const char *plugin_dir, char *why, s
 	if (!ops) {
 		abi = dlsym(p->handle, KVPD_CUDA_PLUGIN_ABI_SYM);
 		if (abi)
-			err = refuse(why, why_len, -ELIBBAD,
+			err = kvpd_refuse(why, why_len, -ELIBBAD,
 				     NOT_AVAILABLE KVPD_CUDA_PLUGIN_FILE
 				     " built for backend ABI %u, kvpoold has %u",
 				     *abi, KVPD_BACKEND_ABI);
 		else
-			err = refuse(why, why_len, -ELIBBAD,
+			err = kvpd_refuse(why, why_len, -ELIBBAD,
 				     NOT_AVAILABLE KVPD_CUDA_PLUGIN_FILE
 				     " built for another backend ABI, kvpoold has %u",
 				     KVPD_BACKEND_ABI);

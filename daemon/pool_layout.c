@@ -9,9 +9,6 @@
 
 #include "kvpoold.h"
 
-static const uint32_t dtypes[] = { [ATTN_F32] = KVP_DTYPE_F32, [ATTN_F16] = KVP_DTYPE_F16,
-				   [ATTN_BF16] = KVP_DTYPE_BF16 };
-
 int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, __u64 *needed)
 {
 	const struct kvpd_kv_layout *l = &pool->layout;
@@ -25,7 +22,7 @@ int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, 
 		.block_size = l->block_size,
 		.kv_heads = l->kv_heads,
 		.head_dim = l->head_dim,
-		.dtype = dtypes[l->dtype],
+		.dtype = pool->params.dtype,
 		.device = pool->device,
 	};
 	uint8_t *p = out;

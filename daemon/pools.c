@@ -107,7 +107,6 @@ static int pick_backend(struct kvpd *d, struct kvpd_pool *pool, const struct kvp
 {
 	int ret;
 
-	pool->backend_kind = p->backend;
 	pool->device = p->device;
 	if (p->backend == KVP_BACKEND_HOST) {
 		pool->backend = &kvpd_host_backend;

@@ -57,19 +57,6 @@ struct cuda_pool {
 	struct cu_api cu;                    /* per pool: the plugin keeps no state of its own */
 };
 
-static int __attribute__((format(printf, 4, 5)))
-refuse(char *why, size_t why_len, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 static int cu_errno(CUresult res)
 {
 	switch (res) {
@@ -101,7 +88,7 @@ static const char *cu_text(const struct cu_api *cu, CUresult res)
 static int cu_refuse(const struct cu_api *cu, CUresult res, int err, const char *call, char *why,
 		     size_t why_len)
 {
-	return refuse(why, why_len, err, "%s failed: %s (CUresult %d)", call, cu_text(cu, res),
+	return kvpd_refuse(why, why_len, err, "%s failed: %s (CUresult %d)", call, cu_text(cu, res),
 		      (int)res);
 }
 
@@ -114,12 +101,12 @@ static int cu_open(struct cu_api *cu, char *why, size_t why_len)
 {
 	cu->lib = dlopen(CUDA_LIB, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (!cu->lib)
-		return refuse(why, why_len, -ENODEV, CUDA_LIB " not loadable: %s", dlerror());
+		return kvpd_refuse(why, why_len, -ENODEV, CUDA_LIB " not loadable: %s", dlerror());
 #define CU_SYM(fn)                                                                               \
 	cu->fn = (__typeof__(&fn))dlsym(cu->lib, CU_STR(fn));                                    \
 	if (!cu->fn) {                                                                           \
 		dlclose(cu->lib);                                                                \
-		return refuse(why, why_len, -ENOSYS, CUDA_LIB " has no " CU_STR(fn)              \
+		return kvpd_refuse(why, why_len, -ENOSYS, CUDA_LIB " has no " CU_STR(fn)              \
 			      ": driver too old");                                               \
 	}
 	CU_CALLS(CU_SYM)
@@ -153,7 +140,7 @@ static int check_device(struct cuda_pool *pool, uint32_t device, char *why, size
 	if (res != CUDA_SUCCESS)
 		return cu_refuse(cu, res, -ENODEV, "cuDeviceGetCount", why, why_len);
 	if (device >= (uint32_t)count)
-		return refuse(why, why_len, -ENODEV, "no CUDA device %u (%d found)", device, count);
+		return kvpd_refuse(why, why_len, -ENODEV, "no CUDA device %u (%d found)", device, count);
 	res = cu->cuDeviceGet(&pool->dev, (int)device);
 	if (res != CUDA_SUCCESS)
 		return cu_refuse(cu, res, -ENODEV, "cuDeviceGet", why, why_len);
@@ -167,10 +154,10 @@ static int check_device(struct cuda_pool *pool, uint32_t device, char *why, size
 	if (res != CUDA_SUCCESS)
 		return cu_refuse(cu, res, cu_errno(res), "cuDeviceGetAttribute", why, why_len);
 	if (!vmm)
-		return refuse(why, why_len, -EOPNOTSUPP,
+		return kvpd_refuse(why, why_len, -EOPNOTSUPP,
 			      "CUDA device %u has no virtual memory management (cuMemCreate)", device);
 	if (!posix_fd)
-		return refuse(why, why_len, -EOPNOTSUPP,
+		return kvpd_refuse(why, why_len, -EOPNOTSUPP,
 			      "CUDA device %u cannot export memory as POSIX fds", device);
 	return 0;
 }
@@ -244,10 +231,10 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 
 	l->mem_fd = -1;
 	if (!l->total_bytes)
-		return refuse(why, why_len, -EINVAL, "a cuda pool needs KV memory (kv_heads, head_dim)");
+		return kvpd_refuse(why, why_len, -EINVAL, "a cuda pool needs KV memory (kv_heads, head_dim)");
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
-		return refuse(why, why_len, -ENOMEM, "out of memory");
+		return kvpd_refuse(why, why_len, -ENOMEM, "out of memory");
 	err = cu_open(&pool->cu, why, why_len);
 	if (err)
 		goto free_pool;
@@ -275,12 +262,12 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 		goto pop_ctx;
 	}
 	if (!gran) {
-		err = refuse(why, why_len, -EIO, "cuMemGetAllocationGranularity gave 0");
+		err = kvpd_refuse(why, why_len, -EIO, "cuMemGetAllocationGranularity gave 0");
 		goto pop_ctx;
 	}
 	pool->bytes = (l->total_bytes + gran - 1) / gran * gran;
 	if (pool->bytes < l->total_bytes) {
-		err = refuse(why, why_len, -EOVERFLOW, "a pool of %zu bytes is too large",
+		err = kvpd_refuse(why, why_len, -EOVERFLOW, "a pool of %zu bytes is too large",
 			     l->total_bytes);
 		goto pop_ctx;
 	}
