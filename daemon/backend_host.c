@@ -14,17 +14,22 @@
 #include "jobs.h"
 #include "../uapi/kvpool.h"
 
-/* A memfd of @bytes mapped shared; *fd stays open for POOL_MAP. */
+/*
+ * A memfd of @bytes mapped shared; *fd stays open for POOL_MAP. Sealed at its
+ * size: a mapping client that could shrink it would make the daemon's next
+ * touch of the lost pages a SIGBUS.
+ */
 static void *map_memfd(size_t bytes, unsigned flags, int *fd)
 {
 	void *mem = MAP_FAILED;
 
-	*fd = memfd_create("kvpool-kv", MFD_CLOEXEC | flags);
+	*fd = memfd_create("kvpool-kv", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
 	if (*fd < 0)
 		return MAP_FAILED;
 	/* Huge pages are reserved at mmap (ENOMEM when there are too few); never NORESERVE them,
 	 * or a shortage shows up later as SIGBUS on first touch. */
-	if (ftruncate(*fd, (off_t)bytes) == 0)
+	if (ftruncate(*fd, (off_t)bytes) == 0 &&
+	    fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
 		mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 			   MAP_SHARED | (flags & MFD_HUGETLB ? 0 : MAP_NORESERVE), *fd, 0);
 	if (mem == MAP_FAILED) {

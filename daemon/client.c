@@ -42,8 +42,9 @@ static bool is_pow2(uint32_t v)
 
 
 /*
- * A connection turned away at once: the reply says why (-EUSERS), read by the
- * client after it sends its setup; the courier sends it and hangs up.
+ * A connection turned away at once: the reply says how (-EUSERS), the message
+ * after it why; the client reads them after it sends its setup. The courier
+ * sends them and hangs up.
  */
 static void refuse(struct kvpd *d, int fd, int err, const char *why)
 {
@@ -54,6 +55,8 @@ static void refuse(struct kvpd *d, int fd, int err, const char *why)
 	p.sock = fd;
 	p.len = sizeof(r);
 	memcpy(p.msg, &r, sizeof(r));
+	p.why_len = strnlen(why, sizeof(p.why) - 1) + 1;
+	memcpy(p.why, why, p.why_len - 1);
 	p.drain = REFUSAL_DRAIN;
 	p.close[p.nclose++] = fd;
 	kvpd_courier_post(&d->courier, &p);
@@ -165,21 +168,28 @@ bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid)
 	return false;
 }
 
-int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name)
+int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name, char *why,
+		       size_t why_len)
 {
 	struct kvpd_pool *pool = *name ? kvpd_pool_find(d, name) : NULL;
 	int ret;
 
 	if (*name && !pool)
-		return -ENODEV;
+		return kvpd_refuse(why, why_len, -ENODEV, "no pool '%s'", name);
 	/* An owned pool is its creator's: its uid's clients (and root's) only. */
 	if (pool && pool->owned && c->uid != 0 && c->uid != pool->owner_uid)
-		return -EPERM;
+		return kvpd_refuse(why, why_len, -EPERM, "pool '%s' is owned by uid %u", name,
+				   (unsigned)pool->owner_uid);
+	/* A restricted pool's blocks and memory are its namespace's: no one else's, root's neither. */
+	if (pool && *pool->namespace_ && strcmp(pool->namespace_, c->namespace_))
+		return kvpd_refuse(why, why_len, -EPERM,
+				   "pool '%s' is restricted to namespace '%s'", name,
+				   pool->namespace_);
 	if (c->seqs_open)
-		return -EBUSY;
+		return kvpd_refuse(why, why_len, -EBUSY, "%u sequences are open", c->seqs_open);
 	ret = pool ? kvpd_tenants_attach(c, pool->stat_idx) : 0;
 	if (ret)
-		return ret;
+		return kvpd_refuse(why, why_len, ret, "out of memory");
 	if (!pool)
 		kvpd_tenants_detach(c);
 	/* Both pools' client counts change: publish both (a batch republishes only the new one). */
@@ -232,22 +242,33 @@ static bool valid_name_field(const char field[KVP_NAME_MAX])
 	return len == 0 || kvpd_name_valid(field);
 }
 
-static int validate_setup(const struct kvp_setup *s)
+static int validate_setup(const struct kvp_setup *s, char *why, size_t why_len)
 {
-	if (s->magic != KVP_MAGIC || s->abi_version != KVP_ABI_VERSION)
-		return -EPROTO;
+	if (s->magic != KVP_MAGIC)
+		return kvpd_refuse(why, why_len, -EPROTO, "magic %#x: not a kvpool setup", s->magic);
+	if (s->abi_version != KVP_ABI_VERSION)
+		return kvpd_refuse(why, why_len, -EPROTO, "ABI %u: this daemon speaks ABI %u",
+				   s->abi_version, KVP_ABI_VERSION);
 	if (!is_pow2(s->sq_entries) || s->sq_entries > KVP_MAX_ENTRIES)
-		return -EINVAL;
+		return kvpd_refuse(why, why_len, -EINVAL,
+				   "sq_entries %u: a power of two, 1..%u", s->sq_entries,
+				   KVP_MAX_ENTRIES);
 	if (s->cq_entries && (!is_pow2(s->cq_entries) || s->cq_entries < s->sq_entries ||
 			      s->cq_entries > 2 * KVP_MAX_ENTRIES))
-		return -EINVAL;
+		return kvpd_refuse(why, why_len, -EINVAL,
+				   "cq_entries %u: 0, or a power of two, sq_entries..%u",
+				   s->cq_entries, 2 * KVP_MAX_ENTRIES);
 	if (s->arena_bytes > KVP_MAX_ARENA)
-		return -EINVAL;
-	if (!valid_name_field(s->pool) || !valid_name_field(s->namespace_))
-		return -EINVAL;
+		return kvpd_refuse(why, why_len, -EINVAL, "arena_bytes %llu: at most %llu",
+				   (unsigned long long)s->arena_bytes,
+				   (unsigned long long)KVP_MAX_ARENA);
+	if (!valid_name_field(s->pool))
+		return kvpd_refuse(why, why_len, -EINVAL, "pool: not a valid name");
+	if (!valid_name_field(s->namespace_))
+		return kvpd_refuse(why, why_len, -EINVAL, "namespace: not a valid name");
 	for (unsigned i = 0; i < sizeof(s->resv) / sizeof(s->resv[0]); i++)
 		if (s->resv[i])
-			return -EINVAL;
+			return kvpd_refuse(why, why_len, -EINVAL, "resv[%u]: must be zero", i);
 	return 0;
 }
 
@@ -324,13 +345,15 @@ static int make_doorbell(struct kvpd_client *c)
 /*
  * The reply goes out on the courier (the client's side may have any number of
  * waiters for its wake-up to walk); the memfd and the doorbell's eventfd are
- * closed once it is sent.
+ * closed once it is sent. A refusal's reply is followed by @why.
  */
-static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup_reply *r)
+static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup_reply *r,
+		       const char *why)
 {
 	struct kvpd_parcel p = KVPD_PARCEL_INIT;
 
 	_Static_assert(sizeof(*r) <= sizeof(p.msg), "a setup reply fits a parcel");
+	_Static_assert(sizeof(p.why) == KVP_REASON_MAX, "a reason fits a parcel");
 	p.sock = c->sock;
 	p.len = sizeof(*r);
 	memcpy(p.msg, r, sizeof(*r));
@@ -346,6 +369,8 @@ static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_s
 		p.close[p.nclose++] = c->bell_efd;
 		c->mem_fd = c->bell_efd = c->stats_fd = -1;
 	} else {
+		p.why_len = strnlen(why, sizeof(p.why) - 1) + 1;
+		memcpy(p.why, why, p.why_len - 1);
 		/* The socket closes next: the peeked setup message must not be left unread. */
 		p.drain = REFUSAL_DRAIN;
 	}
@@ -353,53 +378,61 @@ static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_s
 }
 
 static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup *s,
-			 struct kvp_setup_reply *r)
+			 struct kvp_setup_reply *r, char *why, size_t why_len)
 {
-	int ret = validate_setup(s);
+	int ret = validate_setup(s, why, why_len);
 
 	if (ret)
 		return ret;
 	if (!kvpd_namespace_allowed(d, s->namespace_, c->uid))
-		return -EPERM;
+		return kvpd_refuse(why, why_len, -EPERM, "namespace '%s' is not granted to uid %u",
+				   s->namespace_, (unsigned)c->uid);
 	/* The namespace's quotas (a named one's), and the arena against both tenants'. */
 	if (*s->namespace_) {
 		struct kvpd_tenant *t = kvpd_tenant_get(d, KVP_TENANT_NAMESPACE, 0, s->namespace_);
 
 		if (!t)
-			return -ENOMEM;
+			return kvpd_refuse(why, why_len, -ENOMEM, "out of memory");
 		ret = kvpd_tenant_take(t, KVP_QUOTA_CLIENTS, 1);
 		if (ret) {
 			kvpd_tenant_put(d, t);
-			return ret;
+			return kvpd_refuse(why, why_len, ret,
+					   "namespace '%s' has max_clients connections",
+					   s->namespace_);
 		}
 		c->tenant[1] = t;
 	}
 	ret = kvpd_quota_take(c, KVP_QUOTA_ARENA_BYTES, page_align(s->arena_bytes));
 	if (ret)
-		return ret;
+		return kvpd_refuse(why, why_len, ret,
+				   "arena_bytes %llu: past max_arena_bytes of its uid or namespace",
+				   (unsigned long long)s->arena_bytes);
 	c->arena_charged = page_align(s->arena_bytes);
 	c->admin = (s->features & KVP_FEAT_ADMIN) && (c->uid == 0 || c->uid == geteuid());
-	ret = kvpd_client_attach(d, c, s->pool);
+	/* Before attaching: a pool restricted to a namespace takes only its clients. */
+	memcpy(c->namespace_, s->namespace_, sizeof(c->namespace_));
+	ret = kvpd_client_attach(d, c, s->pool, why, why_len);
 	if (ret)
 		return ret;
-	memcpy(c->namespace_, s->namespace_, sizeof(c->namespace_));
 	ret = map_rings(c, s, r) ?: make_doorbell(c);
 	if (ret)
-		return ret;
+		return kvpd_refuse(why, why_len, ret, "its rings: %s", strerror(-ret));
 	r->client_id = c->gen;
 	r->features = s->features & KVP_FEATURES_SUPPORTED & (c->admin ? ~0ull : ~KVP_FEAT_ADMIN);
+	c->may_map = r->features & KVP_FEAT_POOL_MAP;
 	if (r->features & KVP_FEAT_STATS_PAGE) {
 		/* Without the admin feature: its uid's view, no other uid's clients. */
 		if (!c->admin) {
 			c->stat_view = kvpd_statview_get(d, c->uid);
 			if (!c->stat_view)
-				return -ENOMEM;
+				return kvpd_refuse(why, why_len, -ENOMEM, "out of memory");
 		}
 		/* A copy, closed once sent: the view may go before the courier sends it. */
 		c->stats_fd = fcntl(c->stat_view ? c->stat_view->pg.fd : d->stats.fd,
 				    F_DUPFD_CLOEXEC, 0);
 		if (c->stats_fd < 0)
-			return -errno;
+			return kvpd_refuse(why, why_len, -errno, "its stats page: %s",
+					   strerror(errno));
 		r->stats_bytes = d->stats.bytes;
 	}
 	fill_pool_info(c, &r->pool);
@@ -416,6 +449,7 @@ static bool client_setup(struct kvpd *d, struct kvpd_client *c)
 {
 	struct kvp_setup s;
 	struct kvp_setup_reply r = { .abi_version = KVP_ABI_VERSION };
+	char why[KVP_REASON_MAX] = "";
 	/* MSG_TRUNC: the message's real length, so a longer one is refused, not cut short. */
 	ssize_t n = recv(c->sock, &s, sizeof(s), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
 	int ret;
@@ -426,14 +460,18 @@ static bool client_setup(struct kvpd *d, struct kvpd_client *c)
 		kvpd_client_close(d, c, n == 0 ? "hung up before setup" : "bad setup message");
 		return false;
 	}
-	ret = n == (ssize_t)sizeof(s) ? setup_session(d, c, &s, &r) : -EINVAL;
+	if (n != (ssize_t)sizeof(s))
+		ret = kvpd_refuse(why, sizeof(why), -EINVAL,
+				  "setup message of %zd bytes: struct kvp_setup is %zu", n, sizeof(s));
+	else
+		ret = setup_session(d, c, &s, &r, why, sizeof(why));
 	if (!ret && d->ev->doorbell_watch(d, c))
-		ret = -ENOMEM;
+		ret = kvpd_refuse(why, sizeof(why), -ENOMEM, "its doorbell cannot be watched");
 	if (ret) {
-		/* A refusal carries nothing but why, and the ABI we speak. */
+		/* A refusal carries nothing but how, why, and the ABI we speak. */
 		r = (struct kvp_setup_reply){ .result = ret, .abi_version = KVP_ABI_VERSION };
-		send_reply(d, c, &r);
-		kvpd_client_close(d, c, strerror(-ret));
+		send_reply(d, c, &r, why);
+		kvpd_client_close(d, c, why);
 		return false;
 	}
 	/* Counted and published before the reply: a client sees itself in the stats at once. */
@@ -446,7 +484,7 @@ static bool client_setup(struct kvpd *d, struct kvpd_client *c)
 	kvpd_stats_client(d, c);
 	kvpd_stats_end(d);
 	KVPD_PROBE(client_connect, c->gen, (int32_t)c->pid, (uint32_t)c->uid);
-	send_reply(d, c, &r);
+	send_reply(d, c, &r, NULL);
 	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
 		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
 		 c->admin ? " admin" : "");

@@ -51,10 +51,18 @@ static void deliver(const struct kvpd_parcel *p)
 		 * A failure is the client's: gone, or its receive side full. The
 		 * loop sees its hang-up, or its setup times out, on its own.
 		 */
-		(void)!sendmsg(p->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (sendmsg(p->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0 && p->why_len)
+			(void)!send(p->sock, p->why, p->why_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
 	for (unsigned i = 0; i < p->nclose; i++)
 		close(p->close[i]);
+}
+
+static void deliver_counted(struct kvpd_courier *k, const struct kvpd_parcel *p)
+{
+	deliver(p);
+	if (p->counted)
+		__atomic_fetch_sub(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
 }
 
 static void *courier_main(void *arg)
@@ -76,7 +84,7 @@ static void *courier_main(void *arg)
 			k->tail = NULL;
 		k->busy = true;
 		pthread_mutex_unlock(&k->lock);
-		deliver(p);
+		deliver_counted(k, p);
 		free(p);
 		pthread_mutex_lock(&k->lock);
 		k->busy = false;
@@ -132,8 +140,10 @@ void kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 {
 	struct kvpd_parcel *copy;
 
+	if (p->counted)
+		__atomic_fetch_add(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
 	if (!k->started) {
-		deliver(p);
+		deliver_counted(k, p);
 		return;
 	}
 	copy = malloc(sizeof(*copy));
@@ -146,7 +156,7 @@ void kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 		while (k->head || k->busy)
 			pthread_cond_wait(&k->idle, &k->lock);
 		pthread_mutex_unlock(&k->lock);
-		deliver(p);
+		deliver_counted(k, p);
 		return;
 	}
 	*copy = *p;

@@ -19,6 +19,7 @@
 
 #define KVPD_PARCEL_FDS 4
 #define KVPD_PARCEL_BYTES 256
+#define KVPD_PARCEL_WHY 128 /* KVP_REASON_MAX */
 
 struct kvpd_parcel {
 	struct kvpd_parcel *next;
@@ -34,6 +35,10 @@ struct kvpd_parcel {
 	unsigned char msg[KVPD_PARCEL_BYTES];
 	int pass[KVPD_PARCEL_FDS];     /* descriptors sent with the message (SCM_RIGHTS) */
 	unsigned npass;
+	bool counted;                  /* pass[] are copies counted in the courier's
+					* copies_queued, closed (by close[]) once out */
+	size_t why_len;                /* then a second message: why (a refusal's reason) */
+	char why[KVPD_PARCEL_WHY];
 	int close[KVPD_PARCEL_FDS];    /* closed once the message is out */
 	unsigned nclose;
 };
@@ -46,6 +51,11 @@ struct kvpd_courier {
 	struct kvpd_parcel *head, *tail;
 	bool busy;            /* delivering one, outside the lock */
 	bool started, stop;
+	/*
+	 * Copies of descriptors queued to be passed (POOL_MAP's): the loop
+	 * bounds them, as each holds a descriptor of the daemon's until sent.
+	 */
+	unsigned copies_queued;
 };
 
 int kvpd_courier_start(struct kvpd_courier *k);

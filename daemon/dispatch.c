@@ -512,7 +512,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 
 	if (sqe->flags || sqe->resv1 || sqe->resv2)
 		return -EINVAL;
-	if (sqe->opcode > KVP_OP_POOL_LAYOUT && sqe->opcode < KVP_OP_POOL_CREATE)
+	if (sqe->opcode > KVP_OP_POOL_MAP && sqe->opcode < KVP_OP_POOL_CREATE)
 		return -EINVAL;
 	if (sqe->opcode >= KVP_OP_LAST)
 		return -EINVAL;
@@ -526,8 +526,15 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_STATS:
 		out = arena_range(c, sqe->out_addr, sqe->out_len);
 		return out ? kvpd_stats(d, c, out, sqe->out_len, &cqe->aux) : -EINVAL;
-	case KVP_OP_ATTACH:
-		return arena_name(c, sqe, name) ?: kvpd_client_attach(d, c, name);
+	case KVP_OP_ATTACH: {
+		char why[KVP_REASON_MAX] = "";
+		int ret = arena_name(c, sqe, name) ?:
+			  kvpd_client_attach(d, c, name, why, sizeof(why));
+
+		if (ret)
+			give_reason(c, sqe, cqe, why);
+		return ret;
+	}
 	}
 	if (!c->pool)
 		return -ENODEV;
@@ -552,6 +559,14 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_POOL_LAYOUT:
 		out = arena_range(c, sqe->out_addr, sqe->out_len);
 		return out ? kvpd_pool_layout(c->pool, out, sqe->out_len, &cqe->aux) : -EINVAL;
+	case KVP_OP_POOL_MAP: {
+		char why[KVP_REASON_MAX] = "";
+		int ret = kvpd_pool_map(d, c, sqe->user_data, why, sizeof(why));
+
+		if (ret < 0)
+			give_reason(c, sqe, cqe, why);
+		return ret;
+	}
 	case KVP_OP_POOL_STATS: {
 		struct kvc_pool_stats st;
 		struct kvp_pool_stats ps;

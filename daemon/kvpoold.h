@@ -78,6 +78,7 @@ struct kvpd_client {
 	uid_t uid;
 	gid_t gid;
 	bool admin;
+	bool may_map;        /* KVP_FEAT_POOL_MAP agreed */
 	bool ready;          /* setup done, rings mapped */
 	unsigned active_idx; /* in kvpd.active while ready */
 	bool dead;           /* closed, kept only until its jobs come back */
@@ -239,6 +240,9 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 		     const struct kvpd_client *owner, char *why, size_t why_len);
 /* pool_layout.c: POOL_LAYOUT's output; its bytes, or -EOVERFLOW with *needed what it takes. */
 int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, __u64 *needed);
+/* POOL_MAP (pool_map.c): how many descriptors follow on the socket, or -errno and @why. */
+int kvpd_pool_map(struct kvpd *d, struct kvpd_client *c, uint64_t tag, char *why,
+		  size_t why_len);
 /* pool_check.c: every parameter in its range; -EINVAL naming the first that is not. */
 int kvpd_pool_params_check(const struct kvp_pool_params_v2 *p, char *why, size_t why_len);
 int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by);
@@ -258,7 +262,9 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why);
 /* The last of a closed client's jobs is back: unmap and free it. */
 void kvpd_client_free(struct kvpd_client *c);
 struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t user_data);
-int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool);
+/* A refusal's reason goes to @why. */
+int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool, char *why,
+		       size_t why_len);
 bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid);
 
 /* ring.c: returns entries consumed, or -EPROTO after disconnecting a corrupt client. */

@@ -142,6 +142,10 @@ int kvpd_seq_kv_mark(struct kvpd_seq_kv *kv, uint32_t group, uint32_t layer, uin
  * before: -ENODATA. A WRITE_KV still in flight counts as not written. On
  * success, what was written past n stops being readable: a position past
  * computed is readable only once written after the last COMMIT.
+ *
+ * A pool a client mapped takes the client's word: what its COMMIT covers
+ * counts as written, since the KV may have come through the mapping, which
+ * the daemon cannot see (one namespace is one trust domain: see pool_map.c).
  */
 int kvpd_kv_commit(struct kvpd_client *c, uint64_t handle, uint32_t n)
 {
@@ -153,8 +157,8 @@ int kvpd_kv_commit(struct kvpd_client *c, uint64_t handle, uint32_t n)
 
 	kvc_seq_info(slot->seq, &info);
 	/* An n the core refuses is refused as invalid, whatever was written. */
-	if (c->pool->layout.slot_bytes && n > info.computed && n <= info.tokens &&
-	    n <= info.allocated_slots) {
+	if (c->pool->layout.slot_bytes && !c->pool->mapped && n > info.computed &&
+	    n <= info.tokens && n <= info.allocated_slots) {
 		if (!kv)
 			return -ENODATA;
 		kvpd_seq_kv_rebase(kv, ngroups, info.computed);

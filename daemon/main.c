@@ -40,6 +40,10 @@ static const char usage[] =
 	"                         (containers whose seccomp profile refuses io_uring,\n"
 	"                         gVisor, kernel.io_uring_disabled); clients see no\n"
 	"                         difference. io_uring where it is unavailable exits 1\n"
+	"      --plugin-dir DIR   load the CUDA backend (libkvpool_cuda.so) from DIR only;\n"
+	"                         without it: %s, else gpu/ beside\n"
+	"                         the daemon (a build tree). It is loaded when the first\n"
+	"                         backend=cuda pool is created\n"
 	"  -t, --threads N        worker threads for WRITE_KV, READ_KV and ATTEND, and the\n"
 	"                         most tasks running at once, the event loop's included\n"
 	"                         (default: the online cores)\n"
@@ -48,12 +52,16 @@ static const char usage[] =
 	"\n"
 	"The config file (INI; options on the command line win over [daemon]):\n"
 	"  [daemon]          socket, socket_group, spin_us, budget, max_clients,\n"
-	"                    event_loop\n"
+	"                    event_loop, plugin_dir\n"
 	"  [pool.NAME]       blocks, block_size, groups (\"full swa:128\"; kinds full,\n"
 	"                    swa:W, rswa:W, chunked:C, cyclic:W), caching=on|off,\n"
 	"                    free_order=split|append, publish=commit|alloc, max_len,\n"
 	"                    max_step_tokens; to hold KV: kv_heads, head_dim,\n"
-	"                    dtype=f32|f16|bf16, layers_per_group\n"
+	"                    dtype=f32|f16|bf16, layers_per_group; where it lies:\n"
+	"                    backend=host|cuda, device=N (cuda), layout=block|layer\n"
+	"                    (default block for host, layer for cuda),\n"
+	"                    namespace=NAME (only that namespace's clients attach,\n"
+	"                    and they may map the pool's memory; default: all)\n"
 	"  [namespace.NAME]  uids = 1000 1001   (the uids that may use namespace NAME;\n"
 	"                    the shared namespace \"\" is open to all, and root and the\n"
 	"                    daemon's uid may use any), and the quota keys below for\n"
@@ -82,6 +90,10 @@ static const char usage[] =
 	"A pool's KV lives in a memfd, on 2 MiB huge pages when enough are reserved\n"
 	"(/proc/sys/vm/nr_hugepages) when the pool is created, else on small pages;\n"
 	"-v logs which. Huge pages spare a TLB miss on every block read.\n"
+	"\n"
+	"A config pool that cannot be created stops the daemon at start, with the\n"
+	"reason (\"pool g1: cuda backend not available: ...\"); one created at run\n"
+	"time (kvctl pool create) is refused with the reason and the daemon goes on.\n"
 	"\n"
 	"Exit status: 0 after SIGTERM or SIGINT; 1 for a bad option or when the config,\n"
 	"a pool, the socket or the event loop cannot be set up. See docs/protocol.md.\n";
@@ -310,7 +322,7 @@ err_unlock:
 
 static int parse_args(struct kvpd *d, int argc, char **argv, const char **config)
 {
-	enum { OPT_SPIN = 256, OPT_BUDGET, OPT_MAX_CLIENTS, OPT_EVENT_LOOP };
+	enum { OPT_SPIN = 256, OPT_BUDGET, OPT_MAX_CLIENTS, OPT_EVENT_LOOP, OPT_PLUGIN_DIR };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "config", required_argument, NULL, 'c' },
@@ -319,13 +331,14 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		{ "budget", required_argument, NULL, OPT_BUDGET },
 		{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
 		{ "event-loop", required_argument, NULL, OPT_EVENT_LOOP },
+		{ "plugin-dir", required_argument, NULL, OPT_PLUGIN_DIR },
 		{ "threads", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	/* Command-line values win over the config file's: remember them, apply after loading. */
-	const char *socket = NULL, *group = NULL;
+	const char *socket = NULL, *group = NULL, *plugin_dir = NULL;
 	enum kvpd_evloop_choice event_loop = KVPD_EVLOOP_AUTO;
 	bool event_loop_set = false;
 	unsigned spin = ~0u, budget = 0, max_clients = 0, threads = 0;
@@ -336,8 +349,9 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		case 's': socket = optarg; break;
 		case 'c': *config = optarg; break;
 		case 'g': group = optarg; break;
+		case OPT_PLUGIN_DIR: plugin_dir = optarg; break;
 		case 'v': d->cfg.verbose++; break;
-		case 'h': fputs(usage, stdout); exit(0);
+		case 'h': printf(usage, kvpd_plugin_install_dir()); exit(0);
 		case OPT_SPIN:
 			if (parse_count(optarg, 1000000, &spin))
 				goto bad_value;
@@ -371,6 +385,8 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		d->cfg.socket_path = socket;
 	if (group)
 		d->cfg.socket_group = group;
+	if (plugin_dir)
+		d->cfg.plugin_dir = plugin_dir;
 	if (spin != ~0u)
 		d->cfg.spin_us = spin;
 	if (budget)

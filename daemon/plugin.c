@@ -86,6 +86,11 @@ static int find_plugin(struct kvpd_plugin *p, const char *plugin_dir, char *why,
 		      dirs[1]);
 }
 
+const char *kvpd_plugin_install_dir(void)
+{
+	return KVPOOL_PLUGIN_DIR;
+}
+
 int kvpd_plugin_load(struct kvpd_plugin *p, const char *plugin_dir, char *why, size_t why_len)
 {
 	const struct kvpd_backend_ops *ops;

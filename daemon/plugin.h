@@ -34,6 +34,8 @@ struct kvpd_plugin {
  * one does not load or is built for another backend ABI.
  */
 int kvpd_plugin_load(struct kvpd_plugin *p, const char *plugin_dir, char *why, size_t why_len);
+/* Where an installed kvpoold looks: $(LIBDIR)/kvpool of the build. */
+const char *kvpd_plugin_install_dir(void);
 /* Every pool of its backend must be finished first: their memory is its code's. */
 void kvpd_plugin_unload(struct kvpd_plugin *p);
 

@@ -31,7 +31,7 @@ static int ms_left(uint64_t deadline)
 }
 
 /* Waits until @fd is readable, at most until @deadline: -ETIMEDOUT after. */
-static int wait_readable(int fd, uint64_t deadline)
+int kvp_wait_readable(int fd, uint64_t deadline)
 {
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -178,10 +178,29 @@ static int map_stats(struct kvp_client *c, const struct kvp_setup_reply *r, int 
 	return 0;
 }
 
-/* The setup exchange on a connected socket, all before @deadline. */
-static int handshake(struct kvp_client *c, const struct kvp_setup *s, bool admin,
-		     bool stats_page, uint64_t deadline)
+/*
+ * A refusal's reason: the message after the reply, sent before the daemon
+ * hangs up, so waiting for it ends by @deadline at the latest.
+ */
+static void recv_reason(int sock, uint64_t deadline, char *why, size_t why_len)
 {
+	char text[KVP_REASON_MAX];
+	ssize_t n;
+
+	if (!why || !why_len || kvp_wait_readable(sock, deadline))
+		return;
+	n = recv(sock, text, sizeof(text) - 1, MSG_DONTWAIT);
+	if (n <= 0)
+		return;
+	text[n] = '\0';
+	snprintf(why, why_len, "%s", text);
+}
+
+/* The setup exchange on a connected socket, all before @deadline. */
+static int handshake(struct kvp_client *c, const struct kvp_setup *s,
+		     const struct kvp_connect_opts *opts, uint64_t deadline)
+{
+	bool admin = opts->admin, stats_page = opts->stats_page;
 	struct kvp_setup_reply r;
 	int fds[KVP_NUM_FDS] = { -1, -1, -1 };
 	int ret;
@@ -197,10 +216,13 @@ static int handshake(struct kvp_client *c, const struct kvp_setup *s, bool admin
 			return ret;
 		ret = 0;
 	} else {
-		ret = wait_readable(c->sock, deadline) ?: recv_reply(c->sock, &r, fds);
+		ret = kvp_wait_readable(c->sock, deadline) ?: recv_reply(c->sock, &r, fds);
 	}
-	if (!ret)
+	if (!ret) {
 		ret = r.result;
+		if (ret < 0)
+			recv_reason(c->sock, deadline, opts->why, opts->why_len);
+	}
 
 	if (ret == -EPROTO && r.abi_version != KVP_ABI_VERSION)
 		fprintf(stderr, "libkvpool: kvpoold speaks ABI %u, this library ABI %u\n",
@@ -248,6 +270,8 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 		s.features |= KVP_FEAT_ADMIN;
 	if (opts->stats_page)
 		s.features |= KVP_FEAT_STATS_PAGE;
+	if (opts->pool_map)
+		s.features |= KVP_FEAT_POOL_MAP;
 	ret = copy_name(s.pool, opts->pool) ?: copy_name(s.namespace_, opts->namespace_);
 	if (ret)
 		return ret;
@@ -265,7 +289,9 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 		free(c);
 		return ret;
 	}
-	ret = handshake(c, &s, opts->admin, opts->stats_page, deadline);
+	if (opts->why && opts->why_len)
+		*opts->why = '\0';
+	ret = handshake(c, &s, opts, deadline);
 	if (ret) {
 		kvp_close(c);
 		return ret;

@@ -33,6 +33,15 @@ struct kvp_client {
 	size_t stats_bytes;
 };
 
+/* Waits until @fd is readable, at most until @deadline (kvp_now_ns): -ETIMEDOUT after. */
+int kvp_wait_readable(int fd, uint64_t deadline);
+/*
+ * POOL_MAP's request: its completion's res (how many descriptors follow on
+ * the socket) and *tag, the user_data the messages carry; a refusal's reason
+ * to @why.
+ */
+int kvp_pool_map_request(struct kvp_client *c, uint64_t *tag, char *why, size_t why_len);
+
 static inline uint64_t kvp_now_ns(void)
 {
 	struct timespec ts;

@@ -41,6 +41,10 @@ struct kvp_connect_opts {
 	bool stats_page;         /* map the daemon's read-only stats page */
 	unsigned timeout_ms;     /* how long kvp_connect, and later each waiting call, waits
 				  * for the daemon before -ETIMEDOUT; 0: 30000 */
+	bool pool_map;           /* ask for KVP_FEAT_POOL_MAP (kvp_map_pool) */
+	char *why;               /* NULL, or where kvp_connect puts the daemon's reason for
+				  * a refusal (NUL-terminated, "" when none came) */
+	size_t why_len;          /* bytes at @why; KVP_REASON_MAX holds any reason */
 };
 
 /*
@@ -48,7 +52,7 @@ struct kvp_connect_opts {
  * Returns 0 and *out, or -errno: -ENOENT/-ECONNREFUSED (no daemon), -EPERM
  * (namespace or admin refused), -ENODEV (no such pool), -EINVAL (bad options),
  * -EPROTO (the daemon speaks another ABI: "kvpoold speaks ABI N, this library
- * ABI M" is printed on stderr), -ETIMEDOUT (no answer within timeout_ms: a
+ * ABI M" is printed on stderr), -EDQUOT/-EUSERS (a quota), -ETIMEDOUT (no answer within timeout_ms: a
  * stopped or swamped daemon), -ECONNRESET (it hung up).
  */
 int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out);
@@ -210,6 +214,50 @@ int kvp_attach(struct kvp_client *c, const char *name);
  */
 int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes);
 size_t kvp_stats_bytes(const struct kvp_client *c);
+
+/*
+ * kvp_pool_layout - where the attached pool's K and V lie: struct
+ * kvp_kv_layout, its layers, its pieces' sizes (see KVP_OP_POOL_LAYOUT) into
+ * @buf. Returns the size of the whole; when that is more than @bytes nothing
+ * is copied (call again with as many). -EOPNOTSUPP: the pool holds no KV.
+ */
+int kvp_pool_layout(struct kvp_client *c, void *buf, size_t bytes);
+
+/*
+ * One layer's K and V in a mapping (layer l of every group). Element (block b,
+ * token t, kv head h, dim d) of K is at
+ *   k + b * block_stride + t * token_stride + h * head_stride + d * dtype size,
+ * of V likewise from v; head_dim elements are contiguous.
+ */
+struct kvp_map_layer {
+	uint8_t *k, *v;
+	uint64_t block_stride, token_stride, head_stride;
+};
+
+struct kvp_pool_map {
+	struct kvp_kv_layout layout; /* as kvp_pool_layout reports it */
+	struct kvp_map_layer *layers; /* [layout.num_layers] */
+	uint32_t num_pieces;
+	void **piece;                /* host: each piece mapped shared, read-write */
+	uint64_t *piece_bytes;
+	int *piece_fd;               /* cuda: the pieces' shareable handles, for the caller to
+				      * import (then closed by kvp_unmap_pool); host: -1 */
+	char why[KVP_REASON_MAX];    /* after a refusal: the daemon's reason, else "" */
+};
+
+/*
+ * kvp_map_pool - map the attached pool's KV memory (connect with .pool_map).
+ * Allowed only on a pool restricted to this client's namespace: -EPERM
+ * otherwise, with the daemon's reason in map->why. The descriptors
+ * come on the connection socket and are read here only. A client that writes
+ * KV through the mapping makes it present with COMMIT (the daemon takes its
+ * word: one namespace is one trust domain); WRITE_KV, READ_KV and ATTEND go on
+ * working. -EBUSY while the descriptors of an earlier call are unread (a call
+ * that timed out), -ETIMEDOUT when they do not come within the timeout.
+ */
+int kvp_map_pool(struct kvp_client *c, struct kvp_pool_map *map);
+/* kvp_unmap_pool - undo kvp_map_pool; @map is zeroed. */
+void kvp_unmap_pool(struct kvp_pool_map *map);
 
 /* Admin calls (connect with .admin = true; -EPERM otherwise). */
 

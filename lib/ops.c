@@ -230,6 +230,36 @@ int kvp_attach(struct kvp_client *c, const char *name)
 	return name_call(c, KVP_OP_ATTACH, name);
 }
 
+int kvp_pool_layout(struct kvp_client *c, void *buf, size_t bytes)
+{
+	struct call call = { .sqe.opcode = KVP_OP_POOL_LAYOUT };
+	int ret = reserve_out(c, &call, bytes);
+
+	if (ret)
+		return ret;
+	ret = run(c, &call);
+	if (ret == -EOVERFLOW)
+		return call.cqe.aux > INT32_MAX ? -EOVERFLOW : (int)call.cqe.aux;
+	if (ret > 0)
+		memcpy(buf, out_ptr(c, &call), (size_t)ret);
+	return ret;
+}
+
+int kvp_pool_map_request(struct kvp_client *c, uint64_t *tag, char *why, size_t why_len)
+{
+	struct call call = { .sqe.opcode = KVP_OP_POOL_MAP };
+	int ret = reserve_out(c, &call, KVP_REASON_MAX);
+
+	if (ret)
+		return ret;
+	ret = run(c, &call);
+	*tag = call.sqe.user_data;
+	if (why && why_len)
+		snprintf(why, why_len, "%.*s", ret < 0 && call.cqe.aux ? KVP_REASON_MAX - 1 : 0,
+			 (const char *)out_ptr(c, &call));
+	return ret;
+}
+
 int kvp_pool_destroy(struct kvp_client *c, const char *name)
 {
 	return name_call(c, KVP_OP_POOL_DESTROY, name);

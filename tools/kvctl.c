@@ -34,7 +34,10 @@ static const char usage[] =
 	"                                  groups (e.g. \"full swa:128\"), caching=on|off,\n"
 	"                                  free_order=split|append, publish=commit|alloc,\n"
 	"                                  max_len, max_step_tokens, kv_heads, head_dim,\n"
-	"                                  dtype=f32|f16|bf16, layers_per_group\n"
+	"                                  dtype=f32|f16|bf16, layers_per_group,\n"
+	"                                  backend=host|cuda, device=N, layout=block|layer,\n"
+	"                                  namespace=NAME (only its clients attach, and\n"
+	"                                  they may map the pool); a refusal says why\n"
 	"  pool destroy NAME               destroy a pool nobody uses (admin)\n"
 	"\n"
 	"Options:\n"
@@ -64,12 +67,15 @@ static bool may_admin(const char *socket)
 
 static int connect_to(const char *socket, bool admin, struct kvp_client **c)
 {
+	char why[KVP_REASON_MAX] = "";
 	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin || may_admin(socket),
-					 .stats_page = !admin, .sq_entries = 4, .arena_bytes = 4096 };
+					 .stats_page = !admin, .sq_entries = 4, .arena_bytes = 4096,
+					 .why = why, .why_len = sizeof(why) };
 	int ret = kvp_connect(&opts, c);
 
 	if (ret)
-		fprintf(stderr, "kvctl: %s: %s%s\n", socket ? socket : "kvpoold", strerror(-ret),
+		fprintf(stderr, "kvctl: %s: %s%s%s%s\n", socket ? socket : "kvpoold", strerror(-ret),
+			*why ? ": " : "", why,
 			ret == -EPERM && admin ? " (admin commands need root or the daemon's uid)" : "");
 	return ret;
 }

@@ -51,7 +51,8 @@
 #define KVP_FEAT_STATS_PAGE (1ull << 2)  /* a 4th descriptor: the read-only stats page */
 #define KVP_FEAT_POOL_MAP (1ull << 3)    /* POOL_MAP: clients map their pool's KV memory
 					  * (not granted yet: the daemon does not serve it) */
-#define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE)
+#define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE | \
+				KVP_FEAT_POOL_MAP)
 
 /*
  * Client -> daemon, the first message on the socket, exactly this size. A bad
@@ -113,9 +114,15 @@ struct kvp_pool_info {
 	__u32 layers_per_group; /* layers stored per group */
 };
 
-/* Daemon -> client, the only message the daemon sends on the socket. */
+/*
+ * Daemon -> client, the reply to the setup. A refusal (result < 0) is followed
+ * by a second message, the reason: NUL-terminated text of at most
+ * KVP_REASON_MAX bytes; then the socket closes. After a setup that succeeded
+ * the daemon sends nothing on the socket but POOL_MAP's messages.
+ */
 struct kvp_setup_reply {
-	__s32 result;          /* 0, or -errno (no descriptors come then, and the socket closes) */
+	__s32 result;          /* 0, or -errno (no descriptors come then, a reason follows, and
+				* the socket closes) */
 	__u32 client_id;       /* this connection's id, as in STATS and the stats page */
 	__u64 features;        /* agreed KVP_FEAT_* */
 	__u64 mmap_bytes;      /* size of the memfd; map it all, shared */
@@ -367,6 +374,22 @@ struct kvp_pool_params_v2 {
 
 #define KVP_REASON_MAX 128   /* a refusal's reason text, NUL included */
 #define KVP_MAP_FDS_PER_MSG 253 /* SCM_MAX_FD */
+
+/*
+ * POOL_MAP's messages on the connection socket, sent after its completion:
+ * this header, with descriptors first..first+count-1 of total by SCM_RIGHTS.
+ * tag is the request's user_data, so that a client that gave up on an earlier
+ * POOL_MAP can tell its leftovers (close their descriptors and skip them).
+ */
+#define KVP_MAP_MAGIC 0x4b564d50u /* "KVMP" */
+struct kvp_map_msg {
+	__u32 magic;  /* KVP_MAP_MAGIC */
+	__u32 first;  /* piece index of the first descriptor */
+	__u32 count;  /* descriptors with this message */
+	__u32 total;  /* pieces in all: the completion's res */
+	__u64 tag;    /* the POOL_MAP's user_data */
+	__u64 resv;   /* zero */
+};
 
 /* Memory kinds of struct kvp_kv_layout. */
 enum kvp_mem_kind {
@@ -716,6 +739,7 @@ _Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, k_off) == 8,
 _Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, head_stride) == 40,
 	       "kvp_kv_layer_layout.head_stride");
 _Static_assert(sizeof(struct kvp_kv_layout) == 64, "kvp_kv_layout");
+_Static_assert(sizeof(struct kvp_map_msg) == 32, "kvp_map_msg");
 _Static_assert(__builtin_offsetof(struct kvp_kv_layout, num_pieces) == 16,
 	       "kvp_kv_layout.num_pieces");
 _Static_assert(__builtin_offsetof(struct kvp_kv_layout, resv) == 48, "kvp_kv_layout.resv");
