@@ -61,7 +61,7 @@ void watchdog_watch(struct daemon *d);
 /* Connects to @d: attached to @pool ("" for none), in @ns, admin or not; aborts the test on failure. */
 struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, const char *ns,
 				  bool admin);
-/* Creates a pool from kvctl-style "key=value" words (NULL-terminated). */
+/* Creates a pool from kvctl-style "key=value" words (NULL-terminated), v2 keys included. */
 void create_pool_or_die(const struct daemon *d, const char *name, const char *const *kv);
 /* The pool's stats through an admin CHECK first: aborts if invariants are broken. */
 void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool_stats *st);
