@@ -84,7 +84,7 @@ kvpd_refuse(char *why, size_t why_len, int err, const char *fmt, ...)
 }
 
 /* Version of struct kvpd_backend_ops a plugin must be built against. */
-#define KVPD_BACKEND_ABI 1
+#define KVPD_BACKEND_ABI 2
 
 struct kvpd_backend_ops {
 	const char *name;
@@ -104,8 +104,13 @@ struct kvpd_backend_ops {
 	int (*export_fds)(const struct kvpd_kv_layout *l, void *mem, int *fds, unsigned max);
 	/* The memory's pieces (KVP_MEM_*, their count and sizes) as POOL_LAYOUT reports them. */
 	uint32_t mem_kind;
-	/* Runs task @task of @job; called on worker threads, tasks of a job in parallel. */
-	void (*run_task)(struct kvpd_job *job, uint32_t task);
+	/*
+	 * Runs task @task of @job; called on worker threads, tasks of a job in
+	 * parallel. Returns 0 when done, or KVPD_TASK_LATER when the work
+	 * finishes later (a kernel on a stream): the backend then calls
+	 * job->task_done(job) once it has (jobs.h).
+	 */
+	int (*run_task)(struct kvpd_job *job, uint32_t task);
 };
 
 /*

@@ -280,12 +280,13 @@ static void attend(struct kvpd_job *job, uint32_t task)
 	}
 }
 
-static void host_run_task(struct kvpd_job *job, uint32_t task)
+static int host_run_task(struct kvpd_job *job, uint32_t task)
 {
 	if (job->type == KVPD_JOB_ATTEND)
 		attend(job, task);
 	else
 		copy_kv(job, task);
+	return 0;
 }
 
 const struct kvpd_backend_ops kvpd_host_backend = {

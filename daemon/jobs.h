@@ -84,7 +84,14 @@ struct kvpd_lane {
 };
 
 struct kvpd_job;
-typedef void kvpd_task_fn(struct kvpd_job *job, uint32_t task);
+/*
+ * Runs task @task of @job; returns 0 when it is done, or KVPD_TASK_LATER when
+ * it finishes later (a GPU kernel in flight): then whoever sees it finish
+ * calls job->task_done(job) once, from any thread, and the job's completion is
+ * posted after its last task is done. A later task holds no worker meanwhile.
+ */
+typedef int kvpd_task_fn(struct kvpd_job *job, uint32_t task);
+#define KVPD_TASK_LATER 1
 /* The daemon's: runs the task on its pool's backend. */
 kvpd_task_fn kvpd_job_run;
 
@@ -134,6 +141,8 @@ struct kvpd_job {
 	uint32_t ntasks;
 	uint32_t next_task;        /* under the workers' lock */
 	uint32_t tasks_left;       /* atomic */
+	struct kvpd_workers *workers;              /* set by kvpd_workers_submit */
+	void (*task_done)(struct kvpd_job *job);   /* for a task that returned KVPD_TASK_LATER */
 	uint32_t *pinned;
 	uint32_t npinned;
 };

@@ -551,7 +551,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 	kvpd_stats_end(d);
 }
 
-void kvpd_job_run(struct kvpd_job *job, uint32_t task)
+int kvpd_job_run(struct kvpd_job *job, uint32_t task)
 {
-	job->pool->backend->run_task(job, task);
+	return job->pool->backend->run_task(job, task);
 }

@@ -100,13 +100,19 @@ static struct kvpd_job *take_task(struct kvpd_workers *w, uint32_t *task)
 	return job;
 }
 
+/* A task of @job is done, whichever thread saw it: the last one hands the job back. */
+static void task_done(struct kvpd_job *job)
+{
+	if (__atomic_sub_fetch(&job->tasks_left, 1, __ATOMIC_ACQ_REL) == 0)
+		finish(job->workers, job);
+}
+
 /* Runs a task taken with take_task; returns with the lock held. */
 static void run_task(struct kvpd_workers *w, struct kvpd_job *job, uint32_t task)
 {
 	pthread_mutex_unlock(&w->lock);
-	w->run(job, task);
-	if (__atomic_sub_fetch(&job->tasks_left, 1, __ATOMIC_ACQ_REL) == 0)
-		finish(w, job);
+	if (w->run(job, task) != KVPD_TASK_LATER)
+		task_done(job);
 	pthread_mutex_lock(&w->lock);
 	w->running--;
 }
@@ -273,6 +279,8 @@ void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job)
 	job->next = NULL;
 	job->next_task = 0;
 	job->tasks_left = job->ntasks;
+	job->workers = w;
+	job->task_done = task_done;
 	pthread_mutex_lock(&w->lock);
 	if (lane->tail)
 		lane->tail->next = job;

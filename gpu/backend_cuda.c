@@ -349,10 +349,11 @@ static int cuda_export_fds(const struct kvpd_kv_layout *l, void *mem, int *fds, 
  * a task that comes anyway does nothing (the job still completes, its data
  * untouched).
  */
-static void cuda_run_task(struct kvpd_job *job, uint32_t task)
+static int cuda_run_task(struct kvpd_job *job, uint32_t task)
 {
 	(void)job;
 	(void)task;
+	return 0;
 }
 
 static const struct kvpd_backend_ops cuda_backend = {

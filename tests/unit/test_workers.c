@@ -33,11 +33,12 @@ struct fake {
 	void (*hook)(struct kvpd_job *job); /* called first by every task */
 	struct kvpd_job *order[MAX_TASKS]; /* the job of each task run, in the order they ran */
 	unsigned nrun;
+	bool later;                /* tasks finish later (KVPD_TASK_LATER), as a GPU's do */
 };
 
 static struct fake fake;
 
-static void fake_task(struct kvpd_job *job, uint32_t task)
+static int fake_task(struct kvpd_job *job, uint32_t task)
 {
 	unsigned now = __atomic_add_fetch(&fake.now, 1, __ATOMIC_SEQ_CST), peak;
 	struct timespec ts = { 0, 1000000 }; /* 1 ms: long enough for the others to pile up */
@@ -52,6 +53,7 @@ static void fake_task(struct kvpd_job *job, uint32_t task)
 	nanosleep(&ts, NULL);
 	__atomic_add_fetch(&fake.runs[task], 1, __ATOMIC_SEQ_CST);
 	__atomic_sub_fetch(&fake.now, 1, __ATOMIC_SEQ_CST);
+	return fake.later ? KVPD_TASK_LATER : 0;
 }
 
 /*
@@ -305,6 +307,51 @@ static void test_cancel_drops_untaken_tasks(void **state)
 	kvpd_workers_stop(&w);
 }
 
+/* What a GPU's completion thread does: reports a job's tasks done, from another thread. */
+static void *finish_later(void *arg)
+{
+	struct kvpd_job *job = arg;
+
+	for (uint32_t t = 0; t < job->ntasks; t++)
+		job->task_done(job);
+	return NULL;
+}
+
+/*
+ * Tasks that finish later: every task has run and left its worker, yet the
+ * job comes back only once the backend has reported each done.
+ */
+static void test_tasks_that_finish_later(void **state)
+{
+	struct kvpd_workers w = { 0 };
+	struct kvpd_job job = { .ntasks = 6 };
+	unsigned ran = 0, running = 1;
+	pthread_t t;
+
+	(void)state;
+	start_asleep(&w, 2, 0);
+	memset(&fake, 0, sizeof(fake));
+	fake.later = true;
+	kvpd_workers_submit(&w, &job);
+	while (ran < job.ntasks || running) {
+		usleep(200);
+		ran = __atomic_load_n(&fake.nrun, __ATOMIC_SEQ_CST);
+		pthread_mutex_lock(&w.lock);
+		running = w.running;
+		pthread_mutex_unlock(&w.lock);
+	}
+	/* No worker holds a slot for them, and the job is not back. */
+	assert_null(kvpd_workers_take_done(&w));
+	assert_int_equal(__atomic_load_n(&job.tasks_left, __ATOMIC_SEQ_CST), 6);
+	assert_int_equal(pthread_create(&t, NULL, finish_later, &job), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	/* The last report finished it, on the reporting thread. */
+	assert_ptr_equal(kvpd_workers_take_done(&w), &job);
+	for (uint32_t i = 0; i < job.ntasks; i++)
+		assert_int_equal(fake.runs[i], 1);
+	kvpd_workers_stop(&w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -315,6 +362,7 @@ int main(void)
 		cmocka_unit_test(test_eventfd_only_for_a_sleeping_loop),
 		cmocka_unit_test(test_lanes_take_turns),
 		cmocka_unit_test(test_cancel_drops_untaken_tasks),
+		cmocka_unit_test(test_tasks_that_finish_later),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
