@@ -253,7 +253,8 @@ struct kvp_pool_map {
  * KV through the mapping makes it present with COMMIT (the daemon takes its
  * word: one namespace is one trust domain); WRITE_KV, READ_KV and ATTEND go on
  * working. -EBUSY while the descriptors of an earlier call are unread (a call
- * that timed out), -ETIMEDOUT when they do not come within the timeout.
+ * that timed out), -ETIMEDOUT when they do not come within the timeout,
+ * -EOPNOTSUPP for a pool without KV, -EINVAL from a daemon without POOL_MAP.
  */
 int kvp_map_pool(struct kvp_client *c, struct kvp_pool_map *map);
 /* kvp_unmap_pool - undo kvp_map_pool; @map is zeroed. */

@@ -49,8 +49,8 @@
 #define KVP_FEAT_SPIN_WAKEUP (1ull << 0) /* NEED_WAKEUP flags on both rings */
 #define KVP_FEAT_ADMIN (1ull << 1)       /* admin opcodes (granted to root / the daemon's uid) */
 #define KVP_FEAT_STATS_PAGE (1ull << 2)  /* a 4th descriptor: the read-only stats page */
-#define KVP_FEAT_POOL_MAP (1ull << 3)    /* POOL_MAP: clients map their pool's KV memory
-					  * (not granted yet: the daemon does not serve it) */
+#define KVP_FEAT_POOL_MAP (1ull << 3)    /* POOL_MAP: clients map the KV memory of a pool
+					  * restricted to their namespace */
 #define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE | \
 				KVP_FEAT_POOL_MAP)
 
