@@ -63,6 +63,15 @@ static void deliver_counted(struct kvpd_courier *k, const struct kvpd_parcel *p)
 	deliver(p);
 	if (p->counted)
 		__atomic_fetch_sub(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
+	/*
+	 * Parcels are delivered oldest first, but one delivered out of memory on
+	 * its poster's thread may finish after a younger one: never go back.
+	 */
+	uint64_t seen = __atomic_load_n(&k->delivered, __ATOMIC_RELAXED);
+
+	while (seen < p->seq && !__atomic_compare_exchange_n(&k->delivered, &seen, p->seq, true,
+							     __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
 }
 
 static void *courier_main(void *arg)
@@ -136,15 +145,17 @@ void kvpd_courier_stop(struct kvpd_courier *k)
 	k->started = false;
 }
 
-void kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
+uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 {
-	struct kvpd_parcel *copy;
+	struct kvpd_parcel *copy, here;
 
 	if (p->counted)
 		__atomic_fetch_add(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
 	if (!k->started) {
-		deliver_counted(k, p);
-		return;
+		here = *p;
+		here.seq = ++k->posted;
+		deliver_counted(k, &here);
+		return here.seq;
 	}
 	copy = malloc(sizeof(*copy));
 	if (!copy) {
@@ -152,16 +163,19 @@ void kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 		 * Out of memory: deliver it here, but only after what is queued, or a
 		 * close could overtake a send on the same descriptor number.
 		 */
+		here = *p;
 		pthread_mutex_lock(&k->lock);
 		while (k->head || k->busy)
 			pthread_cond_wait(&k->idle, &k->lock);
+		here.seq = ++k->posted;
 		pthread_mutex_unlock(&k->lock);
-		deliver_counted(k, p);
-		return;
+		deliver_counted(k, &here);
+		return here.seq;
 	}
 	*copy = *p;
 	copy->next = NULL;
 	pthread_mutex_lock(&k->lock);
+	copy->seq = ++k->posted;
 	if (k->tail)
 		k->tail->next = copy;
 	else
@@ -169,6 +183,7 @@ void kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 	k->tail = copy;
 	pthread_cond_signal(&k->wake);
 	pthread_mutex_unlock(&k->lock);
+	return copy->seq;
 }
 
 void kvpd_courier_close(struct kvpd_courier *k, int fd)

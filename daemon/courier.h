@@ -23,6 +23,7 @@
 
 struct kvpd_parcel {
 	struct kvpd_parcel *next;
+	uint64_t seq;                  /* set by kvpd_courier_post */
 	int epfd;                      /* first, epoll_ctl(epfd, EPOLL_CTL_ADD, ep_fd); -1: none */
 	int ep_fd;
 	uint32_t ep_events;
@@ -56,6 +57,8 @@ struct kvpd_courier {
 	 * bounds them, as each holds a descriptor of the daemon's until sent.
 	 */
 	unsigned copies_queued;
+	uint64_t posted;      /* parcels posted (under lock) */
+	uint64_t delivered;   /* atomic: the seq of the last parcel delivered */
 };
 
 int kvpd_courier_start(struct kvpd_courier *k);
@@ -63,9 +66,14 @@ int kvpd_courier_start(struct kvpd_courier *k);
 void kvpd_courier_stop(struct kvpd_courier *k);
 /*
  * Copies @p. Without memory it is delivered on the caller's thread once the
- * queue is empty (order is kept), as it is before start.
+ * queue is empty (order is kept), as it is before start. Returns its sequence
+ * number: it is out once kvpd_courier_delivered() reaches it.
  */
-void kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p);
+uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p);
+static inline bool kvpd_courier_delivered(struct kvpd_courier *k, uint64_t seq)
+{
+	return __atomic_load_n(&k->delivered, __ATOMIC_ACQUIRE) >= seq;
+}
 /* A parcel that does nothing until filled in. */
 #define KVPD_PARCEL_INIT { .epfd = -1, .sock = -1 }
 /* Closes @fd (nothing when negative) on the courier. */

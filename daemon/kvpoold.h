@@ -79,6 +79,7 @@ struct kvpd_client {
 	gid_t gid;
 	bool admin;
 	bool may_map;        /* KVP_FEAT_POOL_MAP agreed */
+	uint64_t map_parcel; /* the courier's seq of its last POOL_MAP message */
 	bool ready;          /* setup done, rings mapped */
 	unsigned active_idx; /* in kvpd.active while ready */
 	bool dead;           /* closed, kept only until its jobs come back */

@@ -19,10 +19,15 @@
  */
 #define MAP_COPIES_MAX 8
 
-/* Sends descriptors [0, n) of @fds in messages of at most KVPD_PARCEL_FDS, each then closed. */
-static void post_pieces(struct kvpd *d, struct kvpd_client *c, uint64_t tag, const int *fds,
-			unsigned n)
+/*
+ * Sends descriptors [0, n) of @fds in messages of at most KVPD_PARCEL_FDS, each
+ * then closed. Returns the last message's courier seq.
+ */
+static uint64_t post_pieces(struct kvpd *d, struct kvpd_client *c, uint64_t tag, const int *fds,
+			    unsigned n)
 {
+	uint64_t seq = 0;
+
 	for (unsigned first = 0; first < n; first += KVPD_PARCEL_FDS) {
 		struct kvpd_parcel p = KVPD_PARCEL_INIT;
 		struct kvp_map_msg m = { .magic = KVP_MAP_MAGIC, .first = first,
@@ -38,8 +43,9 @@ static void post_pieces(struct kvpd *d, struct kvpd_client *c, uint64_t tag, con
 		memcpy(p.close, fds + first, m.count * sizeof(int));
 		p.npass = p.nclose = m.count;
 		p.counted = true;
-		kvpd_courier_post(&d->courier, &p);
+		seq = kvpd_courier_post(&d->courier, &p);
 	}
+	return seq;
 }
 
 int kvpd_pool_map(struct kvpd *d, struct kvpd_client *c, uint64_t tag, char *why, size_t why_len)
@@ -67,11 +73,13 @@ int kvpd_pool_map(struct kvpd *d, struct kvpd_client *c, uint64_t tag, char *why
 		return kvpd_refuse(why, why_len, -EOPNOTSUPP,
 				   "the %s backend's pools cannot be mapped", pool->backend->name);
 	/*
-	 * What was sent on the socket and not read yet is charged to the daemon's
-	 * side of it: one POOL_MAP at a time, so that a client that never reads
-	 * cannot pile up descriptors in flight.
+	 * One POOL_MAP at a time, so that a client that never reads cannot pile up
+	 * descriptors in flight: its last one's messages must be out of the
+	 * courier, and read (what was sent on the socket and not read yet is
+	 * charged to the daemon's side of it).
 	 */
-	if (ioctl(c->sock, SIOCOUTQ, &unread) == 0 && unread > 0)
+	if (!kvpd_courier_delivered(&d->courier, c->map_parcel) ||
+	    (ioctl(c->sock, SIOCOUTQ, &unread) == 0 && unread > 0))
 		return kvpd_refuse(why, why_len, -EBUSY,
 				   "the descriptors of an earlier POOL_MAP are still unread");
 	if (__atomic_load_n(&d->courier.copies_queued, __ATOMIC_RELAXED) >= MAP_COPIES_MAX)
@@ -82,7 +90,7 @@ int kvpd_pool_map(struct kvpd *d, struct kvpd_client *c, uint64_t tag, char *why
 	if (n < 0)
 		return kvpd_refuse(why, why_len, n, "pool '%s': its memory cannot be exported: %s",
 				   pool->name, strerror(-n));
-	post_pieces(d, c, tag, fds, (unsigned)n);
+	c->map_parcel = post_pieces(d, c, tag, fds, (unsigned)n);
 	pool->mapped = true;
 	return n;
 }

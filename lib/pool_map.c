@@ -22,26 +22,24 @@ static void close_fds(const int *fds, size_t n)
 }
 
 /*
- * One message of POOL_MAP @tag: its descriptors into fds[m.first...]. A
- * leftover of an earlier call that gave up is dropped. Returns how many came
- * (0 for a leftover), or -errno.
+ * One message off the socket, if one is there: its header into @m, its
+ * descriptors (a copy of each, ours to close) into @in. Returns 1 with a whole
+ * message, 0 when none is waiting, or -errno (-EPROTO: not a map message).
  */
-static int recv_piece_msg(struct kvp_client *c, uint64_t tag, uint32_t got, uint32_t total,
-			  int *fds)
+static int recv_map_msg(struct kvp_client *c, struct kvp_map_msg *m,
+			int in[KVP_MAP_FDS_PER_MSG], size_t *nin)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * KVP_MAP_FDS_PER_MSG)];
 		struct cmsghdr align;
 	} ctl;
-	struct kvp_map_msg m;
-	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+	struct iovec iov = { .iov_base = m, .iov_len = sizeof(*m) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 			      .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *cm;
-	const int *in = NULL;
-	size_t nfds = 0;
 	ssize_t n = recvmsg(c->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
+	*nin = 0;
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	if (n == 0) {
@@ -49,27 +47,62 @@ static int recv_piece_msg(struct kvp_client *c, uint64_t tag, uint32_t got, uint
 		return -ECONNRESET;
 	}
 	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    k > KVP_MAP_FDS_PER_MSG - *nin)
 			continue;
-		in = (const int *)CMSG_DATA(cm);
-		nfds = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		break;
+		memcpy(in + *nin, CMSG_DATA(cm), k * sizeof(int));
+		*nin += k;
 	}
-	if (n != (ssize_t)sizeof(m) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    m.magic != KVP_MAP_MAGIC) {
-		close_fds(in, nfds);
+	if (n != (ssize_t)sizeof(*m) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    m->magic != KVP_MAP_MAGIC)
 		return -EPROTO;
+	return 1;
+}
+
+/*
+ * One message of POOL_MAP @tag: its descriptors into fds[m.first...]. A
+ * leftover of an earlier call that gave up is dropped. Returns how many came
+ * (0 for a leftover, or none yet), or -errno.
+ */
+static int recv_piece_msg(struct kvp_client *c, uint64_t tag, uint32_t got, uint32_t total,
+			  int *fds)
+{
+	int in[KVP_MAP_FDS_PER_MSG];
+	struct kvp_map_msg m;
+	size_t nin;
+	int ret = recv_map_msg(c, &m, in, &nin);
+
+	if (ret == 1 && m.tag == tag && m.total == total && m.first == got && m.count == nin &&
+	    m.count <= total - got) {
+		memcpy(fds + got, in, nin * sizeof(int));
+		return (int)nin;
 	}
-	if (m.tag != tag) {
-		close_fds(in, nfds);
-		return 0;
-	}
-	if (m.total != total || m.first != got || m.count != nfds || m.count > total - got) {
-		close_fds(in, nfds);
+	close_fds(in, nin);
+	if (ret == 1 && m.tag == tag)
 		return -EPROTO;
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * What an earlier POOL_MAP left on the socket (one that timed out, or a raw
+ * one): read off and its descriptors closed, or the daemon refuses the next
+ * map (-EBUSY) for as long as it lies there. The daemon sends nothing else.
+ */
+static int drop_leftovers(struct kvp_client *c)
+{
+	for (;;) {
+		int in[KVP_MAP_FDS_PER_MSG];
+		struct kvp_map_msg m;
+		size_t nin;
+		int ret = recv_map_msg(c, &m, in, &nin);
+
+		close_fds(in, nin);
+		/* -EPROTO took a message off that is not a map's: read on. */
+		if (ret <= 0 && ret != -EPROTO)
+			return ret;
 	}
-	memcpy(fds + got, in, nfds * sizeof(int));
-	return (int)nfds;
 }
 
 static int recv_pieces(struct kvp_client *c, uint64_t tag, uint32_t total, int *fds)
@@ -211,6 +244,9 @@ int kvp_map_pool(struct kvp_client *c, struct kvp_pool_map *map)
 		ret = -ENOMEM;
 		goto err_unmap;
 	}
+	ret = drop_leftovers(c);
+	if (ret)
+		goto err_unmap;
 	n = kvp_pool_map_request(c, &tag, map->why, sizeof(map->why));
 	if (n < 0) {
 		ret = n;
