@@ -98,6 +98,10 @@ int kvpd_pool_params_check(const struct kvp_pool_params_v2 *v2, char *why, size_
 		return kvpd_refuse(why, len, -EINVAL, "backend %u: must be 0 (host) or 1 (cuda)", v2->backend);
 	if (v2->backend == KVP_BACKEND_HOST && v2->device)
 		return kvpd_refuse(why, len, -EINVAL, "device %u: must be 0 for a host pool", v2->device);
+	/* GPU memory is what a cuda pool is for: one without KV would hold none. */
+	if (v2->backend == KVP_BACKEND_CUDA && !p->kv_heads)
+		return kvpd_refuse(why, len, -EINVAL, "backend cuda: needs KV (kv_heads, head_dim, "
+			      "layers_per_group)");
 	if (v2->layout > KVP_LAYOUT_LAYER)
 		return kvpd_refuse(why, len, -EINVAL, "layout %u: must be 0 (default), 1 (block) or 2 (layer)",
 			      v2->layout);

@@ -261,6 +261,8 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 
 	if (!opts)
 		opts = &defaults;
+	if (opts->why && opts->why_len)
+		*opts->why = '\0';
 	path = opts->socket_path ? opts->socket_path : getenv("KVPOOL_SOCKET");
 	if (!path)
 		path = KVP_DEFAULT_SOCKET;
@@ -289,8 +291,6 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 		free(c);
 		return ret;
 	}
-	if (opts->why && opts->why_len)
-		*opts->why = '\0';
 	ret = handshake(c, &s, opts, deadline);
 	if (ret) {
 		kvp_close(c);
