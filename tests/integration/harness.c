@@ -288,14 +288,9 @@ struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, cons
 	return c;
 }
 
-void create_pool_or_die(const struct daemon *d, const char *name, const char *const *kv)
+void pool_params_or_die(struct kvp_pool_params_v2 *p, const char *name, const char *const *kv)
 {
-	struct kvp_client *c = connect_or_die(d, "", "", true);
-	struct kvp_pool_params_v2 p;
-	char why[KVP_REASON_MAX];
-	int ret;
-
-	kvp_pool_params_v2_init(&p, name);
+	kvp_pool_params_v2_init(p, name);
 	for (unsigned i = 0; kv[i]; i++) {
 		char key[64];
 		const char *eq = strchr(kv[i], '=');
@@ -303,8 +298,21 @@ void create_pool_or_die(const struct daemon *d, const char *name, const char *co
 		CHECK(eq && (size_t)(eq - kv[i]) < sizeof(key));
 		memcpy(key, kv[i], (size_t)(eq - kv[i]));
 		key[eq - kv[i]] = '\0';
-		CHECK(kvp_pool_params_v2_set(&p, key, eq + 1) == 0);
+		if (kvp_pool_params_v2_set(p, key, eq + 1)) {
+			fprintf(stderr, "pool %s: bad parameter %s\n", name, kv[i]);
+			exit(1);
+		}
 	}
+}
+
+void create_pool_or_die(const struct daemon *d, const char *name, const char *const *kv)
+{
+	struct kvp_client *c = connect_or_die(d, "", "", true);
+	struct kvp_pool_params_v2 p;
+	char why[KVP_REASON_MAX];
+	int ret;
+
+	pool_params_or_die(&p, name, kv);
 	ret = kvp_pool_create_v2(c, &p, 0, why, sizeof(why));
 	if (ret) {
 		fprintf(stderr, "pool create %s: %s: %s\n", name, strerror(-ret), why);

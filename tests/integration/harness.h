@@ -61,6 +61,8 @@ void watchdog_watch(struct daemon *d);
 /* Connects to @d: attached to @pool ("" for none), in @ns, admin or not; aborts the test on failure. */
 struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, const char *ns,
 				  bool admin);
+/* POOL_CREATE v2 parameters from kvctl-style "key=value" words (NULL-terminated). */
+void pool_params_or_die(struct kvp_pool_params_v2 *p, const char *name, const char *const *kv);
 /* Creates a pool from kvctl-style "key=value" words (NULL-terminated), v2 keys included. */
 void create_pool_or_die(const struct daemon *d, const char *name, const char *const *kv);
 /* The pool's stats through an admin CHECK first: aborts if invariants are broken. */

@@ -69,16 +69,7 @@ static struct kvp_pool_params_v2 params(const char *name, const char *const *kv)
 {
 	struct kvp_pool_params_v2 p;
 
-	kvp_pool_params_v2_init(&p, name);
-	for (unsigned i = 0; kv[i]; i++) {
-		char key[64];
-		const char *eq = strchr(kv[i], '=');
-
-		CHECK(eq && (size_t)(eq - kv[i]) < sizeof(key));
-		memcpy(key, kv[i], (size_t)(eq - kv[i]));
-		key[eq - kv[i]] = '\0';
-		CHECK_EQ(kvp_pool_params_v2_set(&p, key, eq + 1), 0);
-	}
+	pool_params_or_die(&p, name, kv);
 	return p;
 }
 
