@@ -175,7 +175,8 @@ uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 	*copy = *p;
 	copy->next = NULL;
 	pthread_mutex_lock(&k->lock);
-	copy->seq = ++k->posted;
+	/* Read here: once the lock is let go, the courier may deliver and free it. */
+	here.seq = copy->seq = ++k->posted;
 	if (k->tail)
 		k->tail->next = copy;
 	else
@@ -183,7 +184,7 @@ uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 	k->tail = copy;
 	pthread_cond_signal(&k->wake);
 	pthread_mutex_unlock(&k->lock);
-	return copy->seq;
+	return here.seq;
 }
 
 void kvpd_courier_close(struct kvpd_courier *k, int fd)
