@@ -40,6 +40,9 @@ struct kvpd_kv_layout {
 	/* filled by the backend's pool_init: */
 	size_t map_bytes;    /* the memory it mapped (total_bytes, rounded up) */
 	size_t page_bytes;   /* the size of its pages (huge pages or not) */
+	uint32_t num_pieces; /* the memory's pieces, back to back, each piece_bytes but the
+			      * last (the rest of map_bytes): what POOL_MAP exports */
+	size_t piece_bytes;
 	int mem_fd;          /* host: the memfd, kept for POOL_MAP; -1 otherwise */
 };
 

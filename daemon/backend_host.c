@@ -74,6 +74,8 @@ static int host_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 		l->page_bytes = (size_t)sysconf(_SC_PAGESIZE);
 	}
 	l->map_bytes = huge_bytes;
+	l->num_pieces = 1;
+	l->piece_bytes = huge_bytes;
 	*mem = m;
 	return 0;
 }

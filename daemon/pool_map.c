@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <linux/sockios.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -15,9 +16,10 @@
 
 /*
  * Descriptor copies queued on the courier at once, over all clients: each is
- * one of the daemon's descriptors until sent (see FDS_RESERVED in main.c).
+ * one of the daemon's descriptors until sent. Enough for one map of a 256 GiB
+ * cuda pool (1 GiB pieces); one map of any size goes when none is queued.
  */
-#define MAP_COPIES_MAX 8
+#define MAP_COPIES_MAX 256
 
 /*
  * Sends descriptors [0, n) of @fds in messages of at most KVPD_PARCEL_FDS, each
@@ -51,8 +53,9 @@ static uint64_t post_pieces(struct kvpd *d, struct kvpd_client *c, uint64_t tag,
 int kvpd_pool_map(struct kvpd *d, struct kvpd_client *c, uint64_t tag, char *why, size_t why_len)
 {
 	struct kvpd_pool *pool = c->pool;
-	int fds[MAP_COPIES_MAX];
+	unsigned queued, pieces = pool->layout.num_pieces;
 	int unread = 0, n;
+	int *fds;
 
 	if (!c->may_map)
 		return kvpd_refuse(why, why_len, -EPERM,
@@ -82,15 +85,21 @@ int kvpd_pool_map(struct kvpd *d, struct kvpd_client *c, uint64_t tag, char *why
 	    (ioctl(c->sock, SIOCOUTQ, &unread) == 0 && unread > 0))
 		return kvpd_refuse(why, why_len, -EBUSY,
 				   "the descriptors of an earlier POOL_MAP are still unread");
-	if (__atomic_load_n(&d->courier.copies_queued, __ATOMIC_RELAXED) >= MAP_COPIES_MAX)
+	queued = __atomic_load_n(&d->courier.copies_queued, __ATOMIC_RELAXED);
+	if (queued && queued + pieces > MAP_COPIES_MAX)
 		return kvpd_refuse(why, why_len, -EAGAIN,
-				   "%u descriptors are queued to be sent: try again",
-				   MAP_COPIES_MAX);
-	n = pool->backend->export_fds(&pool->layout, pool->mem, fds, MAP_COPIES_MAX);
-	if (n < 0)
+				   "%u descriptors are queued to be sent: try again", queued);
+	fds = calloc(pieces, sizeof(*fds));
+	if (!fds)
+		return kvpd_refuse(why, why_len, -ENOMEM, "out of memory");
+	n = pool->backend->export_fds(&pool->layout, pool->mem, fds, pieces);
+	if (n < 0) {
+		free(fds);
 		return kvpd_refuse(why, why_len, n, "pool '%s': its memory cannot be exported: %s",
 				   pool->name, strerror(-n));
+	}
 	c->map_parcel = post_pieces(d, c, tag, fds, (unsigned)n);
+	free(fds);
 	pool->mapped = true;
 	return n;
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -32,7 +33,7 @@
 	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize)                         \
 	X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease)                    \
 	X(cuMemExportToShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree)         \
-	X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8)
+	X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8) X(cuMemGetInfo)
 
 #define CU_STR_(sym) #sym
 #define CU_STR(sym) CU_STR_(sym) /* the macro's expansion: cuMemsetD8 -> "cuMemsetD8_v2" */
@@ -45,13 +46,21 @@ struct cu_api {
 };
 
 /*
+ * A piece of a pool's memory is at most this: one cuMemCreate each, all made
+ * when the pool is (each costs ~0.2 ms per 2 MiB page: never per request).
+ */
+#define PIECE_MAX_BYTES (1ull << 30)
+
+/*
  * A pool's memory; *mem points here. ptr comes first so that a later data
  * path can read the device address through mem alone.
  */
 struct cuda_pool {
 	CUdeviceptr ptr;
 	size_t bytes;                        /* reserved and mapped */
-	CUmemGenericAllocationHandle handle; /* the physical memory */
+	size_t piece_bytes;                  /* each piece's but the last (the rest) */
+	uint32_t npieces;
+	CUmemGenericAllocationHandle *handles; /* the physical memory, a piece each */
 	CUdevice dev;
 	CUcontext ctx;                       /* the device's primary context, retained */
 	struct cu_api cu;                    /* per pool: the plugin keeps no state of its own */
@@ -162,35 +171,81 @@ static int check_device(struct cuda_pool *pool, uint32_t device, char *why, size
 	return 0;
 }
 
+static size_t piece_size(const struct cuda_pool *pool, uint32_t i)
+{
+	return i + 1 < pool->npieces ? pool->piece_bytes :
+				       pool->bytes - (size_t)i * pool->piece_bytes;
+}
+
+/* Unmaps and releases pieces [0, n). */
+static void drop_pieces(struct cuda_pool *pool, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		pool->cu.cuMemUnmap(pool->ptr + (size_t)i * pool->piece_bytes, piece_size(pool, i));
+		pool->cu.cuMemRelease(pool->handles[i]);
+	}
+}
+
+/* Creates each piece and maps it at its place in the reserved range. */
+static int map_pieces(struct cuda_pool *pool, char *why, size_t why_len)
+{
+	const struct cu_api *cu = &pool->cu;
+	CUmemAllocationProp prop = alloc_prop(pool->dev);
+
+	for (uint32_t i = 0; i < pool->npieces; i++) {
+		CUresult res = cu->cuMemCreate(&pool->handles[i], piece_size(pool, i), &prop, 0);
+
+		if (res == CUDA_SUCCESS) {
+			res = cu->cuMemMap(pool->ptr + (size_t)i * pool->piece_bytes,
+					   piece_size(pool, i), 0, pool->handles[i], 0);
+			if (res != CUDA_SUCCESS) {
+				cu->cuMemRelease(pool->handles[i]);
+				drop_pieces(pool, i);
+				return cu_refuse(cu, res, cu_errno(res), "cuMemMap", why, why_len);
+			}
+			continue;
+		}
+		drop_pieces(pool, i);
+		return cu_refuse(cu, res, cu_errno(res), "cuMemCreate", why, why_len);
+	}
+	return 0;
+}
+
 /*
- * Maps pool->bytes (a multiple of the granularity) of new device memory at a
- * new address, zeroed. The caller has the pool's context current.
+ * Maps pool->bytes (a multiple of the granularity) of new device memory, in
+ * pieces, into one new address range, zeroed. The caller has the pool's
+ * context current.
  */
 static int map_memory(struct cuda_pool *pool, char *why, size_t why_len)
 {
 	const struct cu_api *cu = &pool->cu;
-	CUmemAllocationProp prop = alloc_prop(pool->dev);
 	CUmemAccessDesc access = {
 		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = pool->dev },
 		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
 	};
+	size_t free_bytes = 0, total_bytes = 0;
 	const char *call;
 	CUresult res;
 	int err;
 
-	res = cu->cuMemCreate(&pool->handle, pool->bytes, &prop, 0);
+	res = cu->cuMemGetInfo(&free_bytes, &total_bytes);
 	if (res != CUDA_SUCCESS)
-		return cu_refuse(cu, res, cu_errno(res), "cuMemCreate", why, why_len);
+		return cu_refuse(cu, res, cu_errno(res), "cuMemGetInfo", why, why_len);
+	if (pool->bytes > free_bytes)
+		return kvpd_refuse(why, why_len, -ENOMEM,
+				   "a pool of %zu MiB does not fit: the device has %zu MiB free of %zu",
+				   pool->bytes >> 20, free_bytes >> 20, total_bytes >> 20);
+	pool->handles = calloc(pool->npieces, sizeof(*pool->handles));
+	if (!pool->handles)
+		return kvpd_refuse(why, why_len, -ENOMEM, "out of memory");
 	res = cu->cuMemAddressReserve(&pool->ptr, pool->bytes, 0, 0, 0);
 	if (res != CUDA_SUCCESS) {
 		err = cu_refuse(cu, res, cu_errno(res), "cuMemAddressReserve", why, why_len);
-		goto release_handle;
+		goto free_handles;
 	}
-	res = cu->cuMemMap(pool->ptr, pool->bytes, 0, pool->handle, 0);
-	if (res != CUDA_SUCCESS) {
-		err = cu_refuse(cu, res, cu_errno(res), "cuMemMap", why, why_len);
+	err = map_pieces(pool, why, why_len);
+	if (err)
 		goto free_address;
-	}
 
 	/* A new mapping is not even accessible from its own device until granted. */
 	call = "cuMemSetAccess";
@@ -211,11 +266,12 @@ static int map_memory(struct cuda_pool *pool, char *why, size_t why_len)
 	return 0;
 
 unmap:
-	cu->cuMemUnmap(pool->ptr, pool->bytes);
+	drop_pieces(pool, pool->npieces);
 free_address:
 	cu->cuMemAddressFree(pool->ptr, pool->bytes);
-release_handle:
-	cu->cuMemRelease(pool->handle);
+free_handles:
+	free(pool->handles);
+	pool->handles = NULL;
 	return err;
 }
 
@@ -271,6 +327,12 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 			     l->total_bytes);
 		goto pop_ctx;
 	}
+	pool->piece_bytes = PIECE_MAX_BYTES / gran * gran;
+	if (!pool->piece_bytes)
+		pool->piece_bytes = gran;
+	if (pool->piece_bytes > pool->bytes)
+		pool->piece_bytes = pool->bytes;
+	pool->npieces = (uint32_t)((pool->bytes + pool->piece_bytes - 1) / pool->piece_bytes);
 	err = map_memory(pool, why, why_len);
 	if (err)
 		goto pop_ctx;
@@ -278,6 +340,8 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 
 	l->map_bytes = pool->bytes;
 	l->page_bytes = gran;
+	l->num_pieces = pool->npieces;
+	l->piece_bytes = pool->piece_bytes;
 	*mem = pool;
 	return 0;
 
@@ -307,40 +371,49 @@ static void cuda_pool_fini(const struct kvpd_kv_layout *l, void *mem)
 	 * handles: the release here drops only the daemon's reference.
 	 */
 	if (cu->cuCtxPushCurrent(pool->ctx) == CUDA_SUCCESS) {
-		cu->cuMemUnmap(pool->ptr, pool->bytes);
+		drop_pieces(pool, pool->npieces);
 		cu->cuMemAddressFree(pool->ptr, pool->bytes);
-		cu->cuMemRelease(pool->handle);
 		cu->cuCtxPopCurrent(&popped);
 	}
+	free(pool->handles);
 	cu->cuDevicePrimaryCtxRelease(pool->dev);
 	dlclose(cu->lib);
 	free(pool);
 }
 
-/* The whole pool is one piece: one allocation, one fd. */
+/* A descriptor per piece, in order; on a failure none is left open. */
 static int cuda_export_fds(const struct kvpd_kv_layout *l, void *mem, int *fds, unsigned max)
 {
 	struct cuda_pool *pool = mem;
 	const struct cu_api *cu = &pool->cu;
 	CUcontext popped;
 	CUresult res;
-	int fd = -1;
+	uint32_t i;
 
 	(void)l;
-	if (max < 1)
+	if (max < pool->npieces)
 		return -ENOSPC;
 	res = cu->cuCtxPushCurrent(pool->ctx);
 	if (res != CUDA_SUCCESS)
 		return cu_errno(res);
-	res = cu->cuMemExportToShareableHandle(&fd, pool->handle,
-					       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	for (i = 0; i < pool->npieces; i++) {
+		int fd = -1;
+
+		res = cu->cuMemExportToShareableHandle(&fd, pool->handles[i],
+						       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (res != CUDA_SUCCESS)
+			break;
+		/* The driver does not ask for CLOEXEC, and nothing the daemon execs may hold it. */
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+		fds[i] = fd;
+	}
 	cu->cuCtxPopCurrent(&popped);
-	if (res != CUDA_SUCCESS)
+	if (res != CUDA_SUCCESS) {
+		while (i--)
+			close(fds[i]);
 		return cu_errno(res);
-	/* The driver does not ask for CLOEXEC, and nothing the daemon execs may hold pool memory. */
-	fcntl(fd, F_SETFD, FD_CLOEXEC);
-	fds[0] = fd;
-	return 1;
+	}
+	return (int)pool->npieces;
 }
 
 /*

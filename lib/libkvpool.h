@@ -234,21 +234,29 @@ struct kvp_map_layer {
 	uint64_t block_stride, token_stride, head_stride;
 };
 
+struct kvp_cuda_map;
+
 struct kvp_pool_map {
 	struct kvp_kv_layout layout; /* as kvp_pool_layout reports it */
-	struct kvp_map_layer *layers; /* [layout.num_layers] */
+	struct kvp_map_layer *layers; /* [layout.num_layers]: host addresses for a host pool,
+				       * device addresses (CUdeviceptr) for a cuda pool */
 	uint32_t num_pieces;
-	void **piece;                /* host: each piece mapped shared, read-write */
+	void **piece;                /* where each piece is mapped: host pieces each on their
+				      * own, cuda pieces back to back in one device range */
 	uint64_t *piece_bytes;
-	int *piece_fd;               /* cuda: the pieces' shareable handles, for the caller to
-				      * import (then closed by kvp_unmap_pool); host: -1 */
-	char why[KVP_REASON_MAX];    /* after a refusal: the daemon's reason, else "" */
+	struct kvp_cuda_map *cuda;   /* a cuda pool's import (libkvpool's) */
+	char why[KVP_REASON_MAX];    /* after a failure: the daemon's reason, or the driver's */
 };
 
 /*
  * kvp_map_pool - map the attached pool's KV memory (connect with .pool_map).
  * Allowed only on a pool restricted to this client's namespace: -EPERM
- * otherwise, with the daemon's reason in map->why. The descriptors
+ * otherwise, with the daemon's reason in map->why. A cuda pool is imported
+ * into the primary context of its device (the one torch uses), which
+ * libkvpool loads libcuda.so.1 for only then; a failure there says why in
+ * map->why ("libcuda.so.1 not loadable: ...", "cuMemMap failed: ..."). The
+ * memory stays mapped until kvp_unmap_pool, the daemon's death included. The
+ * descriptors
  * come on the connection socket and are read here only. A client that writes
  * KV through the mapping makes it present with COMMIT (the daemon takes its
  * word: one namespace is one trust domain); WRITE_KV, READ_KV and ATTEND go on

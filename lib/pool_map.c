@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "cuda_import.h"
 
 static void close_fds(const int *fds, size_t n)
 {
@@ -164,6 +165,20 @@ static bool extent_fits(const struct kvp_kv_layout *h, const struct kvp_kv_layer
 	return h->num_blocks && h->block_size && h->kv_heads && h->head_dim && last <= bytes;
 }
 
+/*
+ * The bytes from piece @p's start to the end of the last piece: an array may
+ * run on into the pieces after its own, which are mapped right after it where
+ * there are several (cuda); a host pool is one piece.
+ */
+static uint64_t bytes_from(const struct kvp_pool_map *map, uint32_t p)
+{
+	uint64_t bytes = 0;
+
+	for (; p < map->num_pieces; p++)
+		bytes += map->piece_bytes[p];
+	return bytes;
+}
+
 /* Takes the layout's header, layers and piece sizes apart, checking them against each other. */
 static int parse_layout(struct kvp_pool_map *map, const uint8_t *buf, size_t len,
 			struct kvp_kv_layer_layout **layers)
@@ -182,22 +197,18 @@ static int parse_layout(struct kvp_pool_map *map, const uint8_t *buf, size_t len
 	map->layers = calloc(h->num_layers, sizeof(*map->layers));
 	map->piece = calloc(h->num_pieces, sizeof(*map->piece));
 	map->piece_bytes = calloc(h->num_pieces, sizeof(*map->piece_bytes));
-	map->piece_fd = calloc(h->num_pieces, sizeof(*map->piece_fd));
-	if (!*layers || !map->layers || !map->piece || !map->piece_bytes || !map->piece_fd)
+	if (!*layers || !map->layers || !map->piece || !map->piece_bytes)
 		return -ENOMEM;
 	memcpy(*layers, buf + sizeof(*h), h->num_layers * sizeof(**layers));
 	memcpy(map->piece_bytes, buf + sizeof(*h) + h->num_layers * sizeof(**layers),
 	       h->num_pieces * sizeof(uint64_t));
-	for (uint32_t p = 0; p < h->num_pieces; p++)
-		map->piece_fd[p] = -1;
-	/* Only now: kvp_unmap_pool closes the piece_fd it counts. */
 	map->num_pieces = h->num_pieces;
 	for (uint32_t l = 0; l < h->num_layers; l++) {
 		const struct kvp_kv_layer_layout *e = &(*layers)[l];
 
 		if (e->k_piece >= h->num_pieces || e->v_piece >= h->num_pieces ||
-		    !extent_fits(h, e, e->k_off, map->piece_bytes[e->k_piece]) ||
-		    !extent_fits(h, e, e->v_off, map->piece_bytes[e->v_piece]))
+		    !extent_fits(h, e, e->k_off, bytes_from(map, e->k_piece)) ||
+		    !extent_fits(h, e, e->v_off, bytes_from(map, e->v_piece)))
 			return -EPROTO;
 	}
 	return 0;
@@ -219,6 +230,22 @@ static int map_host_pieces(struct kvp_pool_map *map, const int *fds)
 		if (m == MAP_FAILED)
 			return -errno;
 		map->piece[p] = m;
+	}
+	return 0;
+}
+
+/* Cuda pieces: imported into the device's primary context, back to back in one range. */
+static int map_cuda_pieces(struct kvp_pool_map *map, const int *fds)
+{
+	unsigned long long base;
+	int ret = kvp_cuda_import(map->layout.device, fds, map->piece_bytes, map->num_pieces,
+				  &map->cuda, &base, map->why, sizeof(map->why));
+
+	if (ret)
+		return ret;
+	for (uint32_t p = 0; p < map->num_pieces; p++) {
+		map->piece[p] = (void *)(uintptr_t)base;
+		base += map->piece_bytes[p];
 	}
 	return 0;
 }
@@ -259,29 +286,23 @@ int kvp_map_pool(struct kvp_client *c, struct kvp_pool_map *map)
 	ret = recv_pieces(c, tag, map->num_pieces, fds);
 	if (ret)
 		goto err_unmap;
-	if (map->layout.mem_kind == KVP_MEM_HOST_MEMFD) {
+	if (map->layout.mem_kind == KVP_MEM_HOST_MEMFD)
 		ret = map_host_pieces(map, fds);
-		close_fds(fds, map->num_pieces);
-		if (ret)
-			goto err_unmap;
-		for (uint32_t l = 0; l < map->layout.num_layers; l++)
-			map->layers[l] = (struct kvp_map_layer){
-				.k = (uint8_t *)map->piece[layers[l].k_piece] + layers[l].k_off,
-				.v = (uint8_t *)map->piece[layers[l].v_piece] + layers[l].v_off,
-				.block_stride = layers[l].block_stride,
-				.token_stride = layers[l].token_stride,
-				.head_stride = layers[l].head_stride,
-			};
-	} else {
-		/* Device memory is the caller's to import: the strides hold, the pointers are NULL. */
-		memcpy(map->piece_fd, fds, map->num_pieces * sizeof(*fds));
-		for (uint32_t l = 0; l < map->layout.num_layers; l++)
-			map->layers[l] = (struct kvp_map_layer){
-				.block_stride = layers[l].block_stride,
-				.token_stride = layers[l].token_stride,
-				.head_stride = layers[l].head_stride,
-			};
-	}
+	else if (map->layout.mem_kind == KVP_MEM_CUDA)
+		ret = map_cuda_pieces(map, fds);
+	else
+		ret = -EPROTO;
+	close_fds(fds, map->num_pieces);
+	if (ret)
+		goto err_unmap;
+	for (uint32_t l = 0; l < map->layout.num_layers; l++)
+		map->layers[l] = (struct kvp_map_layer){
+			.k = (uint8_t *)map->piece[layers[l].k_piece] + layers[l].k_off,
+			.v = (uint8_t *)map->piece[layers[l].v_piece] + layers[l].v_off,
+			.block_stride = layers[l].block_stride,
+			.token_stride = layers[l].token_stride,
+			.head_stride = layers[l].head_stride,
+		};
 	free(fds);
 	free(layers);
 	free(buf);
@@ -299,15 +320,14 @@ err_unmap:
 
 void kvp_unmap_pool(struct kvp_pool_map *map)
 {
-	for (uint32_t p = 0; p < map->num_pieces; p++) {
-		if (map->piece && map->piece[p])
-			munmap(map->piece[p], map->piece_bytes[p]);
-		if (map->piece_fd && map->piece_fd[p] >= 0)
-			close(map->piece_fd[p]);
-	}
+	if (map->cuda)
+		kvp_cuda_unmap(map->cuda);
+	else
+		for (uint32_t p = 0; p < map->num_pieces; p++)
+			if (map->piece && map->piece[p])
+				munmap(map->piece[p], map->piece_bytes[p]);
 	free(map->layers);
 	free(map->piece);
 	free(map->piece_bytes);
-	free(map->piece_fd);
 	memset(map, 0, sizeof(*map));
 }

@@ -208,7 +208,7 @@ static void map_pool(struct pool_run *r)
 	}
 	CHECK_EQ(r->map.num_pieces, 1);
 	CHECK_EQ(r->map.piece_bytes[0], r->map.layout.total_bytes);
-	CHECK_EQ(r->map.piece_fd[0], -1);
+	CHECK(r->map.cuda == NULL);
 	for (uint32_t l = 0; l < LAYERS; l++) {
 		struct kvp_kv_layer_layout x = expected_layer(r->dc, r->layout, l);
 		const struct kvp_map_layer *m = &r->map.layers[l];

@@ -162,7 +162,7 @@ static void check_map(const struct kvp_pool_map *m)
 	CHECK_EQ(m->layout.num_blocks, NBLOCKS);
 	CHECK_EQ(m->layout.dtype, DT);
 	CHECK_EQ(m->num_pieces, 1);
-	CHECK_EQ(m->piece_fd[0], -1);
+	CHECK(m->cuda == NULL);
 	CHECK(m->piece_bytes[0] >= 2 * L * NBLOCKS * kv);
 	for (uint32_t l = 0; l < L; l++) {
 		CHECK_EQ(m->layers[l].block_stride, kv);

@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GPU pools owned by the daemon and mapped by engines (#22): the memory half.
+ * Without a GPU it exits 77 with the reason: the plugin not built,
+ * libcuda.so.1 not loadable (dlerror), or cuInit failed (the driver's words).
+ * With one:
+ *   - a cuda pool of more than 1 GiB is made of 1 GiB pieces (the last the
+ *     rest), all reported by POOL_LAYOUT, in the layer layout;
+ *   - A maps it and writes, through its device pointers, a pattern at the
+ *     first and last element of every layer's K and V (the last block lies in
+ *     the second piece); B, another process of the namespace, maps it and
+ *     reads the same bytes; mapping is refused (-EPERM) for a cuda pool open
+ *     to all namespaces, and attach to another namespace's;
+ *   - A killed while mapped: the daemon serves on and B's mapping still reads.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* bf16, 8 kv heads of 128, 16 tokens a block, 2 layers: 128 KiB a block; 9000 blocks > 1 GiB. */
+#define BLOCKS "9000"
+#define GEOMETRY "blocks=" BLOCKS, "block_size=16", "groups=full", "kv_heads=8", \
+		 "head_dim=128", "dtype=bf16", "layers_per_group=2", "backend=cuda"
+
+struct cu {
+	void *lib;
+	int (*init)(unsigned);
+	int (*error_string)(int, const char **);
+	int (*device_get)(int *, int);
+	int (*ctx_retain)(void **, int);
+	int (*ctx_push)(void *);
+	int (*htod)(unsigned long long, const void *, size_t);
+	int (*dtoh)(void *, unsigned long long, size_t);
+};
+
+static struct daemon dmn;
+static struct cu cu;
+
+static void skip(const char *why)
+{
+	printf("test_cuda_pool: skipped: %s\n", why);
+	exit(77);
+}
+
+/* The plugin beside the daemon, a driver that loads and initialises: else 77, saying which. */
+static void need_gpu(void)
+{
+	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
+	char real[PATH_MAX], path[PATH_MAX + 32], why[PATH_MAX + 128];
+	const char *s = NULL;
+	int res, fds[2];
+	ssize_t n;
+	pid_t pid;
+
+	CHECK(realpath(bin, real) != NULL);
+	snprintf(path, sizeof(path), "%s/gpu/libkvpool_cuda.so", dirname(dirname(real)));
+	if (access(path, F_OK)) {
+		snprintf(why, sizeof(why), "the CUDA plugin is not built (no %s: nvcc not found)",
+			 path);
+		skip(why);
+	}
+	cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!cu.lib) {
+		snprintf(why, sizeof(why), "libcuda.so.1 not loadable: %s", dlerror());
+		skip(why);
+	}
+	*(void **)&cu.init = dlsym(cu.lib, "cuInit");
+	*(void **)&cu.error_string = dlsym(cu.lib, "cuGetErrorString");
+	*(void **)&cu.device_get = dlsym(cu.lib, "cuDeviceGet");
+	*(void **)&cu.ctx_retain = dlsym(cu.lib, "cuDevicePrimaryCtxRetain");
+	*(void **)&cu.ctx_push = dlsym(cu.lib, "cuCtxPushCurrent_v2");
+	*(void **)&cu.htod = dlsym(cu.lib, "cuMemcpyHtoD_v2");
+	*(void **)&cu.dtoh = dlsym(cu.lib, "cuMemcpyDtoH_v2");
+	CHECK(cu.init && cu.error_string && cu.device_get && cu.ctx_retain && cu.ctx_push &&
+	      cu.htod && cu.dtoh);
+	/* CUDA does not survive a fork: cuInit is tried in a child, the processes fork after. */
+	CHECK_EQ(pipe(fds), 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		res = cu.init(0);
+		if (res) {
+			cu.error_string(res, &s);
+			dprintf(fds[1], "cuInit failed: %s (CUresult %d)", s ? s : "?", res);
+		}
+		_exit(0);
+	}
+	close(fds[1]);
+	n = read(fds[0], why, sizeof(why) - 1);
+	close(fds[0]);
+	CHECK_EQ(wait_child(pid), 0);
+	if (n > 0) {
+		why[n] = '\0';
+		skip(why);
+	}
+}
+
+/* This process's current context: the device's primary one, where kvp_map_pool maps. */
+static void use_device(void)
+{
+	void *ctx;
+	int dev;
+
+	CHECK_EQ(cu.init(0), 0);
+	CHECK_EQ(cu.device_get(&dev, 0), 0);
+	CHECK_EQ(cu.ctx_retain(&ctx, dev), 0);
+	CHECK_EQ(cu.ctx_push(ctx), 0);
+}
+
+static struct kvp_client *connect_map(const char *ns)
+{
+	char why[KVP_REASON_MAX];
+	struct kvp_connect_opts o = { .socket_path = dmn.socket, .pool = "g", .namespace_ = ns,
+				      .pool_map = true, .why = why, .why_len = sizeof(why) };
+	struct kvp_client *c;
+	int ret = kvp_connect(&o, &c);
+
+	if (ret) {
+		fprintf(stderr, "connect: %s: %s\n", strerror(-ret), why);
+		exit(1);
+	}
+	return c;
+}
+
+/* Pieces of 1 GiB, the last the rest; the layer layout's strides. */
+static void check_layout(const struct kvp_pool_map *m)
+{
+	const struct kvp_kv_layout *h = &m->layout;
+	uint64_t kv = 16ull * 8 * 128 * 2, sum = 0;
+
+	CHECK_EQ(h->mem_kind, KVP_MEM_CUDA);
+	CHECK_EQ(h->layout, KVP_LAYOUT_LAYER);
+	CHECK_EQ(h->num_pieces, 2);
+	CHECK_EQ(m->num_pieces, 2);
+	CHECK_EQ(m->piece_bytes[0], 1ull << 30);
+	for (uint32_t p = 0; p < m->num_pieces; p++)
+		sum += m->piece_bytes[p];
+	CHECK_EQ(sum, h->total_bytes);
+	CHECK(h->total_bytes >= 9000 * 2 * 2 * kv);
+	CHECK_EQ((char *)m->piece[1] - (char *)m->piece[0], 1ll << 30);
+	for (uint32_t l = 0; l < 2; l++) {
+		CHECK_EQ(m->layers[l].block_stride, kv);
+		CHECK_EQ(m->layers[l].token_stride, 8 * 128 * 2);
+		CHECK_EQ(m->layers[l].head_stride, 128 * 2);
+		CHECK_EQ(m->layers[l].k - (uint8_t *)m->piece[0], l * 2 * 9000 * kv);
+		CHECK_EQ(m->layers[l].v - m->layers[l].k, 9000 * kv);
+	}
+}
+
+/* The device address of the first or the last element of K or V of @layer. */
+static unsigned long long elem(const struct kvp_pool_map *m, uint32_t layer, bool v, bool last)
+{
+	const struct kvp_map_layer *e = &m->layers[layer];
+	uint8_t *base = v ? e->v : e->k;
+
+	if (last)
+		base += 8999 * e->block_stride + 15 * e->token_stride + 7 * e->head_stride + 127 * 2;
+	return (unsigned long long)(uintptr_t)base;
+}
+
+static uint16_t mark(uint32_t layer, bool v, bool last)
+{
+	return (uint16_t)(0x3f80 + layer * 4 + v * 2 + last);
+}
+
+static void write_marks(const struct kvp_pool_map *m)
+{
+	for (uint32_t i = 0; i < 8; i++) {
+		uint16_t x = mark(i >> 2, i & 2, i & 1);
+
+		CHECK_EQ(cu.htod(elem(m, i >> 2, i & 2, i & 1), &x, sizeof(x)), 0);
+	}
+}
+
+static void read_marks(const struct kvp_pool_map *m)
+{
+	for (uint32_t i = 0; i < 8; i++) {
+		uint16_t x = 0;
+
+		CHECK_EQ(cu.dtoh(&x, elem(m, i >> 2, i & 2, i & 1), sizeof(x)), 0);
+		CHECK_EQ(x, mark(i >> 2, i & 2, i & 1));
+	}
+}
+
+/* A: maps, writes the marks, says so, and waits to be killed, mapping held. */
+static int writer(void *arg)
+{
+	struct kvp_client *c = connect_map("ns1");
+	struct kvp_pool_map m;
+
+	(void)arg;
+	use_device();
+	CHECK_EQ(kvp_map_pool(c, &m), 0);
+	check_layout(&m);
+	write_marks(&m);
+	printf("ready\n");
+	fflush(stdout);
+	pause();
+	return 0;
+}
+
+static void refusals(void)
+{
+	static const char *const shared[] = { GEOMETRY, NULL };
+	struct kvp_client *c;
+	struct kvp_pool_map m;
+	char why[KVP_REASON_MAX];
+	struct kvp_connect_opts o = { .socket_path = dmn.socket, .pool = "g", .namespace_ = "ns2",
+				      .why = why, .why_len = sizeof(why) };
+
+	CHECK_EQ(kvp_connect(&o, &c), -EPERM);
+	CHECK_EQ(strcmp(why, "pool 'g' is restricted to namespace 'ns1'"), 0);
+	create_pool_or_die(&dmn, "open", shared);
+	o = (struct kvp_connect_opts){ .socket_path = dmn.socket, .pool = "open", .pool_map = true };
+	CHECK_EQ(kvp_connect(&o, &c), 0);
+	CHECK_EQ(kvp_map_pool(c, &m), -EPERM);
+	CHECK_EQ(strcmp(m.why, "pool 'open' is shared by all namespaces: only a pool restricted "
+			       "to one namespace is mapped"), 0);
+	kvp_close(c);
+}
+
+int main(void)
+{
+	static const char *const restricted[] = { GEOMETRY, "namespace=ns1", NULL };
+	struct kvp_client *b;
+	struct kvp_pool_map m;
+	pid_t a;
+
+	watchdog_start("test_cuda_pool", 120);
+	need_gpu();
+	CHECK_EQ(daemon_start(&dmn, NULL), 0);
+	watchdog_watch(&dmn);
+	create_pool_or_die(&dmn, "g", restricted);
+
+	a = fork_child_ready(writer, NULL);
+	use_device();
+	b = connect_map("ns1");
+	CHECK_EQ(kvp_map_pool(b, &m), 0);
+	check_layout(&m);
+	read_marks(&m);
+
+	CHECK_EQ(kill(a, SIGKILL), 0);
+	CHECK_EQ(wait_child(a), 128 + SIGKILL);
+	CHECK_EQ(kvp_nop(b), 0);
+	read_marks(&m);
+	refusals();
+	kvp_unmap_pool(&m);
+	kvp_close(b);
+
+	watchdog_watch(NULL);
+	CHECK_EQ(daemon_stop(&dmn), 0);
+	return 0;
+}
