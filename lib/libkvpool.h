@@ -260,8 +260,10 @@ struct kvp_pool_map {
  * come on the connection socket and are read here only. A client that writes
  * KV through the mapping makes it present with COMMIT (the daemon takes its
  * word: one namespace is one trust domain); WRITE_KV, READ_KV and ATTEND go on
- * working. -EBUSY while the descriptors of an earlier call are unread (a call
- * that timed out), -ETIMEDOUT when they do not come within the timeout,
+ * working. What an earlier call left unread (one that timed out) is read off
+ * and closed first; -EBUSY only if the daemon still finds an earlier map's
+ * descriptors on their way after the timeout, -ETIMEDOUT when this call's do
+ * not come within it,
  * -EOPNOTSUPP for a pool without KV, -EINVAL from a daemon without POOL_MAP.
  */
 int kvp_map_pool(struct kvp_client *c, struct kvp_pool_map *map);

@@ -250,6 +250,28 @@ static int map_cuda_pieces(struct kvp_pool_map *map, const int *fds)
 	return 0;
 }
 
+/*
+ * POOL_MAP, once what earlier maps left is read off. The daemon says -EBUSY
+ * while an earlier map's message is queued or unread; with everything read
+ * here, that is its courier still finishing the send, or a message still on
+ * its way (read off next time round): a moment's wait, within the timeout.
+ */
+static int request_map(struct kvp_client *c, struct kvp_pool_map *map, uint64_t *tag)
+{
+	uint64_t deadline = kvp_now_ns() + c->timeout_ns;
+	useconds_t pause_us = 20;
+	int n;
+
+	for (;;) {
+		n = drop_leftovers(c) ?: kvp_pool_map_request(c, tag, map->why, sizeof(map->why));
+		if (n != -EBUSY || kvp_now_ns() >= deadline)
+			return n;
+		usleep(pause_us);
+		if (pause_us < 5000)
+			pause_us *= 2;
+	}
+}
+
 int kvp_map_pool(struct kvp_client *c, struct kvp_pool_map *map)
 {
 	struct kvp_kv_layer_layout *layers = NULL;
@@ -271,10 +293,7 @@ int kvp_map_pool(struct kvp_client *c, struct kvp_pool_map *map)
 		ret = -ENOMEM;
 		goto err_unmap;
 	}
-	ret = drop_leftovers(c);
-	if (ret)
-		goto err_unmap;
-	n = kvp_pool_map_request(c, &tag, map->why, sizeof(map->why));
+	n = request_map(c, map, &tag);
 	if (n < 0) {
 		ret = n;
 		goto err_unmap;
