@@ -76,10 +76,14 @@ NVCC := $(shell command -v nvcc 2>/dev/null || \
 endif
 NVCC_GENCODE := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 # No sanitizers: the plugin is plain driver calls, and their runtimes would have to be linked in.
-NVCC_FLAGS := -ccbin $(CC) $(NVCC_GENCODE) -D_GNU_SOURCE \
+NVCC_FLAGS := -ccbin $(CC) $(NVCC_GENCODE) -D_GNU_SOURCE -Idaemon/core \
 	      $(addprefix -Xcompiler ,-std=gnu11 $(WARN) -O2 -g -fPIC -fvisibility=hidden)
 GPU_SRC := $(wildcard gpu/*.c)
-GPU_OBJ := $(GPU_SRC:%.c=$(BUILD)/%.o)
+# Kernels: each gpu/X.cu a fatbin, embedded as kvpool_fatbin_X (gpu/kernels_embed.S) and loaded
+# by the plugin with cuModuleLoadData.
+GPU_CU := $(wildcard gpu/*.cu)
+GPU_C_OBJ := $(GPU_SRC:%.c=$(BUILD)/%.o)
+GPU_OBJ := $(GPU_C_OBJ) $(GPU_CU:%.cu=$(BUILD)/%.fatbin.o)
 CUDA_PLUGIN := $(if $(VARIANT),$(BUILD)/gpu,gpu)/libkvpool_cuda.so
 
 # Runs a program where io_uring is refused (a seccomp filter): the epoll fallback's test.
@@ -119,9 +123,17 @@ $(GPU_STAMP): FORCE
 	@mkdir -p $(@D)
 	@echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $@ || echo '$(NVCC) $(NVCC_FLAGS)' > $@
 
-$(GPU_OBJ): $(BUILD)/gpu/%.o: gpu/%.c $(GPU_STAMP)
+$(GPU_C_OBJ): $(BUILD)/gpu/%.o: gpu/%.c $(GPU_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -x c -MMD -MP -c $< -o $@
+
+$(BUILD)/gpu/%.fatbin: gpu/%.cu $(GPU_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_GENCODE) -O3 -Werror all-warnings -fatbin $< -o $@
+
+$(BUILD)/gpu/%.fatbin.o: $(BUILD)/gpu/%.fatbin gpu/kernels_embed.S
+	$(CC) -c -DKERNELS_FATBIN='"$<"' -DKERNELS_SYMBOL=kvpool_fatbin_$(subst -,_,$*) \
+		gpu/kernels_embed.S -o $@
 
 # -cudart none: the plugin loads the driver itself and needs no runtime; -z defs: a symbol
 # missing shows here, not at the daemon's dlopen.

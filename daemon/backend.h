@@ -58,13 +58,20 @@ struct kvpd_block_map {
 	uint32_t ring_tokens;
 };
 
-static inline uint8_t *kvpd_row(uint8_t *mem, const struct kvpd_kv_layout *l,
-				const struct kvpd_block_map *m, uint32_t pos, size_t off)
+/* Where position @pos's row lies, @off into its token's place: bytes from the pool's start. */
+static inline size_t kvpd_row_off(const struct kvpd_kv_layout *l, const struct kvpd_block_map *m,
+				  uint32_t pos, size_t off)
 {
 	uint32_t p = m->ring_tokens ? pos % m->ring_tokens : pos;
 	uint32_t block = m->ids[p / l->block_size - m->first_block];
 
-	return mem + block * l->block_stride + off + (size_t)(p % l->block_size) * l->token_stride;
+	return block * l->block_stride + off + (size_t)(p % l->block_size) * l->token_stride;
+}
+
+static inline uint8_t *kvpd_row(uint8_t *mem, const struct kvpd_kv_layout *l,
+				const struct kvpd_block_map *m, uint32_t pos, size_t off)
+{
+	return mem + kvpd_row_off(l, m, pos, off);
 }
 
 struct kvpd_job;
@@ -111,7 +118,8 @@ struct kvpd_backend_ops {
 	 * Runs task @task of @job; called on worker threads, tasks of a job in
 	 * parallel. Returns 0 when done, or KVPD_TASK_LATER when the work
 	 * finishes later (a kernel on a stream): the backend then calls
-	 * job->task_done(job) once it has (jobs.h).
+	 * job->task_done(job) once it has (jobs.h). A task that fails (a device
+	 * error) sets job->error, if still 0, to its -errno: the request's result.
 	 */
 	int (*run_task)(struct kvpd_job *job, uint32_t task);
 };

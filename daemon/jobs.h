@@ -141,6 +141,8 @@ struct kvpd_job {
 	uint32_t ntasks;
 	uint32_t next_task;        /* under the workers' lock */
 	uint32_t tasks_left;       /* atomic */
+	int error;                 /* atomic: 0, or a failed task's -errno (a device error),
+				    * the first one: the completion's res */
 	struct kvpd_workers *workers;              /* set by kvpd_workers_submit */
 	void (*task_done)(struct kvpd_job *job);   /* for a task that returned KVPD_TASK_LATER */
 	uint32_t *pinned;

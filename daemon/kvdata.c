@@ -60,8 +60,7 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 
 	if (!slot)
 		return -EBADF;
-	/* The CUDA backend moves no data yet (the GPU issue): its pools hold KV but serve none. */
-	if (!pool->layout.slot_bytes || pool->backend != &kvpd_host_backend)
+	if (!pool->layout.slot_bytes)
 		return -EOPNOTSUPP;
 	if (group >= cfg->num_groups || layer >= pool->layout.layers)
 		return -EINVAL;
@@ -397,6 +396,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 
 	if (!src || sqe->len < sizeof(head))
 		return -EINVAL;
+	/* The CUDA backend has no attention kernels yet (#22). */
 	if (!c->pool->layout.slot_bytes || c->pool->backend != &kvpd_host_backend)
 		return -EOPNOTSUPP;
 	/* The header first, once: how many entries there are bounds the copy below. */
@@ -525,7 +525,9 @@ void kvpd_jobs_complete(struct kvpd *d)
 		if (!c->dead) {
 			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);
 
-			if (job->type == KVPD_JOB_WRITE && slot && slot->kv && slot->epoch == job->epoch) {
+			cqe.res = __atomic_load_n(&job->error, __ATOMIC_ACQUIRE);
+			if (!cqe.res && job->type == KVPD_JOB_WRITE && slot && slot->kv &&
+			    slot->epoch == job->epoch) {
 				struct kvc_seq_info info;
 				uint32_t ngroups = kvc_pool_config(job->pool->core)->num_groups;
 

@@ -20,86 +20,11 @@
 
 #include <cuda.h>
 
-#include "../daemon/backend.h"
+#include "cuda_pool.h"
 #include "../daemon/plugin.h"
 #include "../uapi/kvpool.h"
 
 #define CUDA_LIB "libcuda.so.1"
-
-/* The driver calls this backend makes; each X(name) expands to its versioned symbol. */
-#define CU_CALLS(X)                                                                        \
-	X(cuInit) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)                   \
-	X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)   \
-	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize)                         \
-	X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease)                    \
-	X(cuMemExportToShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree)         \
-	X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8) X(cuMemGetInfo)
-
-#define CU_STR_(sym) #sym
-#define CU_STR(sym) CU_STR_(sym) /* the macro's expansion: cuMemsetD8 -> "cuMemsetD8_v2" */
-
-struct cu_api {
-	void *lib;
-#define CU_PTR(fn) __typeof__(&fn) fn;
-	CU_CALLS(CU_PTR)
-#undef CU_PTR
-};
-
-/*
- * A piece of a pool's memory is at most this: one cuMemCreate each, all made
- * when the pool is (each costs ~0.2 ms per 2 MiB page: never per request).
- */
-#define PIECE_MAX_BYTES (1ull << 30)
-
-/*
- * A pool's memory; *mem points here. ptr comes first so that a later data
- * path can read the device address through mem alone.
- */
-struct cuda_pool {
-	CUdeviceptr ptr;
-	size_t bytes;                        /* reserved and mapped */
-	size_t piece_bytes;                  /* each piece's but the last (the rest) */
-	uint32_t npieces;
-	CUmemGenericAllocationHandle *handles; /* the physical memory, a piece each */
-	CUdevice dev;
-	CUcontext ctx;                       /* the device's primary context, retained */
-	struct cu_api cu;                    /* per pool: the plugin keeps no state of its own */
-};
-
-static int cu_errno(CUresult res)
-{
-	switch (res) {
-	case CUDA_ERROR_OUT_OF_MEMORY:
-		return -ENOMEM;
-	case CUDA_ERROR_NO_DEVICE:
-	case CUDA_ERROR_INVALID_DEVICE:
-	case CUDA_ERROR_DEVICE_UNAVAILABLE:
-		return -ENODEV;
-	case CUDA_ERROR_NOT_SUPPORTED:
-		return -EOPNOTSUPP;
-	case CUDA_ERROR_NOT_PERMITTED:
-		return -EPERM;
-	default:
-		return -EIO;
-	}
-}
-
-static const char *cu_text(const struct cu_api *cu, CUresult res)
-{
-	const char *s = NULL;
-
-	if (cu->cuGetErrorString(res, &s) != CUDA_SUCCESS || !s)
-		s = "unknown error";
-	return s;
-}
-
-/* "cuMemCreate failed: out of memory (CUresult 2)": the driver's words and its number. */
-static int cu_refuse(const struct cu_api *cu, CUresult res, int err, const char *call, char *why,
-		     size_t why_len)
-{
-	return kvpd_refuse(why, why_len, err, "%s failed: %s (CUresult %d)", call, cu_text(cu, res),
-		      (int)res);
-}
 
 /*
  * NODELETE: once cuInit has run, the driver has threads of its own in the
@@ -336,6 +261,9 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 	err = map_memory(pool, why, why_len);
 	if (err)
 		goto pop_ctx;
+	err = cuda_copy_init(pool, why, why_len);
+	if (err)
+		goto unmap_memory;
 	pool->cu.cuCtxPopCurrent(&popped);
 
 	l->map_bytes = pool->bytes;
@@ -345,6 +273,10 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 	*mem = pool;
 	return 0;
 
+unmap_memory:
+	drop_pieces(pool, pool->npieces);
+	pool->cu.cuMemAddressFree(pool->ptr, pool->bytes);
+	free(pool->handles);
 pop_ctx:
 	pool->cu.cuCtxPopCurrent(&popped);
 release_ctx:
@@ -371,6 +303,7 @@ static void cuda_pool_fini(const struct kvpd_kv_layout *l, void *mem)
 	 * handles: the release here drops only the daemon's reference.
 	 */
 	if (cu->cuCtxPushCurrent(pool->ctx) == CUDA_SUCCESS) {
+		cuda_copy_fini(pool);
 		drop_pieces(pool, pool->npieces);
 		cu->cuMemAddressFree(pool->ptr, pool->bytes);
 		cu->cuCtxPopCurrent(&popped);
@@ -416,26 +349,13 @@ static int cuda_export_fds(const struct kvpd_kv_layout *l, void *mem, int *fds, 
 	return (int)pool->npieces;
 }
 
-/*
- * KV copies and attention on the GPU are a later issue: until then the daemon
- * must not send a cuda pool's WRITE_KV, READ_KV or ATTEND to the workers, and
- * a task that comes anyway does nothing (the job still completes, its data
- * untouched).
- */
-static int cuda_run_task(struct kvpd_job *job, uint32_t task)
-{
-	(void)job;
-	(void)task;
-	return 0;
-}
-
 static const struct kvpd_backend_ops cuda_backend = {
 	.name = "cuda",
 	.pool_init = cuda_pool_init,
 	.pool_fini = cuda_pool_fini,
 	.export_fds = cuda_export_fds,
 	.mem_kind = KVP_MEM_CUDA,
-	.run_task = cuda_run_task,
+	.run_task = cuda_copy_task,
 };
 
 /*

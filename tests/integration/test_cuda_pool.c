@@ -11,7 +11,10 @@
  *     the second piece); B, another process of the namespace, maps it and
  *     reads the same bytes; mapping is refused (-EPERM) for a cuda pool open
  *     to all namespaces, and attach to another namespace's;
- *   - A killed while mapped: the daemon serves on and B's mapping still reads.
+ *   - A killed while mapped: the daemon serves on and B's mapping still reads;
+ *   - WRITE_KV then READ_KV over every block of a pool, every layer, bit for
+ *     bit, and each row where the layout's strides put it (read through the
+ *     mapping): the staged copy and the scatter and gather kernels.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -205,6 +208,71 @@ static int writer(void *arg)
 	return 0;
 }
 
+/* The round trip's pool: 64 blocks of 16 tokens, 2 kv heads of 64, bf16, 2 layers. */
+#define RT_BLOCKS 64
+#define RT_TOKENS ((RT_BLOCKS - 1) * 16)
+#define RT_ROW (2 * 64)
+
+static uint16_t rt_val(uint32_t layer, uint32_t pos, uint32_t head, uint32_t d)
+{
+	return (uint16_t)(pos * 131 + head * 17 + d * 3 + layer * 5000 + 1);
+}
+
+/* Every block, every layer, both directions; then the rows through the mapping. */
+static void round_trip(void)
+{
+	static const char *const rt[] = { "blocks=64", "block_size=16", "groups=full",
+					  "kv_heads=2", "head_dim=64", "dtype=bf16",
+					  "layers_per_group=2", "backend=cuda", "namespace=ns1",
+					  NULL };
+	static uint16_t k[RT_TOKENS * 2 * 64], v[RT_TOKENS * 2 * 64], back[2][RT_TOKENS * 2 * 64];
+	static uint32_t tokens[RT_TOKENS];
+	union {
+		struct kvp_block_lists l;
+		uint8_t bytes[sizeof(struct kvp_block_lists) + RT_BLOCKS * sizeof(uint32_t)];
+	} t;
+	struct kvp_connect_opts o = { .socket_path = dmn.socket, .pool = "rt", .namespace_ = "ns1",
+				      .pool_map = true, .arena_bytes = 4u << 20 };
+	struct kvp_pool_map m;
+	struct kvp_client *c;
+	uint64_t h;
+
+	create_pool_or_die(&dmn, "rt", rt);
+	CHECK_EQ(kvp_connect(&o, &c), 0);
+	for (uint32_t i = 0; i < RT_TOKENS; i++)
+		tokens[i] = i + 1;
+	CHECK_EQ(kvp_seq_open(c, tokens, RT_TOKENS, NULL, 0, -1, &h), 0);
+	CHECK_EQ(kvp_alloc(c, h, RT_TOKENS, 0, false, NULL, NULL, 0), 0);
+	CHECK(kvp_get_table(c, h, &t.l, sizeof(t)) > 0);
+	CHECK_EQ(t.l.counts[0], RT_BLOCKS - 1);
+	CHECK_EQ(kvp_map_pool(c, &m), 0);
+	for (uint32_t layer = 0; layer < 2; layer++) {
+		for (uint32_t p = 0; p < RT_TOKENS; p++)
+			for (uint32_t e = 0; e < 2 * 64; e++) {
+				k[p * 128 + e] = rt_val(layer, p, e / 64, e % 64);
+				v[p * 128 + e] = (uint16_t)~rt_val(layer, p, e / 64, e % 64);
+			}
+		CHECK_EQ(kvp_write_kv(c, h, 0, layer, 0, RT_TOKENS, k, v), 0);
+		CHECK_EQ(kvp_read_kv(c, h, 0, layer, 0, RT_TOKENS, back[0], back[1]), 0);
+		CHECK(!memcmp(back[0], k, sizeof(k)) && !memcmp(back[1], v, sizeof(v)));
+		for (uint32_t p = 0; p < RT_TOKENS; p += 5)
+			for (uint32_t head = 0; head < 2; head++) {
+				const struct kvp_map_layer *e = &m.layers[layer];
+				uint64_t at = t.l.ids[p / 16] * e->block_stride +
+					      p % 16 * e->token_stride + head * e->head_stride;
+				uint16_t row[2][64];
+
+				CHECK_EQ(cu.dtoh(row[0], (uintptr_t)e->k + at, RT_ROW), 0);
+				CHECK_EQ(cu.dtoh(row[1], (uintptr_t)e->v + at, RT_ROW), 0);
+				CHECK(!memcmp(row[0], &k[p * 128 + head * 64], RT_ROW));
+				CHECK(!memcmp(row[1], &v[p * 128 + head * 64], RT_ROW));
+			}
+	}
+	kvp_unmap_pool(&m);
+	CHECK_EQ(kvp_seq_close(c, h), 0);
+	kvp_close(c);
+}
+
 static void refusals(void)
 {
 	static const char *const shared[] = { GEOMETRY, NULL };
@@ -250,6 +318,7 @@ int main(void)
 	CHECK_EQ(kvp_nop(b), 0);
 	read_marks(&m);
 	refusals();
+	round_trip();
 	kvp_unmap_pool(&m);
 	kvp_close(b);
 

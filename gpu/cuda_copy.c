@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * WRITE_KV and READ_KV on a cuda pool: the offload and restore path of
+ * clients without a mapping. The request's K and V lie in the client's arena
+ * (host memory); a task copies them through a pinned staging buffer to device
+ * scratch and scatters them by block table in a kernel (gpu/kv_copy.cu), or
+ * gathers and copies back. Each worker thread takes a lane of its own: a
+ * stream, its staging buffer and its scratch, grown on demand and kept.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_pool.h"
+#include "../daemon/jobs.h"
+
+/* The kernels' fatbin, embedded by gpu/kernels_embed.S. */
+extern const unsigned char kvpool_fatbin_kv_copy[];
+
+struct cuda_lane {
+	struct cuda_lane *next_free, *next;
+	CUstream stream;
+	void *host;          /* pinned: what the DMA engine reads and writes */
+	CUdeviceptr dev;     /* device scratch: the rows, then the offsets */
+	size_t bytes;        /* of each */
+};
+
+static const char *const copy_names[3] = { "kvpool_copy16", "kvpool_copy4", "kvpool_copy2" };
+
+int cuda_copy_init(struct cuda_pool *pool, char *why, size_t why_len)
+{
+	const struct cu_api *cu = &pool->cu;
+	CUresult res = cu->cuModuleLoadData(&pool->module, kvpool_fatbin_kv_copy);
+
+	if (res != CUDA_SUCCESS)
+		return cu_refuse(cu, res, cu_errno(res), "cuModuleLoadData", why, why_len);
+	for (int i = 0; i < 3; i++) {
+		res = cu->cuModuleGetFunction(&pool->copy[i], pool->module, copy_names[i]);
+		if (res != CUDA_SUCCESS) {
+			cu->cuModuleUnload(pool->module);
+			return cu_refuse(cu, res, cu_errno(res), "cuModuleGetFunction", why, why_len);
+		}
+	}
+	pthread_mutex_init(&pool->lanes_lock, NULL);
+	return 0;
+}
+
+/* The caller has the pool's context current. */
+void cuda_copy_fini(struct cuda_pool *pool)
+{
+	const struct cu_api *cu = &pool->cu;
+
+	while (pool->lanes) {
+		struct cuda_lane *lane = pool->lanes;
+
+		pool->lanes = lane->next;
+		if (lane->host)
+			cu->cuMemFreeHost(lane->host);
+		if (lane->dev)
+			cu->cuMemFree(lane->dev);
+		cu->cuStreamDestroy(lane->stream);
+		free(lane);
+	}
+	cu->cuModuleUnload(pool->module);
+	pthread_mutex_destroy(&pool->lanes_lock);
+}
+
+/* An idle lane, or a new one; NULL when a stream cannot be made. */
+static struct cuda_lane *take_lane(struct cuda_pool *pool)
+{
+	struct cuda_lane *lane;
+
+	pthread_mutex_lock(&pool->lanes_lock);
+	lane = pool->free_lanes;
+	if (lane)
+		pool->free_lanes = lane->next_free;
+	pthread_mutex_unlock(&pool->lanes_lock);
+	if (lane)
+		return lane;
+	lane = calloc(1, sizeof(*lane));
+	if (!lane)
+		return NULL;
+	if (pool->cu.cuStreamCreate(&lane->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+		free(lane);
+		return NULL;
+	}
+	pthread_mutex_lock(&pool->lanes_lock);
+	lane->next = pool->lanes;
+	pool->lanes = lane;
+	pthread_mutex_unlock(&pool->lanes_lock);
+	return lane;
+}
+
+static void put_lane(struct cuda_pool *pool, struct cuda_lane *lane)
+{
+	pthread_mutex_lock(&pool->lanes_lock);
+	lane->next_free = pool->free_lanes;
+	pool->free_lanes = lane;
+	pthread_mutex_unlock(&pool->lanes_lock);
+}
+
+/* Staging and scratch of at least @bytes each. */
+static CUresult lane_room(const struct cu_api *cu, struct cuda_lane *lane, size_t bytes)
+{
+	CUresult res;
+
+	if (lane->bytes >= bytes)
+		return CUDA_SUCCESS;
+	if (lane->host)
+		cu->cuMemFreeHost(lane->host);
+	if (lane->dev)
+		cu->cuMemFree(lane->dev);
+	lane->host = NULL;
+	lane->dev = 0;
+	lane->bytes = 0;
+	res = cu->cuMemAllocHost(&lane->host, bytes);
+	if (res == CUDA_SUCCESS)
+		res = cu->cuMemAlloc(&lane->dev, bytes);
+	if (res == CUDA_SUCCESS)
+		lane->bytes = bytes;
+	return res;
+}
+
+/*
+ * Tokens [t0, t1) of the job, every kv head, K then V: staged as the request
+ * carries them ([tokens][kv_heads][row], K then V), with off[t] the byte
+ * offset of token t's K row of head 0 in the pool, after them.
+ */
+static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
+			   const struct kvpd_job *job, uint32_t t0, uint32_t t1)
+{
+	const struct cu_api *cu = &pool->cu;
+	const struct kvpd_kv_layout *l = job->layout;
+	uint32_t n = t1 - t0;
+	size_t token_bytes = l->kv_heads * l->row_bytes, half = n * token_bytes;
+	size_t off_at = 2 * half, bytes = off_at + n * sizeof(uint64_t);
+	uint8_t *k = job->data + t0 * token_bytes, *v = job->data + job->count * token_bytes +
+							 t0 * token_bytes;
+	bool to_pool = job->type == KVPD_JOB_WRITE;
+	uint64_t *off;
+	CUdeviceptr pool_ptr = pool->ptr, stage, offs;
+	uint32_t count = n, heads = l->kv_heads, row = (uint32_t)l->row_bytes;
+	uint64_t head_stride = l->head_stride, v_delta = l->v_delta;
+	int dir = to_pool;
+	void *args[] = { &pool_ptr, &stage, &offs, &count, &heads, &row, &head_stride, &v_delta,
+			 &dir };
+	int unit = row % 16 == 0 ? 0 : row % 4 == 0 ? 1 : 2;
+	uint64_t units = 2ull * n * heads * (row / (unit == 0 ? 16 : unit == 1 ? 4 : 2));
+	unsigned grid = (unsigned)((units + 255) / 256 < 65535 ? (units + 255) / 256 : 65535);
+	CUresult res = lane_room(cu, lane, bytes);
+
+	if (res != CUDA_SUCCESS)
+		return res;
+	stage = lane->dev;
+	offs = lane->dev + off_at;
+	off = (uint64_t *)((uint8_t *)lane->host + off_at);
+	for (uint32_t t = 0; t < n; t++)
+		off[t] = kvpd_row_off(l, &job->map, job->first_pos + t0 + t,
+				      kvpd_k_off(l, job->layer, 0));
+	if (to_pool) {
+		memcpy(lane->host, k, half);
+		memcpy((uint8_t *)lane->host + half, v, half);
+		res = cu->cuMemcpyHtoDAsync(lane->dev, lane->host, bytes, lane->stream);
+	} else {
+		res = cu->cuMemcpyHtoDAsync(offs, off, n * sizeof(uint64_t), lane->stream);
+	}
+	if (res == CUDA_SUCCESS)
+		res = cu->cuLaunchKernel(pool->copy[unit], grid, 1, 1, 256, 1, 1, 0, lane->stream,
+					 args, NULL);
+	if (res == CUDA_SUCCESS && !to_pool)
+		res = cu->cuMemcpyDtoHAsync(lane->host, lane->dev, off_at, lane->stream);
+	/* The completion waits for the copy: the arena is read or written only now. */
+	if (res == CUDA_SUCCESS)
+		res = cu->cuStreamSynchronize(lane->stream);
+	if (res == CUDA_SUCCESS && !to_pool) {
+		memcpy(k, lane->host, half);
+		memcpy(v, (uint8_t *)lane->host + half, half);
+	}
+	return res;
+}
+
+int cuda_copy_task(struct kvpd_job *job, uint32_t task)
+{
+	struct cuda_pool *pool = (struct cuda_pool *)job->mem;
+	const struct kvpd_kv_layout *l = job->layout;
+	uint32_t t0 = task / l->kv_heads * job->chunk_tokens, t1 = t0 + job->chunk_tokens;
+	struct cuda_lane *lane;
+	CUcontext popped;
+	CUresult res;
+
+	/* The host's tasks are (chunk, kv head); here one per chunk moves every head. */
+	if (task % l->kv_heads || job->type == KVPD_JOB_ATTEND)
+		return 0;
+	if (t1 > job->count)
+		t1 = job->count;
+	res = pool->cu.cuCtxPushCurrent(pool->ctx);
+	if (res != CUDA_SUCCESS)
+		goto failed;
+	lane = take_lane(pool);
+	res = lane ? move_chunk(pool, lane, job, t0, t1) : CUDA_ERROR_OUT_OF_MEMORY;
+	if (lane)
+		put_lane(pool, lane);
+	pool->cu.cuCtxPopCurrent(&popped);
+	if (res == CUDA_SUCCESS)
+		return 0;
+failed:;
+	int expected = 0;
+
+	__atomic_compare_exchange_n(&job->error, &expected, cu_errno(res), false, __ATOMIC_RELEASE,
+				    __ATOMIC_RELAXED);
+	return 0;
+}
