@@ -55,8 +55,7 @@ static void refuse(struct kvpd *d, int fd, int err, const char *why)
 	p.sock = fd;
 	p.len = sizeof(r);
 	memcpy(p.msg, &r, sizeof(r));
-	p.why_len = strnlen(why, sizeof(p.why) - 1) + 1;
-	memcpy(p.why, why, p.why_len - 1);
+	kvpd_parcel_why(&p, why);
 	p.drain = REFUSAL_DRAIN;
 	p.close[p.nclose++] = fd;
 	kvpd_courier_post(&d->courier, &p);
@@ -369,8 +368,7 @@ static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_s
 		p.close[p.nclose++] = c->bell_efd;
 		c->mem_fd = c->bell_efd = c->stats_fd = -1;
 	} else {
-		p.why_len = strnlen(why, sizeof(p.why) - 1) + 1;
-		memcpy(p.why, why, p.why_len - 1);
+		kvpd_parcel_why(&p, why);
 		/* The socket closes next: the peeked setup message must not be left unread. */
 		p.drain = REFUSAL_DRAIN;
 	}

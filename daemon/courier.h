@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define KVPD_PARCEL_FDS 4
 #define KVPD_PARCEL_BYTES 256
@@ -74,6 +75,14 @@ static inline bool kvpd_courier_delivered(struct kvpd_courier *k, uint64_t seq)
 {
 	return __atomic_load_n(&k->delivered, __ATOMIC_ACQUIRE) >= seq;
 }
+/* @why, cut to fit and NUL-terminated, as the parcel's second message. */
+static inline void kvpd_parcel_why(struct kvpd_parcel *p, const char *why)
+{
+	p->why_len = strnlen(why, sizeof(p->why) - 1) + 1;
+	memcpy(p->why, why, p->why_len - 1);
+	p->why[p->why_len - 1] = '\0';
+}
+
 /* A parcel that does nothing until filled in. */
 #define KVPD_PARCEL_INIT { .epfd = -1, .sock = -1 }
 /* Closes @fd (nothing when negative) on the courier. */

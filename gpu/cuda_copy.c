@@ -27,6 +27,7 @@ struct cuda_lane {
 };
 
 static const char *const copy_names[3] = { "kvpool_copy16", "kvpool_copy4", "kvpool_copy2" };
+static const unsigned unit_bytes[3] = { 16, 4, 2 };
 
 int cuda_copy_init(struct cuda_pool *pool, char *why, size_t why_len)
 {
@@ -146,7 +147,7 @@ static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
 	void *args[] = { &pool_ptr, &stage, &offs, &count, &heads, &row, &head_stride, &v_delta,
 			 &dir };
 	int unit = row % 16 == 0 ? 0 : row % 4 == 0 ? 1 : 2;
-	uint64_t units = 2ull * n * heads * (row / (unit == 0 ? 16 : unit == 1 ? 4 : 2));
+	uint64_t units = 2ull * n * heads * (row / unit_bytes[unit]);
 	unsigned grid = (unsigned)((units + 255) / 256 < 65535 ? (units + 255) / 256 : 65535);
 	CUresult res = lane_room(cu, lane, bytes);
 

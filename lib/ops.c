@@ -245,6 +245,15 @@ int kvp_pool_layout(struct kvp_client *c, void *buf, size_t bytes)
 	return ret;
 }
 
+/* A refusal's reason (cqe.aux bytes at out_addr) into @why; "" when none came. */
+static void take_reason(struct kvp_client *c, const struct call *call, int ret, char *why,
+			size_t why_len)
+{
+	if (why && why_len)
+		snprintf(why, why_len, "%.*s", ret < 0 && call->cqe.aux ? KVP_REASON_MAX - 1 : 0,
+			 (const char *)out_ptr(c, call));
+}
+
 int kvp_pool_map_request(struct kvp_client *c, uint64_t *tag, char *why, size_t why_len)
 {
 	struct call call = { .sqe.opcode = KVP_OP_POOL_MAP };
@@ -254,9 +263,7 @@ int kvp_pool_map_request(struct kvp_client *c, uint64_t *tag, char *why, size_t 
 		return ret;
 	ret = run(c, &call);
 	*tag = call.sqe.user_data;
-	if (why && why_len)
-		snprintf(why, why_len, "%.*s", ret < 0 && call.cqe.aux ? KVP_REASON_MAX - 1 : 0,
-			 (const char *)out_ptr(c, &call));
+	take_reason(c, &call, ret, why, why_len);
 	return ret;
 }
 
@@ -293,9 +300,7 @@ int kvp_pool_create_v2(struct kvp_client *c, const struct kvp_pool_params_v2 *pa
 	if (ret)
 		return ret;
 	ret = run(c, &call);
-	if (why && why_len)
-		snprintf(why, why_len, "%.*s", ret && call.cqe.aux ? KVP_REASON_MAX - 1 : 0,
-			 (const char *)out_ptr(c, &call));
+	take_reason(c, &call, ret, why, why_len);
 	return ret;
 }
 

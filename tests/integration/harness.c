@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <libgen.h>
+#include <limits.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -18,10 +20,25 @@ int daemon_start(struct daemon *d, const char *const *extra_args)
 	return daemon_start_nofile(d, extra_args, 0);
 }
 
+const char *daemon_binary(void)
+{
+	return getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
+}
+
+bool daemon_plugin_dir(char *dir, size_t len)
+{
+	char bin[PATH_MAX], path[PATH_MAX + 32];
+
+	CHECK(realpath(daemon_binary(), bin) != NULL);
+	snprintf(dir, len, "%s/gpu", dirname(dirname(bin)));
+	snprintf(path, sizeof(path), "%s/libkvpool_cuda.so", dir);
+	return access(path, F_OK) == 0;
+}
+
 /* Runs kvpoold on d->socket, its stderr appended to d->log; waits until it serves. */
 static int spawn(struct daemon *d, const char *const *extra_args, unsigned nofile)
 {
-	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
+	const char *bin = daemon_binary();
 	const char *event_loop = getenv("KVPOOL_EVENT_LOOP");
 	const char *argv[32] = { bin, "--socket", d->socket, "-v" };
 	unsigned argc = 4;

@@ -33,6 +33,13 @@ int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigne
 int daemon_restart(struct daemon *d, const char *const *extra_args);
 /* SIGTERM, then waits: returns the exit status (0 expected), or -1. */
 int daemon_stop(struct daemon *d);
+/* The kvpoold under test: $KVPOOLD, else daemon/kvpoold. */
+const char *daemon_binary(void);
+/*
+ * Where that daemon finds the CUDA plugin by default (gpu/ beside its
+ * directory's parent) in @dir; true when libkvpool_cuda.so is there (built).
+ */
+bool daemon_plugin_dir(char *dir, size_t len);
 /* CLOCK_MONOTONIC, ns. */
 uint64_t test_now_ns(void);
 /* The daemon's CPU time so far (user + system), in clock ticks, or -1. */

@@ -18,7 +18,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <string.h>
@@ -54,18 +53,16 @@ static void skip(const char *why)
 /* The plugin beside the daemon, a driver that loads and initialises: else 77, saying which. */
 static void need_gpu(void)
 {
-	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
-	char real[PATH_MAX], path[PATH_MAX + 32], why[PATH_MAX + 128];
+	char dir[PATH_MAX], why[PATH_MAX + 128];
 	const char *s = NULL;
 	int res, fds[2];
 	ssize_t n;
 	pid_t pid;
 
-	CHECK(realpath(bin, real) != NULL);
-	snprintf(path, sizeof(path), "%s/gpu/libkvpool_cuda.so", dirname(dirname(real)));
-	if (access(path, F_OK)) {
-		snprintf(why, sizeof(why), "the CUDA plugin is not built (no %s: nvcc not found)",
-			 path);
+	if (!daemon_plugin_dir(dir, sizeof(dir))) {
+		snprintf(why, sizeof(why),
+			 "the CUDA plugin is not built (no %s/libkvpool_cuda.so: nvcc not found)",
+			 dir);
 		skip(why);
 	}
 	cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

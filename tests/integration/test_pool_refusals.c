@@ -23,7 +23,6 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -38,11 +37,6 @@
 #define KV "kv_heads=2", "head_dim=8", "layers_per_group=1"
 #define REFUSALS 20
 #define RSS_SLACK_KIB 1024 /* what 20 refusals may add: allocator noise, not a leak per call */
-
-static const char *kvpoold_bin(void)
-{
-	return getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
-}
 
 static void start(struct daemon *d, const char *const *args)
 {
@@ -372,17 +366,6 @@ static void cuda_without_plugin(const struct daemon *d)
 	kvp_close(admin);
 }
 
-/* Where the daemon finds the plugin by default: gpu/ beside its directory's parent. */
-static bool built_plugin_dir(char *dir, size_t len)
-{
-	char bin[PATH_MAX], path[PATH_MAX + 32];
-
-	CHECK(realpath(kvpoold_bin(), bin) != NULL);
-	snprintf(dir, len, "%s/gpu", dirname(dirname(bin)));
-	snprintf(path, sizeof(path), "%s/libkvpool_cuda.so", dir);
-	return access(path, F_OK) == 0;
-}
-
 static bool libcuda_loads(void)
 {
 	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -434,7 +417,7 @@ static void config_pool_refused(const char *plugin_dir, const char *want)
 	const char *config = config_file("[pool.g1]\nblocks = 16\nblock_size = 4\ngroups = full\n"
 					 "kv_heads = 2\nhead_dim = 8\nlayers_per_group = 1\n"
 					 "backend = cuda\n");
-	char *argv[] = { (char *)kvpoold_bin(), "--socket", sock, "--config", (char *)config,
+	char *argv[] = { (char *)daemon_binary(), "--socket", sock, "--config", (char *)config,
 			 "--plugin-dir", (char *)plugin_dir, NULL };
 
 	CHECK(mkdtemp(dir) != NULL);
@@ -465,7 +448,7 @@ int main(void)
 	stop(&d);
 
 	config_pool_refused(NOPLUGIN, "kvpoold: pool g1: " NOT_FOUND "\n");
-	if (!built_plugin_dir(dir, sizeof(dir))) {
+	if (!daemon_plugin_dir(dir, sizeof(dir))) {
 		fprintf(stderr, "no %s/libkvpool_cuda.so (built without nvcc): the plugin's part "
 			"skipped\n", dir);
 	} else {
