@@ -50,6 +50,22 @@ CORE_LIB := $(BUILD)/libkvcore.a
 LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 LIB_A := $(BUILD)/libkvpool.a
+# The shared library (default build only: a sanitizer's runtime belongs to the program):
+# the same position-independent objects, exporting the kvp_* symbols only.
+LIB_SO := $(if $(VARIANT),,$(BUILD)/libkvpool.so.0)
+
+# The Python binding (lib/python/kvpool): a CPython extension over libkvpool, built against
+# the stable ABI of 3.11 (one build for every CPython from 3.11 on) where Python.h is, into
+# the package itself so that PYTHONPATH=lib/python imports it. Debian's python3 first.
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
+PY_INCLUDE := $(if $(PYTHON),$(shell $(PYTHON) -c \
+	'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null))
+PY_VERSION := $(if $(PYTHON),$(shell $(PYTHON) -c \
+	'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null))
+PYTHON_SITEDIR ?= $(PREFIX)/lib/python$(PY_VERSION)/dist-packages
+PY_SRC := $(wildcard lib/python/kvpool/*.c)
+PY_OBJ := $(PY_SRC:%.c=$(BUILD)/%.o)
+PY_EXT := $(if $(VARIANT),,$(if $(wildcard $(PY_INCLUDE)/Python.h),lib/python/kvpool/_kvpool.abi3.so))
 
 ATTN_SRC ?= $(filter-out daemon/attn/bench_kernel.c,$(wildcard daemon/attn/*.c))
 ATTN_OBJ := $(ATTN_SRC:%.c=$(BUILD)/%.o)
@@ -93,7 +109,8 @@ TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
 .PHONY: all deps test demo install clean
-all: $(CORE_LIB) $(LIB_A) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING) cuda-backend
+all: $(CORE_LIB) $(LIB_A) $(LIB_SO) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING) \
+	cuda-backend python-binding
 
 # Every object depends on the compiler and flags it was built with (as git's GIT-CFLAGS):
 # after a `make CFLAGS=-DX`, a plain `make` rebuilds, never links objects of both.
@@ -154,9 +171,40 @@ $(CORE_LIB): $(CORE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# Position-independent (for the .so, and the binding that links the archive); the stamp
+# rebuilds objects a build from before this flag left.
+LIB_STAMP := $(BUILD)/.libflags
+$(LIB_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '-fPIC' | cmp -s - $@ || echo '-fPIC' > $@
+$(LIB_OBJ): ALL_CFLAGS += -fPIC
+$(LIB_OBJ): $(LIB_STAMP)
+
 $(LIB_A): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# -z defs: every symbol the library needs is named on its link line.
+$(BUILD)/libkvpool.so.0: $(LIB_OBJ) lib/libkvpool.map
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libkvpool.so.0 -Wl,--version-script=lib/libkvpool.map \
+		-Wl,-z,defs $(LIB_OBJ) -ljson-c -o $@
+	ln -sf libkvpool.so.0 $(BUILD)/libkvpool.so
+
+.PHONY: python-binding
+ifneq ($(PY_EXT),)
+$(PY_OBJ): ALL_CFLAGS += -fPIC -fvisibility=hidden -DPy_LIMITED_API=0x030B0000 -isystem $(PY_INCLUDE) -Ilib
+
+# libkvpool goes in whole (its archive, position-independent), hidden behind PyInit__kvpool.
+$(PY_EXT): $(PY_OBJ) $(LIB_A) lib/python/kvpool/export.map
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,--version-script=lib/python/kvpool/export.map $(PY_OBJ) \
+		$(LIB_A) -ljson-c -o $@
+
+python-binding: $(PY_EXT)
+	@echo "Python binding: built ($(PY_EXT))"
+else
+python-binding:
+	@$(if $(VARIANT),:,echo "Python binding: not built: no Python.h for $(or $(PYTHON),python3) (apt-get install python3-dev)")
+endif
 
 # The daemon shares one pure function with the library: the pool parameter parser.
 $(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
@@ -171,7 +219,7 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_snapshot.o kvctl_render.o kvctl_tenants.o kvctl_top.o)
+KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_render.o kvctl_tenants.o kvctl_top.o)
 
 $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
@@ -223,16 +271,23 @@ install: all
 	install -m 755 daemon/kvpoold $(DESTDIR)$(PREFIX)/sbin/
 	install -m 755 tools/kvctl tools/kvtrace tools/kvbench tools/kvengine $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 build/libkvpool.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 build/libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 lib/libkvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/lib/
 	install -m 644 uapi/kvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/uapi/
 	sed 's|@PREFIX@|$(PREFIX)|' lib/libkvpool.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/libkvpool.pc
+ifneq ($(PY_EXT),)
+	install -d $(DESTDIR)$(PYTHON_SITEDIR)/kvpool
+	install -m 644 lib/python/kvpool/*.py $(DESTDIR)$(PYTHON_SITEDIR)/kvpool/
+	install -m 755 $(PY_EXT) $(DESTDIR)$(PYTHON_SITEDIR)/kvpool/
+endif
 ifneq ($(NVCC),)
 	install -d $(DESTDIR)$(LIBDIR)/kvpool
 	install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR)/kvpool/
 endif
 
 clean:
-	rm -rf build $(TOOLS) daemon/kvpoold gpu/libkvpool_cuda.so
+	rm -rf build $(TOOLS) daemon/kvpoold gpu/libkvpool_cuda.so lib/python/kvpool/_kvpool.abi3.so
 
 .PHONY: FORCE
 # Objects of test and tool binaries are not throwaway intermediates: keep them for incremental builds.

@@ -206,7 +206,7 @@ int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name, 
 	return 0;
 }
 
-static void fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *info)
+void kvpd_fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *info)
 {
 	const struct kvp_pool_params *p;
 
@@ -433,7 +433,7 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 					   strerror(errno));
 		r->stats_bytes = d->stats.bytes;
 	}
-	fill_pool_info(c, &r->pool);
+	kvpd_fill_pool_info(c, &r->pool);
 	return 0;
 }
 

@@ -531,8 +531,14 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		int ret = arena_name(c, sqe, name) ?:
 			  kvpd_client_attach(d, c, name, why, sizeof(why));
 
-		if (ret)
+		if (ret) {
 			give_reason(c, sqe, cqe, why);
+		} else if (sqe->out_len >= sizeof(struct kvp_pool_info) &&
+			   (out = arena_range(c, sqe->out_addr, sizeof(struct kvp_pool_info)))) {
+			/* The new geometry, as the setup reply gives it for the pool named there. */
+			kvpd_fill_pool_info(c, out);
+			cqe->aux = sizeof(struct kvp_pool_info);
+		}
 		return ret;
 	}
 	}

@@ -264,6 +264,8 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why);
 void kvpd_client_free(struct kvpd_client *c);
 struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t user_data);
 /* A refusal's reason goes to @why. */
+/* The attached pool's geometry as the setup reply and ATTACH give it (zeros: none). */
+void kvpd_fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *info);
 int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool, char *why,
 		       size_t why_len);
 bool kvpd_namespace_allowed(const struct kvpd *d, const char *ns, uid_t uid);

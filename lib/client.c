@@ -318,11 +318,17 @@ void kvp_close(struct kvp_client *c)
 int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes)
 {
 	const struct kvp_stats_page *page = c->stats_map;
+	struct pollfd hup = { .fd = c->sock, .events = POLLRDHUP };
 
 	if (!page)
 		return -ENODEV;
 	if (bytes < c->stats_bytes)
 		return -EOVERFLOW;
+	/* The page outlives its daemon: a dead one's last numbers are not a snapshot. */
+	if (c->broken)
+		return c->broken;
+	if (poll(&hup, 1, 0) > 0 && (hup.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		return -ECONNRESET;
 	/*
 	 * The daemon writes it in short brackets, but one slow request can hold
 	 * one a few milliseconds: spin a little, then retry every 10 us, for

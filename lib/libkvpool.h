@@ -99,6 +99,43 @@ int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe);
 /* kvp_cqe_seen - hand the completion's slot back to the daemon. */
 void kvp_cqe_seen(struct kvp_client *c, struct kvp_cqe *cqe);
 
+/*
+ * Filling an entry got from kvp_get_sqe (zeroed) for the ring level, as the
+ * blocking calls below fill theirs: each sets what its opcode reads. Arena
+ * offsets, user_data and the order of requests are the caller's.
+ */
+static inline void kvp_prep_handle_op(struct kvp_sqe *sqe, uint8_t opcode, uint64_t handle,
+				      uint32_t len)
+{
+	sqe->opcode = opcode;
+	sqe->handle = handle;
+	sqe->len = len;
+}
+
+static inline void kvp_prep_alloc(struct kvp_sqe *sqe, uint64_t handle, uint32_t new_tokens,
+				  uint32_t lookahead, bool use_cache)
+{
+	kvp_prep_handle_op(sqe, KVP_OP_ALLOC, handle, new_tokens);
+	sqe->arg1 = lookahead;
+	sqe->op_flags = use_cache ? KVP_ALLOC_USE_CACHE : 0;
+}
+
+/* WRITE_KV (K then V at @arena_off) or READ_KV (into @arena_off, @out_len bytes). */
+static inline void kvp_prep_kv(struct kvp_sqe *sqe, uint8_t opcode, uint64_t handle,
+			       uint16_t group, uint16_t layer, uint32_t first_pos, uint32_t count,
+			       uint64_t arena_off, uint32_t out_len)
+{
+	kvp_prep_handle_op(sqe, opcode, handle, count);
+	sqe->arg1 = first_pos;
+	sqe->arg2 = KVP_KV_SEL(group, layer);
+	if (opcode == KVP_OP_READ_KV) {
+		sqe->out_addr = arena_off;
+		sqe->out_len = out_len;
+	} else {
+		sqe->addr = arena_off;
+	}
+}
+
 /* Blocking calls: one request each, completed before they return. */
 
 /* kvp_nop - a round trip that does nothing. */
@@ -192,6 +229,20 @@ int kvp_attend(struct kvp_client *c, uint32_t group, uint32_t layer, uint32_t q_
 	       float scale, float softcap, bool q_f32, const struct kvp_attend_req *seqs,
 	       uint32_t nseqs);
 
+/*
+ * kvp_prep_attend - the ring level's ATTEND: stages it in the arena from
+ * offset @off (a multiple of 8) and fills @sqe (got from kvp_get_sqe).
+ * Returns the arena bytes it takes; -E2BIG when they pass the arena's end.
+ * Once its completion came with res 0, kvp_attend_collect copies the
+ * outputs to each seqs[].out (the same @seqs, @off, @q_heads and @q_f32).
+ */
+int64_t kvp_prep_attend(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t off,
+			uint32_t group, uint32_t layer, uint32_t q_heads, float scale,
+			float softcap, bool q_f32, const struct kvp_attend_req *seqs,
+			uint32_t nseqs);
+void kvp_attend_collect(struct kvp_client *c, uint64_t off, uint32_t q_heads, bool q_f32,
+			const struct kvp_attend_req *seqs, uint32_t nseqs);
+
 /* kvp_pool_stats - the attached pool's block counts. */
 int kvp_pool_stats(struct kvp_client *c, struct kvp_pool_stats *st);
 
@@ -202,7 +253,10 @@ int kvp_pool_stats(struct kvp_client *c, struct kvp_pool_stats *st);
  */
 int kvp_stats(struct kvp_client *c, void *buf, size_t bytes);
 
-/* kvp_attach - attach the connection to pool @name (no sequence may be open). */
+/*
+ * kvp_attach - attach the connection to pool @name (no sequence may be open);
+ * kvp_pool_info() describes that pool after it ("" detaches: zeros).
+ */
 int kvp_attach(struct kvp_client *c, const char *name);
 
 /*
@@ -210,10 +264,63 @@ int kvp_attach(struct kvp_client *c, const char *name);
  * kvp_stats_page and the arrays its offsets name) into @buf, read under the
  * page's seqlock without asking the daemon anything. Returns the bytes
  * copied; -ENODEV unless connected with .stats_page; -EOVERFLOW if @bytes is
- * less than kvp_stats_bytes().
+ * less than kvp_stats_bytes(); -ECONNRESET once the daemon hung up, and the
+ * poisoned connection's error after a time-out.
  */
 int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes);
 size_t kvp_stats_bytes(const struct kvp_client *c);
+
+/*
+ * A stats snapshot with its arrays located and checked against its size:
+ * what kvctl renders. kvp_stats_view_take copies the page again into the
+ * same buffer (allocated on first use); -EPROTO for a page this library does
+ * not understand. kvp_stats_view_release frees the buffer.
+ */
+struct kvp_stats_view {
+	void *buf;
+	size_t bytes;
+	const struct kvp_stats_page *page;
+	const struct kvp_stats_pool *pools;     /* page->max_pools entries (in_use marks live ones) */
+	const struct kvp_stats_client *clients; /* page->max_clients entries, likewise */
+	const struct kvp_stats_op *ops;         /* KVP_STATS_OPS entries, by opcode */
+	const struct kvp_stats_tenant *tenants; /* max_tenants entries (in_use marks live ones) */
+	unsigned max_tenants;
+	uint64_t taken_ns;                      /* CLOCK_MONOTONIC when copied */
+};
+
+int kvp_stats_view_take(struct kvp_client *c, struct kvp_stats_view *v);
+
+/* The live entries of a view's tables. */
+#define KVP_STATS_FOR_EACH_POOL(v, p)                                                        \
+	for (const struct kvp_stats_pool *p = (v)->pools; p < (v)->pools + (v)->page->max_pools; \
+	     p++)                                                                            \
+		if (p->in_use)
+#define KVP_STATS_FOR_EACH_CLIENT(v, c)                                                      \
+	for (const struct kvp_stats_client *c = (v)->clients;                                \
+	     c < (v)->clients + (v)->page->max_clients; c++)                                  \
+		if (c->in_use)
+#define KVP_STATS_FOR_EACH_TENANT(v, t)                                                      \
+	for (const struct kvp_stats_tenant *t = (v)->tenants; t < (v)->tenants + (v)->max_tenants; \
+	     t++)                                                                            \
+		if (t->in_use)
+void kvp_stats_view_release(struct kvp_stats_view *v);
+
+/*
+ * kvp_stats_json - the view as the JSON document `kvctl stats --json` prints
+ * (@clients_only: `kvctl clients --json`), pretty-printed, in malloc'd
+ * memory the caller frees; NULL when out of memory.
+ */
+char *kvp_stats_json(const struct kvp_stats_view *v, bool clients_only);
+
+/* The names kvctl, the JSON and the Prometheus samples use. */
+const char *kvp_opcode_name(unsigned opcode);   /* "ALLOC"; "UNKNOWN" past the table */
+const char *kvp_kind_name(unsigned kind);       /* "full" "swa" "rswa" "chunked" "cyclic" */
+const char *kvp_quota_name(unsigned key);       /* KVP_QUOTA_*: "clients" ... "blocks" */
+const char *kvp_event_loop_name(unsigned loop); /* "io_uring", "epoll" or "unknown" */
+/* Blocks in use out of those a pool can hand out (the null block left out), 0..1. */
+double kvp_pool_usage(const struct kvp_stats_pool *p);
+/* Latency percentile from a log2 histogram: the upper edge of the bucket holding it. */
+uint64_t kvp_hist_percentile(const __u64 *hist, unsigned buckets, double p);
 
 /*
  * kvp_pool_layout - where the attached pool's K and V lie: struct

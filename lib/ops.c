@@ -113,8 +113,9 @@ int kvp_seq_open(struct kvp_client *c, const uint32_t *tokens, uint32_t n, const
 
 static int handle_op(struct kvp_client *c, uint8_t opcode, uint64_t handle, uint32_t len)
 {
-	struct call call = { .sqe = { .opcode = opcode, .handle = handle, .len = len } };
+	struct call call = { 0 };
 
+	kvp_prep_handle_op(&call.sqe, opcode, handle, len);
 	return run(c, &call);
 }
 
@@ -170,11 +171,10 @@ int kvp_alloc(struct kvp_client *c, uint64_t handle, uint32_t new_tokens, uint32
 	      bool use_cache, uint32_t *hit_tokens, struct kvp_block_lists *lists,
 	      size_t lists_bytes)
 {
-	struct call call = { .sqe = { .opcode = KVP_OP_ALLOC, .handle = handle, .len = new_tokens,
-				      .arg1 = lookahead,
-				      .op_flags = use_cache ? KVP_ALLOC_USE_CACHE : 0 } };
+	struct call call = { 0 };
 	int ret;
 
+	kvp_prep_alloc(&call.sqe, handle, new_tokens, lookahead, use_cache);
 	/* Room for no header: refused before anything is allocated, as the daemon would. */
 	if (lists && lists_bytes < sizeof(*lists))
 		return -EINVAL;
@@ -227,7 +227,24 @@ static int name_call(struct kvp_client *c, uint8_t opcode, const char *name)
 
 int kvp_attach(struct kvp_client *c, const char *name)
 {
-	return name_call(c, KVP_OP_ATTACH, name);
+	struct call call = { .sqe = { .opcode = KVP_OP_ATTACH, .len = (uint32_t)strlen(name) } };
+	int64_t off = stage(c, &call, name, strlen(name));
+	int ret;
+
+	if (off < 0)
+		return (int)off;
+	call.sqe.addr = (uint64_t)off;
+	ret = reserve_out(c, &call, sizeof(c->pool));
+	if (ret)
+		return ret;
+	ret = run(c, &call);
+	if (ret == 0) {
+		if (call.cqe.aux == sizeof(c->pool))
+			memcpy(&c->pool, out_ptr(c, &call), sizeof(c->pool));
+		else
+			memset(&c->pool, 0, sizeof(c->pool));
+	}
+	return ret;
 }
 
 int kvp_pool_layout(struct kvp_client *c, void *buf, size_t bytes)
@@ -369,8 +386,7 @@ static uint64_t kv_bytes(const struct kvp_client *c, uint32_t count)
 int kvp_write_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t layer,
 		 uint32_t first_pos, uint32_t count, const void *k, const void *v)
 {
-	struct call call = { .sqe = { .opcode = KVP_OP_WRITE_KV, .handle = handle, .len = count,
-				      .arg1 = first_pos, .arg2 = KVP_KV_SEL(group, layer) } };
+	struct call call = { 0 };
 	uint64_t bytes = kv_bytes(c, count);
 	int64_t off;
 
@@ -381,21 +397,26 @@ int kvp_write_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t
 		return (int)off;
 	memcpy(c->arena + off, k, bytes);
 	memcpy(c->arena + off + bytes, v, bytes);
-	call.sqe.addr = (uint64_t)off;
+	kvp_prep_kv(&call.sqe, KVP_OP_WRITE_KV, handle, (uint16_t)group, (uint16_t)layer, first_pos,
+		    count, (uint64_t)off, 0);
 	return run(c, &call);
 }
 
 int kvp_read_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t layer,
 		uint32_t first_pos, uint32_t count, void *k, void *v)
 {
-	struct call call = { .sqe = { .opcode = KVP_OP_READ_KV, .handle = handle, .len = count,
-				      .arg1 = first_pos, .arg2 = KVP_KV_SEL(group, layer) } };
+	struct call call = { 0 };
 	uint64_t bytes = kv_bytes(c, count);
 	int ret;
 
 	if (group > 0xffff || layer > 0xffff)
 		return -EINVAL;
-	ret = reserve_out(c, &call, 2 * bytes) ?: run(c, &call);
+	ret = reserve_out(c, &call, 2 * bytes);
+	if (ret)
+		return ret;
+	kvp_prep_kv(&call.sqe, KVP_OP_READ_KV, handle, (uint16_t)group, (uint16_t)layer, first_pos,
+		    count, call.sqe.out_addr, call.sqe.out_len);
+	ret = run(c, &call);
 	if (ret == 0) {
 		memcpy(k, out_ptr(c, &call), bytes);
 		memcpy(v, (uint8_t *)out_ptr(c, &call) + bytes, bytes);
@@ -403,32 +424,35 @@ int kvp_read_kv(struct kvp_client *c, uint64_t handle, uint32_t group, uint32_t 
 	return ret;
 }
 
-int kvp_attend(struct kvp_client *c, uint32_t group, uint32_t layer, uint32_t q_heads,
-	       float scale, float softcap, bool q_f32, const struct kvp_attend_req *seqs,
-	       uint32_t nseqs)
+static size_t q_row_bytes(const struct kvp_client *c, bool q_f32)
 {
-	struct call call = { .sqe.opcode = KVP_OP_ATTEND };
-	size_t head_bytes = (size_t)c->pool.head_dim * (q_f32 ? 4 : dtype_bytes(c->pool.dtype));
-	uint64_t hdr = sizeof(struct kvp_attend) + (uint64_t)nseqs * sizeof(struct kvp_attend_seq);
-	struct kvp_attend *a;
-	int64_t off;
-	int ret;
+	return (size_t)c->pool.head_dim * (q_f32 ? 4 : dtype_bytes(c->pool.dtype));
+}
 
-	if (group > 0xffff || layer > 0xffff || hdr > UINT32_MAX)
+int64_t kvp_prep_attend(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t off,
+			uint32_t group, uint32_t layer, uint32_t q_heads, float scale,
+			float softcap, bool q_f32, const struct kvp_attend_req *seqs,
+			uint32_t nseqs)
+{
+	uint64_t hdr = sizeof(struct kvp_attend) + (uint64_t)nseqs * sizeof(struct kvp_attend_seq);
+	size_t head_bytes = q_row_bytes(c, q_f32);
+	struct call staged = { .used = off };
+	struct kvp_attend *a;
+	int64_t at;
+
+	if (group > 0xffff || layer > 0xffff || hdr > UINT32_MAX || off % 8)
 		return -EINVAL;
-	off = stage(c, &call, NULL, hdr);
-	if (off < 0)
-		return (int)off;
-	a = (struct kvp_attend *)(c->arena + off);
+	at = stage(c, &staged, NULL, hdr);
+	if (at < 0)
+		return at;
+	a = (struct kvp_attend *)(c->arena + at);
 	*a = (struct kvp_attend){ .group = (uint16_t)group, .layer = (uint16_t)layer,
 				  .num_seqs = nseqs, .q_heads = q_heads,
 				  .flags = q_f32 ? KVP_ATTEND_Q_F32 : 0, .scale = scale,
 				  .softcap = softcap };
-	call.sqe.addr = (uint64_t)off;
-	call.sqe.len = (uint32_t)hdr;
 	for (uint32_t s = 0; s < nseqs; s++) {
 		uint64_t bytes = (uint64_t)seqs[s].count * q_heads * head_bytes;
-		int64_t q = stage(c, &call, seqs[s].q, bytes), out = stage(c, &call, NULL, bytes);
+		int64_t q = stage(c, &staged, seqs[s].q, bytes), out = stage(c, &staged, NULL, bytes);
 
 		if (q < 0 || out < 0)
 			return -E2BIG;
@@ -438,9 +462,36 @@ int kvp_attend(struct kvp_client *c, uint32_t group, uint32_t layer, uint32_t q_
 						      .q_off = (uint64_t)q,
 						      .out_off = (uint64_t)out };
 	}
-	ret = run(c, &call);
-	for (uint32_t s = 0; ret == 0 && s < nseqs; s++)
+	sqe->opcode = KVP_OP_ATTEND;
+	sqe->addr = (uint64_t)at;
+	sqe->len = (uint32_t)hdr;
+	return (int64_t)(staged.used - off);
+}
+
+void kvp_attend_collect(struct kvp_client *c, uint64_t off, uint32_t q_heads, bool q_f32,
+			const struct kvp_attend_req *seqs, uint32_t nseqs)
+{
+	const struct kvp_attend *a = (const struct kvp_attend *)(c->arena + off);
+	size_t head_bytes = q_row_bytes(c, q_f32);
+
+	for (uint32_t s = 0; s < nseqs; s++)
 		memcpy(seqs[s].out, c->arena + a->seqs[s].out_off,
 		       (size_t)seqs[s].count * q_heads * head_bytes);
+}
+
+int kvp_attend(struct kvp_client *c, uint32_t group, uint32_t layer, uint32_t q_heads,
+	       float scale, float softcap, bool q_f32, const struct kvp_attend_req *seqs,
+	       uint32_t nseqs)
+{
+	struct call call = { 0 };
+	int64_t staged = kvp_prep_attend(c, &call.sqe, 0, group, layer, q_heads, scale, softcap,
+					 q_f32, seqs, nseqs);
+	int ret;
+
+	if (staged < 0)
+		return (int)staged;
+	ret = run(c, &call);
+	if (ret == 0)
+		kvp_attend_collect(c, 0, q_heads, q_f32, seqs, nseqs);
 	return ret;
 }

@@ -2,7 +2,7 @@
 # The test suite: unit tests and trace replays, each in the normal build and in
 # the ASan+UBSan build (whose core checks every invariant after every
 # operation), the data path under TSan, the fuzzers for 30 s each, the kvtrace
-# command-line tests, and a warning-free clang build.
+# command-line tests, the Python binding's tests, and a warning-free clang build.
 # The tests that start a daemon run again, release build, on the epoll event
 # loop (what containers that refuse io_uring get); the fallback itself is
 # tested under a seccomp filter that refuses io_uring.
@@ -59,6 +59,9 @@ for variant in "" asan; do
 		"$dir/tests/no_io_uring"
 	run "bench/$tag/core" "$bin/kvbench" core --rounds 1
 done
+
+# The Python binding, release build (its extension links the release libkvpool).
+run "python/binding" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl tests/python/run.sh
 
 # The threaded data path (workers, split-K, the loop's help) under ThreadSanitizer: a race
 # makes the test binary, or the daemon at its exit, fail with TSan's exit code 66.

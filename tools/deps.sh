@@ -8,6 +8,8 @@ packages=(
 	libbpf-dev libelf-dev zlib1g-dev llvm bpftool bpftrace jq prometheus
 	# libFuzzer and the sanitizers' runtimes: only a Recommends of clang
 	libclang-rt-14-dev
+	# the Python binding: headers to build it, DLPack's header, and what its tests import
+	python3-dev libdlpack-dev python3-numpy python3-pytest
 )
 missing=()
 for p in "${packages[@]}"; do

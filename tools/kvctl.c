@@ -106,7 +106,7 @@ static int cmd_view(const char *socket, int argc, char **argv)
 					   !strcmp(argv[0], "clients") ? CLIENTS : TOP;
 	bool json = false, prom = false;
 	unsigned interval = 1000, count = 0;
-	struct snapshot s = { 0 };
+	struct kvp_stats_view s = { 0 };
 	struct kvp_client *c;
 	int ret;
 
@@ -133,7 +133,7 @@ static int cmd_view(const char *socket, int argc, char **argv)
 	if (cmd == TOP) {
 		ret = kvctl_top(c, json, interval, count);
 	} else {
-		ret = snapshot_take(c, &s);
+		ret = kvp_stats_view_take(c, &s);
 		if (!ret && prom)
 			print_prometheus(&s);
 		else if (!ret && json)
@@ -144,7 +144,7 @@ static int cmd_view(const char *socket, int argc, char **argv)
 		}
 		else if (!ret)
 			print_stats_table(&s);
-		snapshot_release(&s);
+		kvp_stats_view_release(&s);
 	}
 	kvp_close(c);
 	if (ret) {

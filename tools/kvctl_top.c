@@ -9,7 +9,7 @@
 
 #include "kvctl.h"
 
-static void print_rates(const struct snapshot *now, const struct snapshot *prev)
+static void print_rates(const struct kvp_stats_view *now, const struct kvp_stats_view *prev)
 {
 	double secs = (double)(now->taken_ns - prev->taken_ns) / 1e9;
 
@@ -19,9 +19,9 @@ static void print_rates(const struct snapshot *now, const struct snapshot *prev)
 
 		if (!now->ops[o].count)
 			continue;
-		printf("%-14s %12.0f %7llu ns %7llu ns\n", opcode_name(o), secs > 0 ? (double)n / secs : 0,
-		       (unsigned long long)hist_percentile(now->ops[o].hist, KVP_HIST_BUCKETS, 0.5),
-		       (unsigned long long)hist_percentile(now->ops[o].hist, KVP_HIST_BUCKETS, 0.99));
+		printf("%-14s %12.0f %7llu ns %7llu ns\n", kvp_opcode_name(o), secs > 0 ? (double)n / secs : 0,
+		       (unsigned long long)kvp_hist_percentile(now->ops[o].hist, KVP_HIST_BUCKETS, 0.5),
+		       (unsigned long long)kvp_hist_percentile(now->ops[o].hist, KVP_HIST_BUCKETS, 0.99));
 	}
 }
 
@@ -42,7 +42,7 @@ static bool wait_for_quit(bool tty, unsigned ms)
 
 int kvctl_top(struct kvp_client *c, bool json, unsigned interval_ms, unsigned count)
 {
-	struct snapshot snaps[2] = { { 0 }, { 0 } };
+	struct kvp_stats_view snaps[2] = { { 0 }, { 0 } };
 	bool tty = !json && isatty(STDIN_FILENO);
 	struct termios saved, raw;
 	int ret = 0;
@@ -54,9 +54,9 @@ int kvctl_top(struct kvp_client *c, bool json, unsigned interval_ms, unsigned co
 		tcsetattr(STDIN_FILENO, TCSANOW, &raw);
 	}
 	for (unsigned i = 0; !count || i < count; i++) {
-		struct snapshot *now = &snaps[i % 2], *prev = &snaps[(i + 1) % 2];
+		struct kvp_stats_view *now = &snaps[i % 2], *prev = &snaps[(i + 1) % 2];
 
-		ret = snapshot_take(c, now);
+		ret = kvp_stats_view_take(c, now);
 		if (ret)
 			break;
 		if (json) {
@@ -73,7 +73,7 @@ int kvctl_top(struct kvp_client *c, bool json, unsigned interval_ms, unsigned co
 	}
 	if (tty)
 		tcsetattr(STDIN_FILENO, TCSANOW, &saved);
-	snapshot_release(&snaps[0]);
-	snapshot_release(&snaps[1]);
+	kvp_stats_view_release(&snaps[0]);
+	kvp_stats_view_release(&snaps[1]);
 	return ret;
 }

@@ -169,7 +169,8 @@ enum kvp_opcode {
 	KVP_OP_POOL_STATS,    /* out: struct kvp_pool_stats of the attached pool */
 	KVP_OP_STATS,         /* out: struct kvp_stats_header, pools, clients. res: bytes,
 			       * cqe.aux: bytes needed (-EOVERFLOW when out_len is short) */
-	KVP_OP_ATTACH,        /* addr: pool name (len bytes, no NUL; 0 detaches); -EBUSY while a
+	KVP_OP_ATTACH,        /* addr: pool name (len bytes, no NUL; 0 detaches); out_addr: the
+			       * pool's kvp_pool_info when out_len holds it; -EBUSY while a
 			       * sequence is open */
 	KVP_OP_WRITE_KV,      /* handle, arg1: first position, len: tokens, arg2: KVP_KV_SEL;
 			       * addr: K then V, each [len][kv_heads][head_dim] in the pool dtype.

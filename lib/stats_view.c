@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
+/* The daemon's stats page copied out and checked, and the names its numbers go by. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "kvctl.h"
+#include "libkvpool.h"
 
 static const char *const opcode_names[KVP_STATS_OPS] = {
 	[KVP_OP_NOP] = "NOP",           [KVP_OP_SEQ_OPEN] = "SEQ_OPEN",
@@ -20,19 +21,45 @@ static const char *const opcode_names[KVP_STATS_OPS] = {
 	[KVP_OP_CHECK] = "CHECK",
 };
 
-const char *opcode_name(unsigned opcode)
+const char *kvp_opcode_name(unsigned opcode)
 {
 	return opcode < KVP_STATS_OPS && opcode_names[opcode] ? opcode_names[opcode] : "UNKNOWN";
 }
 
-const char *kind_name(unsigned kind)
+const char *kvp_kind_name(unsigned kind)
 {
 	static const char *const kinds[] = { "full", "swa", "rswa", "chunked", "cyclic" };
 
 	return kind < 5 ? kinds[kind] : "unknown";
 }
 
-uint64_t hist_percentile(const __u64 *hist, unsigned buckets, double p)
+const char *kvp_quota_name(unsigned key)
+{
+	static const char *const names[KVP_QUOTA_KEYS] = {
+		[KVP_QUOTA_CLIENTS] = "clients",     [KVP_QUOTA_SEQUENCES] = "sequences",
+		[KVP_QUOTA_TOKENS] = "tokens",       [KVP_QUOTA_ARENA_BYTES] = "arena_bytes",
+		[KVP_QUOTA_BLOCKS] = "blocks",
+	};
+
+	return key < KVP_QUOTA_KEYS ? names[key] : "unknown";
+}
+
+/* The stats page says which; one from before ABI 2 leaves it 0. */
+const char *kvp_event_loop_name(unsigned loop)
+{
+	switch (loop) {
+	case KVP_EVENT_LOOP_IO_URING: return "io_uring";
+	case KVP_EVENT_LOOP_EPOLL: return "epoll";
+	default: return "unknown";
+	}
+}
+
+double kvp_pool_usage(const struct kvp_stats_pool *p)
+{
+	return p->blocks_total > 1 ? (double)p->blocks_used / (p->blocks_total - 1) : 0.0;
+}
+
+uint64_t kvp_hist_percentile(const __u64 *hist, unsigned buckets, double p)
 {
 	uint64_t total = 0, seen = 0;
 
@@ -47,7 +74,7 @@ uint64_t hist_percentile(const __u64 *hist, unsigned buckets, double p)
 }
 
 /* The page is the daemon's: still, check its offsets before following them. */
-static int validate(struct snapshot *s)
+static int validate(struct kvp_stats_view *s)
 {
 	const struct kvp_stats_page *pg = s->buf;
 	uint64_t pools_end, clients_end, ops_end, tenants_end;
@@ -71,7 +98,7 @@ static int validate(struct snapshot *s)
 	return 0;
 }
 
-int snapshot_take(struct kvp_client *c, struct snapshot *s)
+int kvp_stats_view_take(struct kvp_client *c, struct kvp_stats_view *s)
 {
 	struct timespec ts;
 	int ret;
@@ -90,7 +117,7 @@ int snapshot_take(struct kvp_client *c, struct snapshot *s)
 	return validate(s);
 }
 
-void snapshot_release(struct snapshot *s)
+void kvp_stats_view_release(struct kvp_stats_view *s)
 {
 	free(s->buf);
 	memset(s, 0, sizeof(*s));

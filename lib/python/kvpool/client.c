@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: MIT */
+/* kvpool.Client: one connection to kvpoold (libkvpool's struct kvp_client) and its lock. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpool_py.h"
+
+/* An arena for a prefill's KV; only address space until touched. */
+#define DEFAULT_ARENA_BYTES (16ull << 20)
+
+int kvpy_lock(ClientObject *self)
+{
+	if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+		Py_BEGIN_ALLOW_THREADS
+		PyThread_acquire_lock(self->lock, WAIT_LOCK);
+		Py_END_ALLOW_THREADS
+	}
+	if (!self->c) {
+		PyThread_release_lock(self->lock);
+		kvpy_raise(self->st, -ENOTCONN, "client", "closed");
+		return -1;
+	}
+	return 0;
+}
+
+void kvpy_unlock(ClientObject *self)
+{
+	PyThread_release_lock(self->lock);
+}
+
+const struct kvp_pool_info *kvpy_pool(ClientObject *self)
+{
+	const struct kvp_pool_info *p = kvp_pool_info(self->c);
+
+	if (self->pool_name == Py_None || !p->kv_heads) {
+		PyErr_SetString(PyExc_ValueError, self->pool_name == Py_None ?
+						  "no pool attached" :
+						  "the attached pool holds no KV (kv_heads 0)");
+		return NULL;
+	}
+	return p;
+}
+
+static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = { "socket", "pool", "namespace", "admin", "timeout_ms", "spin_us",
+				  "arena_bytes", NULL };
+	const char *socket_path = NULL, *pool = NULL, *ns = "";
+	int admin = 0;
+	unsigned timeout_ms = 0, spin_us = 0;
+	unsigned long long arena = DEFAULT_ARENA_BYTES;
+	char why[KVP_REASON_MAX], what[KVP_NAME_MAX + 128];
+	struct kvp_connect_opts opts = { 0 };
+	ClientObject *self;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zzspO&$O&K:Client", kwlist, &socket_path,
+					 &pool, &ns, &admin, kvpy_u32, &timeout_ms, kvpy_u32, &spin_us,
+					 &arena))
+		return NULL;
+	self = (ClientObject *)kvpy_alloc(type);
+	if (!self)
+		return NULL;
+	self->st = PyType_GetModuleState(type);
+	self->pool_name = pool && *pool ? PyUnicode_FromString(pool) : Py_NewRef(Py_None);
+	self->lock = PyThread_allocate_lock();
+	if (!self->pool_name || !self->lock) {
+		Py_DECREF(self);
+		return PyErr_NoMemory();
+	}
+	opts = (struct kvp_connect_opts){ .socket_path = socket_path, .pool = pool,
+					  .namespace_ = ns, .sq_entries = KVPY_SQ_ENTRIES,
+					  .arena_bytes = arena, .spin_us = spin_us,
+					  .admin = admin, .stats_page = true,
+					  .timeout_ms = timeout_ms, .pool_map = true, .why = why,
+					  .why_len = sizeof(why) };
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvp_connect(&opts, &self->c);
+	Py_END_ALLOW_THREADS
+	if (ret) {
+		if (!socket_path)
+			socket_path = getenv("KVPOOL_SOCKET") ?: KVP_DEFAULT_SOCKET;
+		snprintf(what, sizeof(what), "connect %s%s%s", socket_path, pool ? " pool " : "",
+			 pool ? pool : "");
+		/* No daemon there (ENOENT, ECONNREFUSED): not an unknown pool, whatever the errno. */
+		if (ret == -ENOENT || ret == -ECONNREFUSED)
+			kvpy_raise_as(self->st, self->st->error, ret, what, "is kvpoold running?");
+		else
+			kvpy_raise(self->st, ret, what, why);
+		self->c = NULL;
+		Py_DECREF(self);
+		return NULL;
+	}
+	kvp_arena(self->c, &self->arena_bytes);
+	return (PyObject *)self;
+}
+
+static void client_dealloc(ClientObject *self)
+{
+	if (self->c)
+		kvp_close(self->c);
+	if (self->lock)
+		PyThread_free_lock(self->lock);
+	Py_XDECREF(self->pool_name);
+	kvpy_free(self);
+}
+
+static PyObject *client_close(ClientObject *self, PyObject *unused)
+{
+	struct kvp_client *c;
+
+	(void)unused;
+	if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+		Py_BEGIN_ALLOW_THREADS
+		PyThread_acquire_lock(self->lock, WAIT_LOCK);
+		Py_END_ALLOW_THREADS
+	}
+	c = self->c;
+	self->c = NULL;
+	if (c) {
+		Py_BEGIN_ALLOW_THREADS
+		kvp_close(c);
+		Py_END_ALLOW_THREADS
+	}
+	kvpy_unlock(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *client_enter(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	return Py_NewRef(self);
+}
+
+static PyObject *client_exit(ClientObject *self, PyObject *args)
+{
+	(void)args;
+	return client_close(self, NULL);
+}
+
+static PyObject *client_get_pool(ClientObject *self, void *closure)
+{
+	(void)closure;
+	return kvpy_pool_info(self);
+}
+
+static PyObject *client_get_closed(ClientObject *self, void *closure)
+{
+	(void)closure;
+	return PyBool_FromLong(!self->c);
+}
+
+static PyObject *client_get_features(ClientObject *self, void *closure)
+{
+	(void)closure;
+	return PyLong_FromUnsignedLongLong(self->c ? kvp_features(self->c) : 0);
+}
+
+static PyObject *client_nop(ClientObject *self, PyObject *unused)
+{
+	int ret;
+
+	(void)unused;
+	KVPY_LOCKED_CALL(self, ret, kvp_nop(self->c));
+	if (ret == INT32_MIN)
+		return NULL;
+	if (ret < 0)
+		return kvpy_raise(self->st, ret, "nop", NULL);
+	Py_RETURN_NONE;
+}
+
+static PyObject *client_stats(ClientObject *self, PyObject *unused)
+{
+	struct kvp_stats_view view = { 0 };
+	PyObject *text, *dict;
+	char *json = NULL;
+	int ret;
+
+	(void)unused;
+	KVPY_LOCKED_CALL(self, ret, kvp_stats_view_take(self->c, &view));
+	if (ret == INT32_MIN)
+		goto release_view;
+	if (ret < 0) {
+		kvpy_raise(self->st, ret, "stats", NULL);
+		goto release_view;
+	}
+	json = kvp_stats_json(&view, false);
+	kvp_stats_view_release(&view);
+	if (!json)
+		return PyErr_NoMemory();
+	if (!self->st->json_loads) {
+		PyObject *mod = PyImport_ImportModule("json");
+
+		self->st->json_loads = mod ? PyObject_GetAttrString(mod, "loads") : NULL;
+		Py_XDECREF(mod);
+		if (!self->st->json_loads) {
+			free(json);
+			return NULL;
+		}
+	}
+	text = PyUnicode_FromString(json);
+	free(json);
+	if (!text)
+		return NULL;
+	dict = PyObject_CallFunctionObjArgs(self->st->json_loads, text, NULL);
+	Py_DECREF(text);
+	return dict;
+
+release_view:
+	kvp_stats_view_release(&view);
+	return NULL;
+}
+
+static PyObject *client_attach(ClientObject *self, PyObject *args)
+{
+	PyObject *name;
+	char what[KVP_NAME_MAX + 16];
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "U:attach", &name))
+		return NULL;
+	KVPY_LOCKED_CALL(self, ret, kvp_attach(self->c, PyUnicode_AsUTF8AndSize(name, NULL)));
+	if (ret == INT32_MIN)
+		return NULL;
+	if (ret < 0) {
+		snprintf(what, sizeof(what), "attach %.*s", KVP_NAME_MAX,
+			 PyUnicode_AsUTF8AndSize(name, NULL));
+		return kvpy_raise(self->st, ret, what, NULL);
+	}
+	/* "" detaches. */
+	KVPY_SETREF(self->pool_name, Py_NewRef(PyUnicode_GetLength(name) ? name : Py_None));
+	Py_RETURN_NONE;
+}
+
+static PyObject *client_open(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = { "tokens", "salt", "prefix", NULL };
+	PyObject *tokens_obj, *salt_obj = Py_None, *prefix_obj = Py_None;
+	const char *salt = NULL;
+	Py_ssize_t salt_len = 0;
+	long long prefix = -1;
+	uint32_t *tokens, n;
+	uint64_t handle;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:open", kwlist, &tokens_obj, &salt_obj,
+					 &prefix_obj))
+		return NULL;
+	if (salt_obj != Py_None) {
+		if (PyUnicode_Check(salt_obj))
+			salt = PyUnicode_AsUTF8AndSize(salt_obj, &salt_len);
+		else if (PyBytes_Check(salt_obj))
+			PyBytes_AsStringAndSize(salt_obj, (char **)&salt, &salt_len);
+		else
+			return PyErr_Format(PyExc_ValueError, "salt: str or bytes, not %R",
+					    (PyObject *)Py_TYPE(salt_obj));
+		if (!salt)
+			return NULL;
+	}
+	if (prefix_obj != Py_None) {
+		prefix = PyLong_AsLongLong(prefix_obj);
+		if (prefix == -1 && PyErr_Occurred())
+			return NULL;
+		if (prefix < 0 || prefix > UINT32_MAX)
+			return PyErr_Format(PyExc_ValueError, "prefix %lld: must be 0..2**32-1",
+					    prefix);
+	}
+	if (kvpy_tokens(tokens_obj, &tokens, &n) < 0)
+		return NULL;
+	KVPY_LOCKED_CALL(self, ret, kvp_seq_open(self->c, tokens, n, salt, (uint32_t)salt_len,
+					    prefix, &handle));
+	PyMem_Free(tokens);
+	if (ret == INT32_MIN)
+		return NULL;
+	if (ret < 0)
+		return kvpy_raise(self->st, ret, "open", NULL);
+	return kvpy_sequence_new(self, handle);
+}
+
+static PyObject *client_attend(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+	return kvpy_attend(self, args, kwds);
+}
+
+static PyObject *client_batch(ClientObject *self, PyObject *unused)
+{
+	(void)unused;
+	return kvpy_batch_new(self);
+}
+
+static PyObject *client_map(ClientObject *self, PyObject *unused)
+{
+	(void)unused;
+	return kvpy_map(self);
+}
+
+static PyMethodDef client_methods[] = {
+	{ "close", (PyCFunction)client_close, METH_NOARGS,
+	  "close()\n--\n\nClose the connection; the daemon closes the sequences left open." },
+	{ "__enter__", client_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL },
+	{ "nop", (PyCFunction)client_nop, METH_NOARGS,
+	  "nop()\n--\n\nA round trip through the daemon that does nothing." },
+	{ "stats", (PyCFunction)client_stats, METH_NOARGS,
+	  "stats()\n--\n\nThe daemon's stats: the dict `kvctl stats --json` prints." },
+	{ "attach", (PyCFunction)client_attach, METH_VARARGS,
+	  "attach(name)\n--\n\nAttach to pool NAME (no sequence may be open)." },
+	{ "create_pool", (PyCFunction)(void (*)(void))kvpy_create_pool,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "create_pool(name, blocks, block_size, groups, kv_heads=0, head_dim=0,\n"
+	  "            layers_per_group=1, dtype='bf16', max_len=None, namespace='',\n"
+	  "            backend='host', layout=None, owned=False)\n--\n\n"
+	  "Create a pool (needs admin=True). groups: [('full', 0), ('swa', 128)].\n"
+	  "owned: the pool is destroyed once this client is gone and nothing uses it." },
+	{ "open", (PyCFunction)(void (*)(void))client_open, METH_VARARGS | METH_KEYWORDS,
+	  "open(tokens, salt=None, prefix=None)\n--\n\n"
+	  "Open a sequence with its prompt; a Sequence (a context manager that closes it).\n"
+	  "prefix: the R-SWA prompt prefix, tokens (default: the prompt's length)." },
+	{ "attend", (PyCFunction)(void (*)(void))client_attend, METH_VARARGS | METH_KEYWORDS,
+	  "attend(group, layer, items, scale, softcap=0.0)\n--\n\n"
+	  "One ATTEND over many sequences: items [(sequence, q, first)], q float32\n"
+	  "[n][q_heads][head_dim]; the outputs, float32, in the same order." },
+	{ "batch", (PyCFunction)client_batch, METH_NOARGS,
+	  "batch()\n--\n\nA Batch: `with client.batch() as b:` collects operations and runs\n"
+	  "them in as few ring submissions as the ring allows on exit." },
+	{ "map", (PyCFunction)client_map, METH_NOARGS,
+	  "map()\n--\n\nMap the attached pool's memory (a pool restricted to this client's\n"
+	  "namespace): a PoolMap." },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef client_getset[] = {
+	{ "pool", (getter)client_get_pool, NULL, "The attached pool (PoolInfo), or None.", NULL },
+	{ "closed", (getter)client_get_closed, NULL, "True once closed.", NULL },
+	{ "features", (getter)client_get_features, NULL, "The KVP_FEAT_* bits agreed.", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyType_Slot client_slots[] = {
+	{ Py_tp_new, client_new },
+	{ Py_tp_dealloc, client_dealloc },
+	{ Py_tp_methods, client_methods },
+	{ Py_tp_getset, client_getset },
+	{ Py_tp_doc, "Client(socket=None, pool=None, namespace='', admin=False, timeout_ms=0, *,\n"
+		     "       spin_us=0, arena_bytes=16 MiB)\n--\n\n"
+		     "A connection to kvpoold (a context manager that closes it). socket: default\n"
+		     "$KVPOOL_SOCKET, else /run/kvpool/kvpool.sock. timeout_ms: how long any call\n"
+		     "waits for the daemon (0: 30 s). spin_us: spin that long for a completion\n"
+		     "before sleeping." },
+	{ 0, NULL },
+};
+
+PyType_Spec kvpy_client_spec = {
+	.name = "kvpool.Client",
+	.basicsize = sizeof(ClientObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = client_slots,
+};

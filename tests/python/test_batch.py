@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: MIT
+"""Batches, leaks over many cycles, and threads sharing a Client.
+
+Pools (conftest.CONFIG): `small` has 7 usable blocks of 4 tokens (block 0 is the null block),
+no KV; `kv` holds f32 KV for groups full + swa:8, 2 layers each, 2 kv heads of 8; the
+`shared-*` pools are restricted to namespace ns1; namespace `tight` may hold 2 blocks per pool.
+"""
+import errno
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvpool
+from helpers import SMALL_USABLE, assert_clean, kv_rows, pool_stats
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+# ---------------------------------------------------------------------------------------------
+
+def test_batch_with_a_failing_middle_operation(daemon):
+    with daemon.client(pool="small") as c:
+        s1, s2, s3 = c.open([1, 2, 3, 4]), c.open([5, 6, 7, 8]), c.open([9, 10, 11, 12])
+        b = c.batch()
+        with pytest.raises(kvpool.BatchError) as ei:
+            with b:
+                b.alloc(s1, 4)
+                b.alloc(s2, 1000)  # 250 blocks: NoSpace
+                b.alloc(s3, 4)
+                b.commit(s1, 4)
+                assert b.results is None  # nothing ran yet
+        e = ei.value
+        assert isinstance(e, kvpool.Error)
+        assert e.errno == errno.ENOSPC
+        assert len(e.results) == 4
+        assert e.results[0] == 0
+        assert isinstance(e.results[1], kvpool.NoSpace)
+        assert e.results[1].errno == errno.ENOSPC
+        assert e.results[2] == 0
+        assert e.results[3] is None
+        assert b.results == e.results
+        # The operations after the failure did run.
+        assert len(s1.table()[0]) == 1
+        assert s2.table() == [[]]
+        assert len(s3.table()[0]) == 1
+        assert s3.table()[0][0] not in (0, s1.table()[0][0])
+        p = pool_stats(c, "small")
+        assert (p["blocks_used"], p["blocks_cached"], p["nospace"]) == (2, 1, 1)
+        with c.open([1, 2, 3, 4, 5]) as s4:  # s1's commit published its block
+            assert s4.lookup() == 4
+        for s in (s1, s2, s3):
+            s.close()
+        assert_clean(c, "small")
+
+
+def test_batch_all_succeed(daemon):
+    with daemon.client(pool="small") as c:
+        prompt = [1, 2, 3, 4, 5, 6]
+        with c.open(prompt) as warm:
+            warm.alloc(6)
+            warm.commit(6)
+        seqs = [c.open(prompt) for _ in range(3)]
+        with c.batch() as b:
+            b.alloc(seqs[0], 2, use_cache=True)
+            b.alloc(seqs[1], 6)
+            b.alloc(seqs[2], 2, lookahead=2, use_cache=True)
+            b.commit(seqs[0], 6)
+            b.free(seqs[1])
+        assert b.results == [4, 0, 4, None, None]
+        assert len(seqs[0].table()[0]) == 2
+        assert seqs[1].table() == [[]]
+        assert len(seqs[2].table()[0]) == 2
+        assert seqs[0].table()[0][0] == seqs[2].table()[0][0]  # both took the cached block
+        for s in seqs:
+            s.close()
+        assert_clean(c, "small")
+        with c.batch() as b:  # an empty batch
+            pass
+        assert b.results == []
+
+
+def test_batch_keeps_one_sequences_operations_in_order(daemon):
+    with daemon.client(pool="small") as c:
+        with c.open(list(range(1, 10))) as s:
+            with c.batch() as b:
+                b.alloc(s, 9)
+                b.commit(s, 9)   # would be EINVAL before the alloc
+                b.free(s)        # commit would be EINVAL after the free
+            assert b.results == [0, None, None]
+            assert s.table() == [[]]
+            p = pool_stats(c, "small")
+            assert (p["blocks_used"], p["blocks_cached"]) == (0, 2)
+        with c.open(list(range(1, 10))) as s2:
+            assert s2.lookup() == 8
+        # Reversed, the commit fails: allocated slots are needed first.
+        with c.open([7, 7, 7, 7, 7]) as s:
+            b = c.batch()
+            with pytest.raises(kvpool.BatchError) as ei:
+                with b:
+                    b.commit(s, 5)
+                    b.alloc(s, 5)
+            assert isinstance(ei.value.results[0], kvpool.Error)
+            assert ei.value.results[0].errno == errno.EINVAL
+            assert ei.value.results[1] == 0
+
+
+def test_batch_write_kv_then_commit(daemon):
+    with daemon.client(pool="kv") as c, c.open([1, 2, 3, 4]) as s:
+        data = {(g, layer): kv_rows(200 + 10 * g + layer) for g in range(2) for layer in range(2)}
+        with c.batch() as b:
+            b.alloc(s, 4)
+            for (g, layer), (k, v) in data.items():
+                b.write_kv(s, g, layer, 0, k, v)
+            b.commit(s, 4)  # NoData unless every write_kv completed first
+        assert b.results == [0, None, None, None, None, None]
+        for (g, layer), (k, v) in data.items():
+            rk, rv = s.read_kv(g, layer, 0, 4)
+            np.testing.assert_array_equal(rk, k)
+            np.testing.assert_array_equal(rv, v)
+
+
+def test_batch_body_that_raises_sends_nothing(daemon):
+    with daemon.client(pool="small") as c, c.open([1, 2, 3]) as s:
+        b = c.batch()
+        with pytest.raises(KeyError):
+            with b:
+                b.alloc(s, 3)
+                raise KeyError("boom")
+        assert b.results is None
+        assert s.table() == [[]]
+        assert "ALLOC" not in c.stats()["operations"]
+
+
+def test_batch_argument_errors(daemon):
+    with daemon.client(pool="small") as c, daemon.client(pool="small") as other:
+        s = c.open([1, 2, 3])
+        foreign = other.open([1, 2, 3])
+        b = c.batch()
+        with pytest.raises(ValueError):
+            b.alloc(5, 1)
+        with pytest.raises(ValueError):
+            b.alloc(foreign, 1)
+        with pytest.raises(ValueError):
+            b.alloc(s, 2**32)
+        with pytest.raises(TypeError):
+            b.alloc(s)
+        with pytest.raises(TypeError):
+            b.alloc(s, 1, bogus=1)
+        closed = c.open([4])
+        closed.close()
+        with pytest.raises(kvpool.Error) as ei:
+            b.free(closed)
+        assert ei.value.errno == errno.EBADF
+        with b:
+            b.alloc(s, 3)
+        assert b.results == [0]
+        with pytest.raises(ValueError):  # run already
+            b.alloc(s, 1)
+        assert len(s.table()[0]) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Leaks and threads
+# ---------------------------------------------------------------------------------------------
+
+def test_no_leak_over_10000_cycles(daemon):
+    with daemon.client(pool="small") as c:
+        t0 = time.monotonic()
+        for _ in range(10000):
+            with c.open([1, 2, 3, 4, 5]) as s:
+                s.alloc(5)
+                s.commit(5)
+        assert time.monotonic() - t0 < 10
+        p = pool_stats(c, "small")
+        assert p["sequences"] == 0
+        assert p["blocks_used"] == 0
+        assert p["blocks_free"] == SMALL_USABLE
+        (row,) = c.stats()["clients"]
+        assert (row["sequences"], row["blocks_held"]) == (0, 0)
+        ops = c.stats()["operations"]
+        assert ops["SEQ_OPEN"]["count"] == 10000
+        assert ops["SEQ_CLOSE"]["count"] == 10000
+        assert ops["ALLOC"]["count"] == 10000 and ops["ALLOC"]["errors"] == 0
+        assert ops["COMMIT"]["count"] == 10000 and ops["COMMIT"]["errors"] == 0
+        # The pool still serves its whole capacity.
+        with c.open(list(range(28))) as s:
+            assert s.alloc(28) == 0
+
+
+def test_two_threads_share_a_client(daemon):
+    errors = []
+    done = []
+
+    def work(tag):
+        try:
+            for i in range(500):
+                with c.open([tag, i, 1, 2, 3]) as s:
+                    assert s.alloc(5) == 0
+                    assert len(s.table()[0]) == 2
+            done.append(tag)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    with daemon.client(pool="small") as c:
+        threads = [threading.Thread(target=work, args=(tag,)) for tag in (1000, 2000)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        assert sorted(done) == [1000, 2000]
+        assert_clean(c, "small")
+        ops = c.stats()["operations"]
+        assert ops["SEQ_OPEN"]["count"] == 1000 and ops["SEQ_OPEN"]["errors"] == 0
+        assert ops["SEQ_CLOSE"]["count"] == 1000
+        assert ops["ALLOC"]["count"] == 1000 and ops["ALLOC"]["errors"] == 0
