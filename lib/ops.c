@@ -214,30 +214,32 @@ int kvp_stats(struct kvp_client *c, void *buf, size_t bytes)
 	return ret;
 }
 
-static int name_call(struct kvp_client *c, uint8_t opcode, const char *name)
+/* A request whose input is a name (no NUL), staged first in the arena. */
+static int stage_name(struct kvp_client *c, struct call *call, uint8_t opcode, const char *name)
 {
-	struct call call = { .sqe = { .opcode = opcode, .len = (uint32_t)strlen(name) } };
-	int64_t off = stage(c, &call, name, strlen(name));
+	int64_t off = stage(c, call, name, strlen(name));
 
 	if (off < 0)
 		return (int)off;
-	call.sqe.addr = (uint64_t)off;
-	return run(c, &call);
+	call->sqe.opcode = opcode;
+	call->sqe.len = (uint32_t)strlen(name);
+	call->sqe.addr = (uint64_t)off;
+	return 0;
+}
+
+static int name_call(struct kvp_client *c, uint8_t opcode, const char *name)
+{
+	struct call call = { 0 };
+
+	return stage_name(c, &call, opcode, name) ?: run(c, &call);
 }
 
 int kvp_attach(struct kvp_client *c, const char *name)
 {
-	struct call call = { .sqe = { .opcode = KVP_OP_ATTACH, .len = (uint32_t)strlen(name) } };
-	int64_t off = stage(c, &call, name, strlen(name));
-	int ret;
+	struct call call = { 0 };
+	int ret = stage_name(c, &call, KVP_OP_ATTACH, name) ?:
+		  reserve_out(c, &call, sizeof(c->pool)) ?: run(c, &call);
 
-	if (off < 0)
-		return (int)off;
-	call.sqe.addr = (uint64_t)off;
-	ret = reserve_out(c, &call, sizeof(c->pool));
-	if (ret)
-		return ret;
-	ret = run(c, &call);
 	if (ret == 0) {
 		if (call.cqe.aux == sizeof(c->pool))
 			memcpy(&c->pool, out_ptr(c, &call), sizeof(c->pool));

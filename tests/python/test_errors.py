@@ -304,6 +304,22 @@ def test_disconnected_after_client_closed(daemon):
     assert c.pool is None
 
 
+def test_every_call_of_a_closed_clients_sequence_is_disconnected(daemon):
+    """The calls that read the pool's geometry before the daemon too (they crashed once)."""
+    c = daemon.client(pool="kv")
+    s = c.open([1, 2, 3])
+    s.alloc(3)
+    k = np.zeros((1, 2, 8), np.float32)
+    q = np.zeros((1, 2, 8), np.float32)
+    c.close()
+    for call in (s.table, lambda: s.write_kv(0, 0, 0, k, k), lambda: s.read_kv(0, 0, 0, 1),
+                 lambda: s.attend(0, 0, q, 0, 1.0), lambda: c.attend(0, 0, [(s, q, 0)], 1.0),
+                 c.map):
+        with pytest.raises(kvpool.Disconnected) as ei:
+            call()
+        assert ei.value.errno == errno.ENOTCONN
+
+
 def test_timeout_when_daemon_stopped(daemon):
     c = daemon.client(pool="small", timeout_ms=200)
     os.kill(daemon.proc.pid, signal.SIGSTOP)

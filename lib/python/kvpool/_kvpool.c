@@ -8,6 +8,22 @@
 
 #include "kvpool_py.h"
 
+PyObject *kvpy_import_attr(PyObject **slot, const char *module, const char *name)
+{
+	if (!*slot) {
+		PyObject *mod = PyImport_ImportModule(module);
+
+		*slot = mod ? PyObject_GetAttrString(mod, name) : NULL;
+		Py_XDECREF(mod);
+	}
+	return *slot;
+}
+
+const char *kvpy_dtype_label(uint32_t kvp_dtype)
+{
+	return kvp_dtype == KVP_DTYPE_F32 ? "f32" : kvp_dtype == KVP_DTYPE_F16 ? "f16" : "bf16";
+}
+
 int kvpy_u32(PyObject *obj, void *out)
 {
 	PyObject *index = PyNumber_Index(obj);
@@ -45,26 +61,8 @@ static PyObject *error_class(struct kvpy_state *st, int err)
 	}
 }
 
-PyObject *kvpy_error_new(struct kvpy_state *st, int err, const char *what, const char *why)
-{
-	return kvpy_error_new_as(st, error_class(st, -err), err, what, why);
-}
-
-PyObject *kvpy_raise_as(struct kvpy_state *st, PyObject *cls, int err, const char *what,
-			const char *why)
-{
-	PyObject *exc = kvpy_error_new_as(st, cls, err, what, why);
-
-	if (exc) {
-		PyErr_SetObject(cls, exc);
-		Py_DECREF(exc);
-	}
-	return NULL;
-}
-
 /* cls(errno, "what: strerror[: why]") with .reason = why (None when the daemon gave none). */
-PyObject *kvpy_error_new_as(struct kvpy_state *st, PyObject *cls, int err, const char *what,
-			    const char *why)
+PyObject *kvpy_error_new_as(PyObject *cls, int err, const char *what, const char *why)
 {
 	PyObject *text, *exc, *reason;
 	bool has_why = why && *why;
@@ -73,7 +71,6 @@ PyObject *kvpy_error_new_as(struct kvpy_state *st, PyObject *cls, int err, const
 			 PyUnicode_FromFormat("%s: %s", what, strerror(-err));
 	if (!text)
 		return NULL;
-	(void)st;
 	exc = PyObject_CallFunction(cls, "iO", -err, text);
 	Py_DECREF(text);
 	if (!exc)
@@ -89,15 +86,25 @@ PyObject *kvpy_error_new_as(struct kvpy_state *st, PyObject *cls, int err, const
 	return exc;
 }
 
-PyObject *kvpy_raise(struct kvpy_state *st, int err, const char *what, const char *why)
+PyObject *kvpy_error_new(struct kvpy_state *st, int err, const char *what, const char *why)
 {
-	PyObject *exc = kvpy_error_new(st, err, what, why);
+	return kvpy_error_new_as(error_class(st, -err), err, what, why);
+}
+
+PyObject *kvpy_raise_as(PyObject *cls, int err, const char *what, const char *why)
+{
+	PyObject *exc = kvpy_error_new_as(cls, err, what, why);
 
 	if (exc) {
-		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		PyErr_SetObject(cls, exc);
 		Py_DECREF(exc);
 	}
 	return NULL;
+}
+
+PyObject *kvpy_raise(struct kvpy_state *st, int err, const char *what, const char *why)
+{
+	return kvpy_raise_as(error_class(st, -err), err, what, why);
 }
 
 static PyStructSequence_Field pool_info_fields[] = {
@@ -119,11 +126,6 @@ static PyStructSequence_Desc pool_info_desc = {
 	.fields = pool_info_fields,
 	.n_in_sequence = 9,
 };
-
-static const char *dtype_label(uint32_t dtype)
-{
-	return dtype == KVP_DTYPE_F32 ? "f32" : dtype == KVP_DTYPE_F16 ? "f16" : "bf16";
-}
 
 PyObject *kvpy_pool_info(ClientObject *self)
 {
@@ -158,7 +160,7 @@ PyObject *kvpy_pool_info(ClientObject *self)
 	PyStructSequence_SetItem(info, 3, groups);
 	PyStructSequence_SetItem(info, 4, PyLong_FromUnsignedLong(p->kv_heads));
 	PyStructSequence_SetItem(info, 5, PyLong_FromUnsignedLong(p->head_dim));
-	PyStructSequence_SetItem(info, 6, PyUnicode_FromString(dtype_label(p->dtype)));
+	PyStructSequence_SetItem(info, 6, PyUnicode_FromString(kvpy_dtype_label(p->dtype)));
 	PyStructSequence_SetItem(info, 7, PyLong_FromUnsignedLong(p->layers_per_group));
 	PyStructSequence_SetItem(info, 8, PyLong_FromUnsignedLong(p->max_len));
 	if (PyErr_Occurred()) {

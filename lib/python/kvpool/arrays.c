@@ -34,13 +34,25 @@ static size_t dtype_size(enum kvpy_dtype t)
 	return t == KVPY_F32 ? 4 : 2;
 }
 
+const char *kvpy_numpy_name(enum kvpy_dtype t)
+{
+	static const char *const names[] = { "float32", "float16", "uint16" };
+
+	return names[t];
+}
+
+/* A struct module format past its native byte-order prefix, if any ("<f" is "f" here). */
+static const char *native_format(const char *format)
+{
+	return *format == '<' || *format == '=' || *format == '@' ? format + 1 : format;
+}
+
 /* A struct module format: "f", "<f", "=e"...; bf16 travels as 16-bit integers ("H", "h"). */
 static enum kvpy_dtype buffer_dtype(const char *format, Py_ssize_t itemsize)
 {
 	if (!format)
 		return KVPY_OTHER;
-	if (*format == '<' || *format == '=' || *format == '@')
-		format++;
+	format = native_format(format);
 	if (!strcmp(format, "f") && itemsize == 4)
 		return KVPY_F32;
 	if (!strcmp(format, "e") && itemsize == 2)
@@ -148,6 +160,25 @@ size_t kvpy_array_bytes(const struct kvpy_array *a)
 	return n;
 }
 
+/* ValueError: @a's shape, and the one wanted (n < 0: any rows, heads < 0: any heads). */
+static void shape_error(const struct kvpy_array *a, const char *what, Py_ssize_t n,
+			Py_ssize_t heads, Py_ssize_t dim)
+{
+	char rows[24] = "n", cols[24] = "q_heads", want[64];
+
+	if (n >= 0)
+		snprintf(rows, sizeof(rows), "%zd", n);
+	if (heads >= 0)
+		snprintf(cols, sizeof(cols), "%zd", heads);
+	snprintf(want, sizeof(want), "%s, %s, %zd", rows, cols, dim);
+	if (a->ndim == 3)
+		PyErr_Format(PyExc_ValueError, "%s: shape (%zd, %zd, %zd), expected (%s)", what,
+			     a->shape[0], a->shape[1], a->shape[2], want);
+	else
+		PyErr_Format(PyExc_ValueError, "%s: %d dimensions, expected 3: (%s)", what, a->ndim,
+			     want);
+}
+
 int kvpy_array_get(PyObject *obj, const char *what, Py_ssize_t n, Py_ssize_t heads,
 		   Py_ssize_t dim, enum kvpy_dtype dtype, struct kvpy_array *a)
 {
@@ -166,21 +197,7 @@ int kvpy_array_get(PyObject *obj, const char *what, Py_ssize_t n, Py_ssize_t hea
 	}
 	if (ret == 0 && (a->ndim != 3 || (n >= 0 && a->shape[0] != n) ||
 			 (heads >= 0 && a->shape[1] != heads) || a->shape[2] != dim)) {
-		char want[64];
-
-		char rows[24] = "n", cols[24] = "q_heads";
-
-		if (n >= 0)
-			snprintf(rows, sizeof(rows), "%zd", n);
-		if (heads >= 0)
-			snprintf(cols, sizeof(cols), "%zd", heads);
-		snprintf(want, sizeof(want), "%s, %s, %zd", rows, cols, dim);
-		if (a->ndim == 3)
-			PyErr_Format(PyExc_ValueError, "%s: shape (%zd, %zd, %zd), expected (%s)", what,
-				     a->shape[0], a->shape[1], a->shape[2], want);
-		else
-			PyErr_Format(PyExc_ValueError, "%s: %d dimensions, expected 3: (%s)", what,
-				     a->ndim, want);
+		shape_error(a, what, n, heads, dim);
 		ret = -1;
 	}
 	if (ret == 0 && a->dtype != dtype) {
@@ -199,21 +216,12 @@ int kvpy_array_get(PyObject *obj, const char *what, Py_ssize_t n, Py_ssize_t hea
 PyObject *kvpy_array_new(struct kvpy_state *st, enum kvpy_dtype dtype, Py_ssize_t n,
 			 Py_ssize_t heads, Py_ssize_t dim, void **data)
 {
-	static const char *const np_names[] = { "float32", "float16", "uint16" };
 	PyObject *arr;
 	Py_buffer view;
 
-	if (!st->np_empty) {
-		PyObject *np = PyImport_ImportModule("numpy");
-
-		if (!np)
-			return NULL;
-		st->np_empty = PyObject_GetAttrString(np, "empty");
-		Py_DECREF(np);
-		if (!st->np_empty)
-			return NULL;
-	}
-	arr = PyObject_CallFunction(st->np_empty, "(nnn)s", n, heads, dim, np_names[dtype]);
+	if (!kvpy_import_attr(&st->np_empty, "numpy", "empty"))
+		return NULL;
+	arr = PyObject_CallFunction(st->np_empty, "(nnn)s", n, heads, dim, kvpy_numpy_name(dtype));
 	if (!arr)
 		return NULL;
 	if (PyObject_GetBuffer(arr, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
@@ -236,9 +244,7 @@ static int tokens_from_buffer(PyObject *obj, uint32_t **tokens, uint32_t *n)
 
 	if (PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
 		return -1;
-	f = view.format ? view.format : "B";
-	if (*f == '<' || *f == '=' || *f == '@')
-		f++;
+	f = native_format(view.format ? view.format : "B");
 	if (view.ndim != 1 || strlen(f) != 1 || !strchr("bBhHiIlLqQ", *f) || view.len < 0 ||
 	    view.shape[0] > UINT32_MAX) {
 		PyErr_SetString(PyExc_ValueError, "tokens: a 1-D array of integers is needed");

@@ -66,10 +66,6 @@ int kvpy_attend_parse(ClientObject *client, PyObject *args, PyObject *kwds,
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O&Od|d:attend", kwlist, kvpy_u32, &group, kvpy_u32, &layer,
 					 &items, &scale, &softcap))
 		return -1;
-	if (!client->c) {
-		kvpy_raise(client->st, -ENOTCONN, "client", "closed");
-		return -1;
-	}
 	if (!(p = kvpy_pool(client)))
 		return -1;
 	if (group > 0xffff || layer > 0xffff || !isfinite(scale) || !isfinite(softcap) ||
@@ -112,19 +108,40 @@ release:
 	return -1;
 }
 
-PyObject *kvpy_attend(ClientObject *client, PyObject *args, PyObject *kwds)
+int kvpy_attend_parse_one(ClientObject *client, PyObject *seq, unsigned group, unsigned layer,
+			  PyObject *q, PyObject *first, double scale, double softcap,
+			  struct kvpy_attend_call *a)
 {
-	struct kvpy_attend_call a;
+	PyObject *args = Py_BuildValue("(II[(OOO)]dd)", group, layer, seq, q, first, scale,
+				       softcap);
+	int ret;
+
+	if (!args)
+		return -1;
+	ret = kvpy_attend_parse(client, args, NULL, a);
+	Py_DECREF(args);
+	return ret;
+}
+
+PyObject *kvpy_attend_run(ClientObject *client, struct kvpy_attend_call *a)
+{
 	PyObject *outs;
 	int ret;
 
-	if (kvpy_attend_parse(client, args, kwds, &a) < 0)
-		return NULL;
-	KVPY_LOCKED_CALL(client, ret, kvp_attend(client->c, a.group, a.layer, a.q_heads, a.scale,
-						 a.softcap, true, a.reqs, a.nseqs));
-	outs = ret < 0 ? NULL : Py_NewRef(a.outs);
-	kvpy_attend_release(&a);
+	KVPY_LOCKED_CALL(client, ret, kvp_attend(client->c, a->group, a->layer, a->q_heads,
+						 a->scale, a->softcap, true, a->reqs, a->nseqs));
+	outs = ret < 0 ? NULL : Py_NewRef(a->outs);
+	kvpy_attend_release(a);
 	if (ret < 0 && ret != INT32_MIN)
 		kvpy_raise(client->st, ret, "attend", NULL);
 	return outs;
+}
+
+PyObject *kvpy_attend(ClientObject *client, PyObject *args, PyObject *kwds)
+{
+	struct kvpy_attend_call a;
+
+	if (kvpy_attend_parse(client, args, kwds, &a) < 0)
+		return NULL;
+	return kvpy_attend_run(client, &a);
 }

@@ -170,34 +170,20 @@ static PyObject *batch_free(BatchObject *self, PyObject *seq)
 
 static PyObject *batch_write_kv(BatchObject *self, PyObject *args)
 {
-	const struct kvp_pool_info *p;
 	PyObject *seq, *k, *v;
-	unsigned group, layer;
+	unsigned group, layer, first;
 	struct bop *op;
-
-	unsigned first;
 
 	if (!PyArg_ParseTuple(args, "OO&O&O&OO:write_kv", &seq, kvpy_u32, &group, kvpy_u32,
 			      &layer, kvpy_u32, &first, &k, &v))
 		return NULL;
 	if (!(op = add_op(self, BOP_WRITE_KV)) ||
 	    kvpy_sequence_handle(self->client, seq, &op->handle) < 0 ||
-	    !(p = kvpy_pool(self->client)))
+	    kvpy_kv_arrays(self->client, group, layer, k, v, &op->k, &op->v) < 0)
 		return NULL;
-	if (group > 0xffff || layer > 0xffff)
-		return PyErr_Format(PyExc_ValueError, "write_kv: group %u, layer %u: 0..65535",
-				    group, layer);
 	op->group = (uint16_t)group;
 	op->layer = (uint16_t)layer;
 	op->first = first;
-	if (kvpy_array_get(k, "k", -1, p->kv_heads, p->head_dim, kvpy_pool_dtype(p->dtype),
-			   &op->k) < 0)
-		return NULL;
-	if (kvpy_array_get(v, "v", op->k.shape[0], p->kv_heads, p->head_dim,
-			   kvpy_pool_dtype(p->dtype), &op->v) < 0) {
-		kvpy_array_release(&op->k);
-		return NULL;
-	}
 	op->n = (uint32_t)op->k.shape[0];
 	self->nops++;
 	Py_RETURN_NONE;
@@ -216,7 +202,7 @@ static PyObject *batch_attend(BatchObject *self, PyObject *args, PyObject *kwds)
 	if (first && PyObject_TypeCheck(first, self->client->st->sequence_type)) {
 		static char *kwlist[] = { "seq", "group", "layer", "q", "first", "scale", "softcap",
 					  NULL };
-		PyObject *seq, *q, *pos, *call_args;
+		PyObject *seq, *q, *pos;
 		unsigned group, layer;
 		double scale, softcap = 0.0;
 
@@ -224,12 +210,8 @@ static PyObject *batch_attend(BatchObject *self, PyObject *args, PyObject *kwds)
 						 kvpy_u32, &group, kvpy_u32, &layer, &q, &pos,
 						 &scale, &softcap))
 			return NULL;
-		call_args = Py_BuildValue("(II[(OOO)]dd)", group, layer, seq, q, pos, scale,
-					  softcap);
-		if (!call_args)
-			return NULL;
-		ret = kvpy_attend_parse(self->client, call_args, NULL, &op->att);
-		Py_DECREF(call_args);
+		ret = kvpy_attend_parse_one(self->client, seq, group, layer, q, pos, scale, softcap,
+					    &op->att);
 		op->single = true;
 	} else {
 		ret = kvpy_attend_parse(self->client, args, kwds, &op->att);

@@ -9,13 +9,19 @@
 /* An arena for a prefill's KV; only address space until touched. */
 #define DEFAULT_ARENA_BYTES (16ull << 20)
 
-int kvpy_lock(ClientObject *self)
+/* The lock, waited for with the GIL dropped when another thread holds it. */
+static void take_lock(ClientObject *self)
 {
 	if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
 		Py_BEGIN_ALLOW_THREADS
 		PyThread_acquire_lock(self->lock, WAIT_LOCK);
 		Py_END_ALLOW_THREADS
 	}
+}
+
+int kvpy_lock(ClientObject *self)
+{
+	take_lock(self);
 	if (!self->c) {
 		PyThread_release_lock(self->lock);
 		kvpy_raise(self->st, -ENOTCONN, "client", "closed");
@@ -31,8 +37,13 @@ void kvpy_unlock(ClientObject *self)
 
 const struct kvp_pool_info *kvpy_pool(ClientObject *self)
 {
-	const struct kvp_pool_info *p = kvp_pool_info(self->c);
+	const struct kvp_pool_info *p;
 
+	if (!self->c) {
+		kvpy_raise(self->st, -ENOTCONN, "client", "closed");
+		return NULL;
+	}
+	p = kvp_pool_info(self->c);
 	if (self->pool_name == Py_None || !p->kv_heads) {
 		PyErr_SetString(PyExc_ValueError, self->pool_name == Py_None ?
 						  "no pool attached" :
@@ -85,7 +96,7 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 			 pool ? pool : "");
 		/* No daemon there (ENOENT, ECONNREFUSED): not an unknown pool, whatever the errno. */
 		if (ret == -ENOENT || ret == -ECONNREFUSED)
-			kvpy_raise_as(self->st, self->st->error, ret, what, "is kvpoold running?");
+			kvpy_raise_as(self->st->error, ret, what, "is kvpoold running?");
 		else
 			kvpy_raise(self->st, ret, what, why);
 		self->c = NULL;
@@ -111,11 +122,7 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
 	struct kvp_client *c;
 
 	(void)unused;
-	if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-		Py_BEGIN_ALLOW_THREADS
-		PyThread_acquire_lock(self->lock, WAIT_LOCK);
-		Py_END_ALLOW_THREADS
-	}
+	take_lock(self);
 	c = self->c;
 	self->c = NULL;
 	if (c) {
@@ -189,15 +196,9 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
 	kvp_stats_view_release(&view);
 	if (!json)
 		return PyErr_NoMemory();
-	if (!self->st->json_loads) {
-		PyObject *mod = PyImport_ImportModule("json");
-
-		self->st->json_loads = mod ? PyObject_GetAttrString(mod, "loads") : NULL;
-		Py_XDECREF(mod);
-		if (!self->st->json_loads) {
-			free(json);
-			return NULL;
-		}
+	if (!kvpy_import_attr(&self->st->json_loads, "json", "loads")) {
+		free(json);
+		return NULL;
 	}
 	text = PyUnicode_FromString(json);
 	free(json);
@@ -278,11 +279,6 @@ static PyObject *client_open(ClientObject *self, PyObject *args, PyObject *kwds)
 	return kvpy_sequence_new(self, handle);
 }
 
-static PyObject *client_attend(ClientObject *self, PyObject *args, PyObject *kwds)
-{
-	return kvpy_attend(self, args, kwds);
-}
-
 static PyObject *client_batch(ClientObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -317,7 +313,7 @@ static PyMethodDef client_methods[] = {
 	  "open(tokens, salt=None, prefix=None)\n--\n\n"
 	  "Open a sequence with its prompt; a Sequence (a context manager that closes it).\n"
 	  "prefix: the R-SWA prompt prefix, tokens (default: the prompt's length)." },
-	{ "attend", (PyCFunction)(void (*)(void))client_attend, METH_VARARGS | METH_KEYWORDS,
+	{ "attend", (PyCFunction)(void (*)(void))kvpy_attend, METH_VARARGS | METH_KEYWORDS,
 	  "attend(group, layer, items, scale, softcap=0.0)\n--\n\n"
 	  "One ATTEND over many sequences: items [(sequence, q, first)], q float32\n"
 	  "[n][q_heads][head_dim]; the outputs, float32, in the same order." },

@@ -84,10 +84,12 @@ PyObject *kvpy_error_new(struct kvpy_state *st, int err, const char *what, const
 /* Raises it; returns NULL for the caller to pass on. */
 PyObject *kvpy_raise(struct kvpy_state *st, int err, const char *what, const char *why);
 /* The same with the class given: kvpool.Error itself where the errno would mislead. */
-PyObject *kvpy_error_new_as(struct kvpy_state *st, PyObject *cls, int err, const char *what,
-			    const char *why);
-PyObject *kvpy_raise_as(struct kvpy_state *st, PyObject *cls, int err, const char *what,
-			const char *why);
+PyObject *kvpy_error_new_as(PyObject *cls, int err, const char *what, const char *why);
+PyObject *kvpy_raise_as(PyObject *cls, int err, const char *what, const char *why);
+/* module.name, imported at first use into *slot (the module state's); NULL with an error. */
+PyObject *kvpy_import_attr(PyObject **slot, const char *module, const char *name);
+/* KVP_DTYPE_* as PoolInfo and PoolMap say it: "f32" "f16" "bf16". */
+const char *kvpy_dtype_label(uint32_t kvp_dtype);
 /* PyArg's "O&" converter for a uint32_t: an int (or __index__) in 0..2**32-1, else ValueError. */
 int kvpy_u32(PyObject *obj, void *out);
 /* The attached pool as a kvpool.PoolInfo, None when attached to none. */
@@ -137,7 +139,8 @@ struct kvpy_array {
 };
 
 enum kvpy_dtype kvpy_pool_dtype(uint32_t kvp_dtype);
-const char *kvpy_dtype_name(enum kvpy_dtype t);
+const char *kvpy_dtype_name(enum kvpy_dtype t);  /* for messages */
+const char *kvpy_numpy_name(enum kvpy_dtype t); /* numpy's: bf16 is "uint16" */
 /* @obj as [n][heads][dim] of @dtype (n < 0: any); ValueError naming @what otherwise. */
 int kvpy_array_get(PyObject *obj, const char *what, Py_ssize_t n, Py_ssize_t heads,
 		   Py_ssize_t dim, enum kvpy_dtype dtype, struct kvpy_array *a);
@@ -160,8 +163,18 @@ struct kvpy_attend_call {
 int kvpy_attend_parse(ClientObject *client, PyObject *args, PyObject *kwds,
 		      struct kvpy_attend_call *a);
 void kvpy_attend_release(struct kvpy_attend_call *a);
-/* Runs it: the list of outputs, in the items' order. */
+/* The same for one sequence's queries (Sequence.attend's arguments). */
+int kvpy_attend_parse_one(ClientObject *client, PyObject *seq, unsigned group, unsigned layer,
+			  PyObject *q, PyObject *first, double scale, double softcap,
+			  struct kvpy_attend_call *a);
+/* Runs a parsed ATTEND and releases it: the list of outputs, in the items' order. */
+PyObject *kvpy_attend_run(ClientObject *client, struct kvpy_attend_call *a);
+/* Client.attend: parse, then run. */
 PyObject *kvpy_attend(ClientObject *client, PyObject *args, PyObject *kwds);
+
+/* sequence.c: WRITE_KV's arguments checked: group and layer, K and V of the pool's geometry. */
+int kvpy_kv_arrays(ClientObject *client, unsigned group, unsigned layer, PyObject *k_obj,
+		   PyObject *v_obj, struct kvpy_array *k, struct kvpy_array *v);
 
 /* batch.c */
 extern PyType_Spec kvpy_batch_spec;

@@ -86,8 +86,7 @@ static RegionObject *region_new(MappingObject *owner, uint64_t data,
 	r->strides[2] = (int64_t)(l->head_stride / esize);
 	r->strides[3] = 1;
 	/* numpy has no bfloat16: on the host the bits come as uint16, as read_kv gives them. */
-	r->dtype = (DLDataType){ .code = lay->dtype == KVP_DTYPE_F32 ? kDLFloat :
-					 lay->dtype == KVP_DTYPE_F16 ? kDLFloat :
+	r->dtype = (DLDataType){ .code = lay->dtype != KVP_DTYPE_BF16 ? kDLFloat :
 					 cuda ? kDLBfloat : kDLUInt,
 				 .bits = (uint8_t)(8 * esize), .lanes = 1 };
 	r->device = (DLDevice){ .device_type = cuda ? kDLCUDA : kDLCPU,
@@ -116,20 +115,12 @@ static Py_ssize_t region_extent(const RegionObject *r)
  */
 static PyObject *host_array(struct kvpy_state *st, RegionObject *r)
 {
-	static const char *const np_names[] = { "float32", "float16", "uint16" };
-	const char *dtype = r->dtype.bits == 32 ? np_names[0] :
-			    r->dtype.code == kDLFloat ? np_names[1] : np_names[2];
+	const char *dtype = kvpy_numpy_name(kvpy_pool_dtype(r->owner->map.layout.dtype));
 	int64_t es = (int64_t)region_esize(r);
 	PyObject *args, *kwargs, *arr;
 
-	if (!st->np_ndarray) {
-		PyObject *np = PyImport_ImportModule("numpy");
-
-		st->np_ndarray = np ? PyObject_GetAttrString(np, "ndarray") : NULL;
-		Py_XDECREF(np);
-		if (!st->np_ndarray)
-			return NULL;
-	}
+	if (!kvpy_import_attr(&st->np_ndarray, "numpy", "ndarray"))
+		return NULL;
 	args = Py_BuildValue("((LLLL)s)", (long long)r->shape[0], (long long)r->shape[1],
 			     (long long)r->shape[2], (long long)r->shape[3], dtype);
 	kwargs = Py_BuildValue("{s:O,s:(LLLL)}", "buffer", (PyObject *)r, "strides",
@@ -198,10 +189,8 @@ static PyObject *mapping_get_layout(MappingObject *self, void *closure)
 
 static PyObject *mapping_get_dtype(MappingObject *self, void *closure)
 {
-	uint32_t t = self->map.layout.dtype;
-
 	(void)closure;
-	return PyUnicode_FromString(t == KVP_DTYPE_F32 ? "f32" : t == KVP_DTYPE_F16 ? "f16" : "bf16");
+	return PyUnicode_FromString(kvpy_dtype_label(self->map.layout.dtype));
 }
 
 static PyMethodDef mapping_methods[] = {

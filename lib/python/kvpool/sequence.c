@@ -21,6 +21,10 @@ int kvpy_sequence_handle(ClientObject *client, PyObject *obj, uint64_t *handle)
 {
 	SequenceObject *seq = (SequenceObject *)obj;
 
+	if (!client->c) {
+		kvpy_raise(client->st, -ENOTCONN, "client", "closed");
+		return -1;
+	}
 	if (!PyObject_TypeCheck(obj, client->st->sequence_type)) {
 		PyErr_Format(PyExc_ValueError, "not a kvpool.Sequence: %R", (PyObject *)Py_TYPE(obj));
 		return -1;
@@ -213,11 +217,41 @@ static PyObject *sequence_table(SequenceObject *self, PyObject *unused)
 }
 
 /* Rows of K and V that fit the arena at once: a long write or read goes in such chunks. */
+/* Bytes of one position's K (or V): kv_heads x head_dim in the pool's dtype. */
+static Py_ssize_t row_bytes(const struct kvp_pool_info *p)
+{
+	return (Py_ssize_t)p->kv_heads * p->head_dim * (p->dtype == KVP_DTYPE_F32 ? 4 : 2);
+}
+
 static Py_ssize_t rows_per_call(ClientObject *client, const struct kvp_pool_info *p)
 {
-	uint64_t row = (uint64_t)p->kv_heads * p->head_dim * (p->dtype == KVP_DTYPE_F32 ? 4 : 2);
+	return (Py_ssize_t)(client->arena_bytes / (2 * (uint64_t)row_bytes(p)));
+}
 
-	return (Py_ssize_t)(client->arena_bytes / (2 * row));
+/* Group and layer travel as 16 bits each (KVP_KV_SEL). */
+static int check_sel(const char *what, unsigned group, unsigned layer)
+{
+	if (group <= 0xffff && layer <= 0xffff)
+		return 0;
+	PyErr_Format(PyExc_ValueError, "%s: group %u, layer %u: 0..65535", what, group, layer);
+	return -1;
+}
+
+int kvpy_kv_arrays(ClientObject *client, unsigned group, unsigned layer, PyObject *k_obj,
+		   PyObject *v_obj, struct kvpy_array *k, struct kvpy_array *v)
+{
+	const struct kvp_pool_info *p;
+
+	if (check_sel("write_kv", group, layer) < 0 || !(p = kvpy_pool(client)) ||
+	    kvpy_array_get(k_obj, "k", -1, p->kv_heads, p->head_dim, kvpy_pool_dtype(p->dtype),
+			   k) < 0)
+		return -1;
+	if (kvpy_array_get(v_obj, "v", k->shape[0], p->kv_heads, p->head_dim,
+			   kvpy_pool_dtype(p->dtype), v) < 0) {
+		kvpy_array_release(k);
+		return -1;
+	}
+	return 0;
 }
 
 static PyObject *sequence_write_kv(SequenceObject *self, PyObject *args)
@@ -233,22 +267,12 @@ static PyObject *sequence_write_kv(SequenceObject *self, PyObject *args)
 	if (!PyArg_ParseTuple(args, "O&O&O&OO:write_kv", kvpy_u32, &group, kvpy_u32, &layer,
 			      kvpy_u32, &first, &k_obj, &v_obj))
 		return NULL;
-	if (group > 0xffff || layer > 0xffff)
-		return PyErr_Format(PyExc_ValueError, "write_kv: group %u, layer %u: 0..65535",
-				    group, layer);
 	HANDLE_OR_RAISE(self, h);
-	if (!(p = kvpy_pool(self->client)))
+	if (kvpy_kv_arrays(self->client, group, layer, k_obj, v_obj, &k, &v) < 0)
 		return NULL;
-	if (kvpy_array_get(k_obj, "k", -1, p->kv_heads, p->head_dim, kvpy_pool_dtype(p->dtype),
-			   &k) < 0)
-		return NULL;
-	if (kvpy_array_get(v_obj, "v", k.shape[0], p->kv_heads, p->head_dim,
-			   kvpy_pool_dtype(p->dtype), &v) < 0) {
-		kvpy_array_release(&k);
-		return NULL;
-	}
+	p = kvp_pool_info(self->client->c);
 	chunk = rows_per_call(self->client, p);
-	row = (Py_ssize_t)(kvpy_array_bytes(&k) / (size_t)k.shape[0]);
+	row = row_bytes(p);
 	for (Py_ssize_t at = 0; ret >= 0 && at < k.shape[0]; at += chunk) {
 		uint32_t n = (uint32_t)(k.shape[0] - at < chunk ? k.shape[0] - at : chunk);
 
@@ -275,9 +299,8 @@ static PyObject *sequence_read_kv(SequenceObject *self, PyObject *args)
 	if (!PyArg_ParseTuple(args, "O&O&O&O&:read_kv", kvpy_u32, &group, kvpy_u32, &layer,
 			      kvpy_u32, &first, kvpy_u32, &n))
 		return NULL;
-	if (group > 0xffff || layer > 0xffff)
-		return PyErr_Format(PyExc_ValueError, "read_kv: group %u, layer %u: 0..65535",
-				    group, layer);
+	if (check_sel("read_kv", group, layer) < 0)
+		return NULL;
 	HANDLE_OR_RAISE(self, h);
 	if (!(p = kvpy_pool(self->client)))
 		return NULL;
@@ -290,7 +313,7 @@ static PyObject *sequence_read_kv(SequenceObject *self, PyObject *args)
 	if (!v_arr)
 		goto drop_arrays;
 	chunk = rows_per_call(self->client, p);
-	row = (Py_ssize_t)p->kv_heads * p->head_dim * (p->dtype == KVP_DTYPE_F32 ? 4 : 2);
+	row = row_bytes(p);
 	for (Py_ssize_t at = 0; ret >= 0 && at < n; at += chunk) {
 		uint32_t count = (uint32_t)(n - at < chunk ? n - at : chunk);
 
@@ -313,20 +336,17 @@ drop_arrays:
 static PyObject *sequence_attend(SequenceObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = { "group", "layer", "q", "first", "scale", "softcap", NULL };
-	PyObject *q, *first, *item, *call_args, *outs, *out = NULL;
+	PyObject *q, *first, *outs, *out = NULL;
+	struct kvpy_attend_call a;
 	unsigned group, layer;
 	double scale, softcap = 0.0;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O&OOd|d:attend", kwlist, kvpy_u32, &group,
-					 kvpy_u32, &layer, &q,
-					 &first, &scale, &softcap))
+					 kvpy_u32, &layer, &q, &first, &scale, &softcap) ||
+	    kvpy_attend_parse_one(self->client, (PyObject *)self, group, layer, q, first, scale,
+				  softcap, &a) < 0)
 		return NULL;
-	item = Py_BuildValue("[(OOO)]", (PyObject *)self, q, first);
-	call_args = item ? Py_BuildValue("(IINdd)", group, layer, item, scale, softcap) : NULL;
-	if (!call_args)
-		return NULL;
-	outs = kvpy_attend(self->client, call_args, NULL);
-	Py_DECREF(call_args);
+	outs = kvpy_attend_run(self->client, &a);
 	if (outs) {
 		out = Py_NewRef(PyList_GetItem(outs, 0));
 		Py_DECREF(outs);
