@@ -61,7 +61,8 @@ for variant in "" asan; do
 done
 
 # The Python binding, release build (its extension links the release libkvpool).
-run "python/binding" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl tests/python/run.sh
+run "python/binding" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl tests/python/run.sh binding
+run "python/engine" env KVPOOLD=daemon/kvpoold tests/python/run.sh engine
 
 # The threaded data path (workers, split-K, the loop's help) under ThreadSanitizer: a race
 # makes the test binary, or the daemon at its exit, fail with TSan's exit code 66.

@@ -106,6 +106,70 @@ def test_batch_keeps_one_sequences_operations_in_order(daemon):
             assert ei.value.results[1] == 0
 
 
+def test_batch_append_then_alloc_and_commit_as_a_decode_step(daemon):
+    with daemon.client(pool="small") as c:
+        s1, s2 = c.open([1, 2, 3, 4]), c.open([5, 6, 7, 8])
+        with c.batch() as b:
+            b.alloc([s1, s2], 4)
+            b.commit([s1, s2], 4)
+            # Tokens 5.. are unknown until appended: a commit past them is EINVAL.
+            b.append([s1, s2], [9, [10, 11]])
+            b.alloc([s1, s2], [1, 2])
+            b.commit([s1, s2], [5, 6])
+            b.append(s1, [12, 13, 14])
+            b.alloc(s1, 3)
+            b.commit(s1, 8)
+        assert b.results == [0, 0, None, None, None, None, 0, 0, None, None, None, 0, None]
+        p = pool_stats(c, "small")
+        assert (p["blocks_used"], p["blocks_cached"]) == (4, 3)  # s1: 2 full, s2: 1 full
+        with c.open([1, 2, 3, 4, 9, 12, 13, 14, 0]) as probe:
+            assert probe.lookup() == 8  # the appended tokens were hashed into s1's 2nd block
+        with c.open([5, 6, 7, 8, 10, 11, 0]) as probe:
+            assert probe.lookup() == 4
+        s1.close()
+        s2.close()
+        assert_clean(c, "small")
+
+
+def test_batch_append_refuses_bad_arguments_and_sends_nothing(daemon):
+    with daemon.client(pool="small") as c, c.open([1, 2, 3, 4]) as s:
+        b = c.batch()
+        with pytest.raises(ValueError, match="2 sequences need a list of as many"):
+            b.append([s, s], [1, 2, 3])
+        with pytest.raises(ValueError, match=r"tokens\[1\]: not an int"):
+            b.append([s, s], [[1], [2, -1]])
+        with pytest.raises(TypeError, match=r"append\(seq, tokens\)"):
+            b.append(s)
+        with b:
+            b.append(s, 5)
+        assert b.results == [None]  # only the call that passed its checks ran
+        s.alloc(5)
+        s.commit(5)
+        with pytest.raises(kvpool.BatchError) as ei:
+            with c.batch() as b2:
+                b2.append(s, np.ones(5 << 20, np.uint32))  # 20 MiB: past the 16 MiB arena
+        assert ei.value.results[0].errno == errno.E2BIG
+
+
+def test_create_pool_max_step_tokens_bounds_an_alloc_in_a_cyclic_pool(daemon):
+    with daemon.client(admin=True) as c:
+        c.create_pool("ring", 16, 4, [("cyclic", 8)], max_step_tokens=6, owned=True)
+        c.attach("ring")
+        with c.open(list(range(1, 21))) as s:
+            with pytest.raises(kvpool.Error) as ei:
+                s.alloc(7)
+            assert ei.value.errno == errno.EINVAL
+            s.alloc(6)
+            s.commit(6)
+            s.alloc(6)
+            s.commit(12)
+            # The ring holds cdiv(W - 1 + S, bs) = cdiv(13, 4) = 4 blocks, and no more.
+            s.alloc(6)
+            assert len(s.table()[0]) == 4
+        with pytest.raises(ValueError, match="max_step_tokens=0"):
+            c.create_pool("ring2", 16, 4, [("cyclic", 8)], max_step_tokens=0)
+
+
 def test_batch_write_kv_then_commit(daemon):
     with daemon.client(pool="kv") as c, c.open([1, 2, 3, 4]) as s:
         data = {(g, layer): kv_rows(200 + 10 * g + layer) for g in range(2) for layer in range(2)}

@@ -41,6 +41,7 @@ static void release_ops(BatchObject *self)
 		kvpy_array_release(&self->ops[i].k);
 		kvpy_array_release(&self->ops[i].v);
 		kvpy_attend_release(&self->ops[i].att);
+		PyMem_Free(self->ops[i].tokens);
 	}
 	PyMem_Free(self->ops);
 	self->ops = NULL;
@@ -168,6 +169,50 @@ static PyObject *batch_free(BatchObject *self, PyObject *seq)
 	Py_RETURN_NONE;
 }
 
+/*
+ * b.append(seq, tokens), or b.append([seq, ...], [tokens, ...]) with each
+ * tokens an int or ints: one APPEND_TOKENS each, all added or none.
+ */
+static PyObject *batch_append(BatchObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	PyObject *seqs, *tokens;
+	bool many;
+	Py_ssize_t count;
+	size_t first = self->nops;
+
+	if (nargs != 2) {
+		PyErr_SetString(PyExc_TypeError, "append(seq, tokens)");
+		return NULL;
+	}
+	seqs = args[0];
+	tokens = args[1];
+	many = PyList_Check(seqs) || PyTuple_Check(seqs);
+	count = many ? PyObject_Length(seqs) : 1;
+	if (many && (!(PyList_Check(tokens) || PyTuple_Check(tokens)) ||
+		     PyObject_Length(tokens) != count))
+		return PyErr_Format(PyExc_ValueError, "append: %zd sequences need a list of as many "
+				    "tokens (an int or ints each)", count);
+	for (Py_ssize_t i = 0; i < count; i++) {
+		PyObject *item = many ? nth(tokens, i) : tokens, *one = NULL;
+		struct bop *op = add_op(self, BOP_APPEND);
+		int ret = -1;
+
+		if (op && kvpy_sequence_handle(self->client, nth(seqs, i), &op->handle) == 0) {
+			if (PyLong_Check(item))
+				item = one = PyTuple_Pack(1, item);
+			ret = item ? kvpy_tokens(item, &op->tokens, &op->n) : -1;
+			Py_XDECREF(one);
+		}
+		if (ret < 0) {
+			while (self->nops > first)
+				PyMem_Free(self->ops[--self->nops].tokens);
+			return NULL;
+		}
+		self->nops++;
+	}
+	Py_RETURN_NONE;
+}
+
 static PyObject *batch_write_kv(BatchObject *self, PyObject *args)
 {
 	PyObject *seq, *k, *v;
@@ -231,7 +276,8 @@ static PyObject *batch_enter(PyObject *self, PyObject *unused)
 /* The result of one operation, or the exception that stands for its failure. */
 static PyObject *result_of(BatchObject *self, const struct bop *op)
 {
-	static const char *const names[] = { "alloc", "commit", "free", "write_kv", "attend" };
+	static const char *const names[] = { "alloc", "commit", "free", "append", "write_kv",
+					     "attend" };
 
 	if (op->res < 0)
 		return kvpy_error_new(self->client->st, op->res, names[op->kind], NULL);
@@ -327,6 +373,9 @@ static PyMethodDef batch_methods[] = {
 	  "commit(seq, computed)\n--\n\nAs Sequence.commit; its result None. seq may be a "
 	  "list of\nsequences (computed one count or a list as long)." },
 	{ "free", (PyCFunction)batch_free, METH_O, "free(seq)\n--\n\nAs Sequence.free." },
+	{ "append", (PyCFunction)(void (*)(void))batch_append, METH_FASTCALL,
+	  "append(seq, tokens)\n--\n\nAs Sequence.append (tokens an int or ints); its result "
+	  "None.\nseq may be a list of sequences, tokens then a list as long." },
 	{ "write_kv", (PyCFunction)batch_write_kv, METH_VARARGS,
 	  "write_kv(seq, group, layer, first, k, v)\n--\n\nAs Sequence.write_kv." },
 	{ "attend", (PyCFunction)(void (*)(void))batch_attend, METH_VARARGS | METH_KEYWORDS,

@@ -5,7 +5,7 @@
 
 #include "kvpool_py.h"
 
-enum bop_kind { BOP_ALLOC, BOP_COMMIT, BOP_FREE, BOP_WRITE_KV, BOP_ATTEND };
+enum bop_kind { BOP_ALLOC, BOP_COMMIT, BOP_FREE, BOP_APPEND, BOP_WRITE_KV, BOP_ATTEND };
 
 struct bop {
 	enum bop_kind kind;
@@ -14,6 +14,7 @@ struct bop {
 	uint32_t n, lookahead, first;
 	uint64_t handle;
 	struct kvpy_array k, v;      /* WRITE_KV */
+	uint32_t *tokens;            /* APPEND: n of them, PyMem */
 	struct kvpy_attend_call att; /* ATTEND; single: Sequence-style, its result one array */
 	uint64_t arena_off;
 	int res;

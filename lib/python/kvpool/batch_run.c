@@ -96,6 +96,8 @@ static uint64_t arena_need(const struct bop *op)
 {
 	uint64_t bytes = 0;
 
+	if (op->kind == BOP_APPEND)
+		bytes = (uint64_t)op->n * sizeof(*op->tokens) + 8;
 	if (op->kind == BOP_WRITE_KV)
 		bytes = 2 * kvpy_array_bytes(&op->k) + 16;
 	if (op->kind == BOP_ATTEND) {
@@ -122,6 +124,14 @@ static int fill(struct runner *r, struct bop *op, struct kvp_sqe *sqe)
 		return 0;
 	case BOP_FREE:
 		kvp_prep_handle_op(sqe, KVP_OP_FREE, op->handle, 0);
+		return 0;
+	case BOP_APPEND:
+		/* A control request: done before the daemon takes the next, its tokens read then. */
+		bytes = (size_t)op->n * sizeof(*op->tokens);
+		memcpy(r->arena + off, op->tokens, bytes);
+		kvp_prep_handle_op(sqe, KVP_OP_APPEND_TOKENS, op->handle, op->n);
+		sqe->addr = off;
+		r->used = off + bytes;
 		return 0;
 	case BOP_WRITE_KV:
 		bytes = kvpy_array_bytes(&op->k);

@@ -306,9 +306,11 @@ static PyMethodDef client_methods[] = {
 	  METH_VARARGS | METH_KEYWORDS,
 	  "create_pool(name, blocks, block_size, groups, kv_heads=0, head_dim=0,\n"
 	  "            layers_per_group=1, dtype='bf16', max_len=None, namespace='',\n"
-	  "            backend='host', layout=None, owned=False)\n--\n\n"
+	  "            backend='host', layout=None, owned=False, *, device=None,\n"
+	  "            max_step_tokens=None)\n--\n\n"
 	  "Create a pool (needs admin=True). groups: [('full', 0), ('swa', 128)].\n"
-	  "owned: the pool is destroyed once this client is gone and nothing uses it." },
+	  "owned: the pool is destroyed once this client is gone and nothing uses it.\n"
+	  "max_step_tokens: the most tokens one alloc adds (sizes cyclic rings; default 1)." },
 	{ "open", (PyCFunction)(void (*)(void))client_open, METH_VARARGS | METH_KEYWORDS,
 	  "open(tokens, salt=None, prefix=None)\n--\n\n"
 	  "Open a sequence with its prompt; a Sequence (a context manager that closes it).\n"

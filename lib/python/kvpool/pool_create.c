@@ -80,20 +80,20 @@ PyObject *kvpy_create_pool(ClientObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = { "name", "blocks", "block_size", "groups", "kv_heads", "head_dim",
 				  "layers_per_group", "dtype", "max_len", "namespace", "backend",
-				  "layout", "owned", "device", NULL };
+				  "layout", "owned", "device", "max_step_tokens", NULL };
 	PyObject *blocks, *block_size, *groups, *kv_heads = NULL, *head_dim = NULL,
 		 *layers = NULL, *dtype = NULL, *max_len = Py_None, *ns = NULL, *backend = NULL,
-		 *layout = Py_None, *device = Py_None, *words;
+		 *layout = Py_None, *device = Py_None, *max_step = Py_None, *words;
 	const char *name;
 	char why[KVP_REASON_MAX], what[KVP_NAME_MAX + 16];
 	struct kvp_pool_params_v2 p;
 	int owned = 0, ret;
 	bool holds_kv;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOO|OOOOOOOOp$O:create_pool", kwlist, &name,
-					 &blocks, &block_size, &groups, &kv_heads, &head_dim,
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOO|OOOOOOOOp$OO:create_pool", kwlist,
+					 &name, &blocks, &block_size, &groups, &kv_heads, &head_dim,
 					 &layers, &dtype, &max_len, &ns, &backend, &layout, &owned,
-					 &device))
+					 &device, &max_step))
 		return NULL;
 	if (!*name || strlen(name) >= KVP_NAME_MAX)
 		return PyErr_Format(PyExc_ValueError, "create_pool: name: 1..%d bytes",
@@ -104,7 +104,8 @@ PyObject *kvpy_create_pool(ClientObject *self, PyObject *args, PyObject *kwds)
 		return NULL;
 	ret = set_param(&p, "blocks", blocks) ?: set_param(&p, "block_size", block_size) ?:
 	      set_param(&p, "groups", words) ?: set_param(&p, "max_len", max_len) ?:
-	      set_param(&p, "layout", layout) ?: set_param(&p, "device", device);
+	      set_param(&p, "layout", layout) ?: set_param(&p, "device", device) ?:
+	      set_param(&p, "max_step_tokens", max_step);
 	Py_DECREF(words);
 	if (!ret && ns && PyUnicode_Check(ns) && PyUnicode_GetLength(ns))
 		ret = set_param(&p, "namespace", ns);
