@@ -13,7 +13,12 @@ CC := cc
 endif
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
-CFLAGS_BASE := -std=gnu11 $(WARN) -g -D_GNU_SOURCE -Idaemon/core -Itools
+# The release, from VERSION: in the flags, so a new one rebuilds every object. The code is
+# what the setup reply carries, KVP_VERSION_CODE(major, minor, patch).
+VERSION := $(shell cat VERSION)
+VERSION_CODE := $(shell echo '$(VERSION)' | awk -F. '{ print $$1 * 65536 + $$2 * 256 + $$3 }')
+CFLAGS_BASE := -std=gnu11 $(WARN) -g -D_GNU_SOURCE -Idaemon/core -Itools \
+	       -DKVPOOL_VERSION=\"$(VERSION)\" -DKVPOOL_VERSION_CODE=$(VERSION_CODE)
 OPT := -O2
 
 ifeq ($(VARIANT),)

@@ -48,7 +48,8 @@ static bool is_pow2(uint32_t v)
  */
 static void refuse(struct kvpd *d, int fd, int err, const char *why)
 {
-	struct kvp_setup_reply r = { .result = err, .abi_version = KVP_ABI_VERSION };
+	struct kvp_setup_reply r = { .result = err, .abi_version = KVP_ABI_VERSION,
+				     .version = KVPOOL_VERSION_CODE };
 	struct kvpd_parcel p = KVPD_PARCEL_INIT;
 
 	kvpd_log(d, 1, "refusing a connection: %s", why);
@@ -446,7 +447,7 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 static bool client_setup(struct kvpd *d, struct kvpd_client *c)
 {
 	struct kvp_setup s;
-	struct kvp_setup_reply r = { .abi_version = KVP_ABI_VERSION };
+	struct kvp_setup_reply r = { .abi_version = KVP_ABI_VERSION, .version = KVPOOL_VERSION_CODE };
 	char why[KVP_REASON_MAX] = "";
 	/* MSG_TRUNC: the message's real length, so a longer one is refused, not cut short. */
 	ssize_t n = recv(c->sock, &s, sizeof(s), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
@@ -466,8 +467,9 @@ static bool client_setup(struct kvpd *d, struct kvpd_client *c)
 	if (!ret && d->ev->doorbell_watch(d, c))
 		ret = kvpd_refuse(why, sizeof(why), -ENOMEM, "its doorbell cannot be watched");
 	if (ret) {
-		/* A refusal carries nothing but how, why, and the ABI we speak. */
-		r = (struct kvp_setup_reply){ .result = ret, .abi_version = KVP_ABI_VERSION };
+		/* A refusal carries nothing but how, why, and which daemon and ABI refused. */
+		r = (struct kvp_setup_reply){ .result = ret, .abi_version = KVP_ABI_VERSION,
+					      .version = KVPOOL_VERSION_CODE };
 		send_reply(d, c, &r, why);
 		kvpd_client_close(d, c, why);
 		return false;

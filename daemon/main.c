@@ -49,6 +49,7 @@ static const char usage[] =
 	"                         (default: the online cores)\n"
 	"  -v, --verbose          log connections, disconnections, pools and signals\n"
 	"  -h, --help             show this help and exit\n"
+	"  -V, --version          print \"kvpoold VERSION\" and exit\n"
 	"\n"
 	"The config file (INI; options on the command line win over [daemon]):\n"
 	"  [daemon]          socket, socket_group, spin_us, budget, max_clients,\n"
@@ -335,6 +336,7 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		{ "threads", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	/* Command-line values win over the config file's: remember them, apply after loading. */
@@ -344,7 +346,7 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 	unsigned spin = ~0u, budget = 0, max_clients = 0, threads = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "s:c:g:t:vh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:c:g:t:vhV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': socket = optarg; break;
 		case 'c': *config = optarg; break;
@@ -352,6 +354,7 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		case OPT_PLUGIN_DIR: plugin_dir = optarg; break;
 		case 'v': d->cfg.verbose++; break;
 		case 'h': printf(usage, kvpd_plugin_install_dir()); exit(0);
+		case 'V': puts("kvpoold " KVPOOL_VERSION); exit(0);
 		case OPT_SPIN:
 			if (parse_count(optarg, 1000000, &spin))
 				goto bad_value;

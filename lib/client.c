@@ -158,6 +158,7 @@ static int map_rings(struct kvp_client *c, const struct kvp_setup_reply *r, int 
 	c->arena_bytes = r->arena_bytes;
 	c->sq_local_tail = *c->sq_tail;
 	c->features = r->features;
+	c->daemon_version = r->version;
 	c->pool = r->pool;
 	return 0;
 }
@@ -197,6 +198,18 @@ static void recv_reason(int sock, uint64_t deadline, char *why, size_t why_len)
 }
 
 /* The setup exchange on a connected socket, all before @deadline. */
+/* Which daemon refused us for its ABI (one before 0.2.0 sends no release, one of ABI 1 no ABI). */
+static void print_abi_mismatch(const struct kvp_setup_reply *r)
+{
+	char release[32] = "";
+
+	if (r->version)
+		snprintf(release, sizeof(release), " %u.%u.%u", r->version >> 16,
+			 r->version >> 8 & 0xff, r->version & 0xff);
+	fprintf(stderr, "libkvpool: kvpoold%s speaks ABI %u, libkvpool %s ABI %u\n", release,
+		r->abi_version ? r->abi_version : 1, KVPOOL_VERSION, KVP_ABI_VERSION);
+}
+
 static int handshake(struct kvp_client *c, const struct kvp_setup *s,
 		     const struct kvp_connect_opts *opts, uint64_t deadline)
 {
@@ -225,8 +238,7 @@ static int handshake(struct kvp_client *c, const struct kvp_setup *s,
 	}
 
 	if (ret == -EPROTO && r.abi_version != KVP_ABI_VERSION)
-		fprintf(stderr, "libkvpool: kvpoold speaks ABI %u, this library ABI %u\n",
-			r.abi_version ? r.abi_version : 1, KVP_ABI_VERSION);
+		print_abi_mismatch(&r);
 	if (!ret && admin && !(r.features & KVP_FEAT_ADMIN))
 		ret = -EPERM;
 	if (!ret && fds[KVP_FD_DOORBELL] < 0)
@@ -364,6 +376,16 @@ const struct kvp_pool_info *kvp_pool_info(const struct kvp_client *c)
 uint64_t kvp_features(const struct kvp_client *c)
 {
 	return c->features;
+}
+
+uint32_t kvp_daemon_version(const struct kvp_client *c)
+{
+	return c->daemon_version;
+}
+
+const char *kvp_version(void)
+{
+	return KVPOOL_VERSION;
 }
 
 void *kvp_arena(const struct kvp_client *c, uint64_t *bytes)

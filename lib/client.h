@@ -26,6 +26,7 @@ struct kvp_client {
 	uint8_t *arena;
 	uint64_t arena_bytes;
 	uint64_t features;
+	uint32_t daemon_version; /* KVP_VERSION_CODE of the daemon's release */
 	unsigned spin_us;
 	uint64_t next_user_data;
 	struct kvp_pool_info pool;

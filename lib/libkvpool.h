@@ -69,6 +69,12 @@ const struct kvp_pool_info *kvp_pool_info(const struct kvp_client *c);
 /* kvp_features - the KVP_FEAT_* bits agreed at setup. */
 uint64_t kvp_features(const struct kvp_client *c);
 
+/* kvp_daemon_version - the daemon's release, KVP_VERSION_CODE(major, minor, patch); 0 before 0.2.0. */
+uint32_t kvp_daemon_version(const struct kvp_client *c);
+
+/* kvp_version - this library's release, "MAJOR.MINOR.PATCH". */
+const char *kvp_version(void);
+
 /*
  * kvp_arena - the shared data arena: requests name their inputs and outputs
  * by offsets into it. The blocking calls below stage their data from offset

@@ -91,6 +91,7 @@ unset KVPOOL_EVENT_LOOP
 run "demo/make-demo" tools/demo.sh
 run "bench/release/attend" tools/kvbench attend --quick
 run "install/pkg-config" tests/install.sh
+run "version" tests/version.sh
 
 if command -v clang >/dev/null; then
 	run "build/clang" make --no-print-directory -s VARIANT=clang all

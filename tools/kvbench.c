@@ -46,7 +46,8 @@ static const char usage[] =
 	"                      starts, without and with the BPF accounting program\n"
 	"                      (kvctl acct) attached (root)\n"
 	"\n"
-	"  -h, --help          show this help and exit\n";
+	"  -h, --help          show this help and exit\n"
+	"  -V, --version       print \"kvbench VERSION\" and exit\n";
 
 void bench_print_machine(void)
 {
@@ -91,6 +92,10 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			fputs(usage, stdout);
+			return 0;
+		}
+		if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version")) {
+			puts("kvbench " KVPOOL_VERSION);
 			return 0;
 		}
 	}

@@ -39,11 +39,14 @@ static const char usage[] =
 	"                                  namespace=NAME (only its clients attach, and\n"
 	"                                  they may map the pool); a refusal says why\n"
 	"  pool destroy NAME               destroy a pool nobody uses (admin)\n"
+	"  version                         kvctl's, libkvpool's and the running daemon's\n"
+	"                                  releases, ABI and features\n"
 	"\n"
 	"Options:\n"
 	"  -s, --socket PATH   the daemon's socket (default $KVPOOL_SOCKET, else\n"
 	"                      " KVP_DEFAULT_SOCKET ")\n"
 	"  -h, --help          show this help and exit\n"
+	"  -V, --version       print \"kvctl VERSION\" and exit\n"
 	"\n"
 	"stats, clients and top read the daemon's read-only stats page: they never slow\n"
 	"it down. Root and the daemon's uid see every client; anyone else sees the\n"
@@ -78,6 +81,43 @@ static int connect_to(const char *socket, bool admin, struct kvp_client **c)
 			*why ? ": " : "", why,
 			ret == -EPERM && admin ? " (admin commands need root or the daemon's uid)" : "");
 	return ret;
+}
+
+/*
+ * kvctl version: three lines, the last from the daemon (the features it grants this
+ * client: admin for root and the daemon's uid). 1 when no daemon answers.
+ */
+static int cmd_version(const char *socket)
+{
+	const char *path = socket ? socket : getenv("KVPOOL_SOCKET");
+	char why[KVP_REASON_MAX] = "";
+	struct kvp_connect_opts opts = { .socket_path = socket, .admin = may_admin(socket),
+					 .stats_page = true, .pool_map = true, .sq_entries = 4,
+					 .arena_bytes = 4096, .why = why, .why_len = sizeof(why) };
+	struct kvp_client *c;
+	uint32_t v;
+	int ret;
+
+	printf("kvctl %s\nlibkvpool %s abi %u\n", KVPOOL_VERSION, kvp_version(), KVP_ABI_VERSION);
+	path = path ? path : KVP_DEFAULT_SOCKET;
+	ret = kvp_connect(&opts, &c);
+	if (ret == -EPERM && opts.admin) { /* an admin the daemon does not grant: ask for less */
+		opts.admin = false;
+		ret = kvp_connect(&opts, &c);
+	}
+	if (ret == -ENOENT || ret == -ECONNREFUSED) {
+		printf("kvpoold: not running at %s\n", path);
+		return 1;
+	}
+	if (ret) {
+		printf("kvpoold: %s: %s%s%s\n", path, strerror(-ret), *why ? ": " : "", why);
+		return 1;
+	}
+	v = kvp_daemon_version(c);
+	printf("kvpoold %u.%u.%u abi %u features 0x%llx\n", v >> 16, v >> 8 & 0xff, v & 0xff,
+	       KVP_ABI_VERSION, (unsigned long long)kvp_features(c));
+	kvp_close(c);
+	return 0;
 }
 
 static int usage_error(const char *msg)
@@ -214,15 +254,19 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *socket = NULL;
 	int c;
 
 	/* '+': options after the command belong to the command. */
-	while ((c = getopt_long(argc, argv, "+s:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+s:hV", opts, NULL)) != -1) {
 		if (c == 's') {
 			socket = optarg;
+		} else if (c == 'V') {
+			puts("kvctl " KVPOOL_VERSION);
+			return 0;
 		} else if (c == 'h') {
 			fputs(usage, stdout);
 			return 0;
@@ -244,6 +288,10 @@ int main(int argc, char **argv)
 		return kvctl_acct(argc, argv, socket);
 	if (argc >= 1 && !strcmp(argv[0], "pool"))
 		return cmd_pool(socket, argc, argv);
+	if (argc == 1 && !strcmp(argv[0], "version"))
+		return cmd_version(socket);
+	if (argc > 1 && !strcmp(argv[0], "version"))
+		return usage_error("version");
 	fprintf(stderr, argc ? "kvctl: unknown command '%s'\n" : "kvctl: no command%s\n",
 		argc ? argv[0] : "");
 	fputs("Try 'kvctl --help' for more information.\n", stderr);

@@ -32,7 +32,8 @@ static const char usage[] =
 	"      --seed N          makes the question differ between engines (default pid)\n"
 	"      --decode N        tokens to generate (default 32)\n"
 	"      --hold-ms N       keep the sequence open N ms before closing (default 0)\n"
-	"  -h, --help            show this help and exit\n";
+	"  -h, --help            show this help and exit\n"
+	"  -V, --version         print \"kvengine VERSION\" and exit\n";
 
 struct engine_opts {
 	struct kvp_connect_opts conn;
@@ -51,11 +52,11 @@ static int parse(int argc, char **argv, struct engine_opts *o)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "decode", required_argument, NULL, OPT_DECODE },
 		{ "hold-ms", required_argument, NULL, OPT_HOLD }, { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 },
 	};
 	int c;
 
-	while ((c = getopt_long(argc, argv, "s:p:n:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:n:hV", opts, NULL)) != -1) {
 		char *end = NULL;
 		unsigned long v = optarg ? strtoul(optarg, &end, 10) : 0;
 		bool numeric = optarg && *optarg && !*end && v <= 1000000;
@@ -66,6 +67,7 @@ static int parse(int argc, char **argv, struct engine_opts *o)
 		case 'n': o->name = optarg; continue;
 		case OPT_NS: o->conn.namespace_ = optarg; continue;
 		case 'h': fputs(usage, stdout); exit(0);
+		case 'V': puts("kvengine " KVPOOL_VERSION); exit(0);
 		case OPT_SYSTEM: o->system = (unsigned)v; break;
 		case OPT_QUESTION: o->question = (unsigned)v; break;
 		case OPT_SEED: o->seed = (unsigned)v; break;

@@ -18,6 +18,7 @@ static const char usage[] =
 	"                      client on a private pool made from the pool/group lines\n"
 	"                      (destroyed at the end); the output is the same as in process\n"
 	"  -h, --help          show this help and exit\n"
+	"  -V, --version       print \"kvtrace VERSION\" and exit\n"
 	"\n"
 	"Trace language (one command per line; fields split on blanks; a line whose\n"
 	"first non-blank character is # is a comment):\n"
@@ -166,6 +167,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *socket = NULL;
@@ -173,9 +175,13 @@ int main(int argc, char **argv)
 	FILE *in;
 	int c, status, ret;
 
-	while ((c = getopt_long(argc, argv, "s:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:hV", opts, NULL)) != -1) {
 		if (c == 'h') {
 			fputs(usage, stdout);
+			return 0;
+		}
+		if (c == 'V') {
+			puts("kvtrace " KVPOOL_VERSION);
 			return 0;
 		}
 		if (c == 's') {

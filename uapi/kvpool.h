@@ -136,9 +136,13 @@ struct kvp_setup_reply {
 	__u64 stats_bytes;     /* with KVP_FEAT_STATS_PAGE: size of the stats page; else 0 */
 	__u32 abi_version;     /* KVP_ABI_VERSION of the daemon, set in refusals too (a daemon
 				* of ABI 1 left it 0) */
-	__u32 resv0;           /* zero */
+	__u32 version;         /* kvpoold's version, KVP_VERSION_CODE(major, minor, patch), set in
+				* refusals too (0 from a daemon before 0.2.0) */
 	__u64 resv[2];         /* zero */
 };
+
+/* A version as kvp_setup_reply.version carries it: 0.2.0 is 0x000200. */
+#define KVP_VERSION_CODE(major, minor, patch) (((major) << 16) | ((minor) << 8) | (patch))
 
 /* Descriptors passed with the reply, in this order (the stats page only when agreed). */
 enum { KVP_FD_MEM, KVP_FD_DOORBELL, KVP_FD_STATS, KVP_NUM_FDS };
@@ -666,7 +670,8 @@ _Static_assert(__builtin_offsetof(struct kvp_setup_reply, stats_bytes) == 224,
 	       "kvp_setup_reply.stats_bytes");
 _Static_assert(__builtin_offsetof(struct kvp_setup_reply, abi_version) == 232,
 	       "kvp_setup_reply.abi_version");
-_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv0) == 236, "kvp_setup_reply.resv0");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, version) == 236,
+	       "kvp_setup_reply.version");
 _Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv) == 240, "kvp_setup_reply.resv");
 
 _Static_assert(sizeof(struct kvp_sqe) == 64, "kvp_sqe");

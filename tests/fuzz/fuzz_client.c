@@ -108,9 +108,10 @@ static void read_reply(struct kvpd *d, struct fz_client *fc, const struct kvp_se
 		/* No reply only when the setup never came: then the session is gone. */
 		if (fz_client_of(d, fc))
 			fz_fail("a client is set up but got no reply (%zd)", n);
-	} else if (r.abi_version != KVP_ABI_VERSION || r.resv0 || r.resv[0] || r.resv[1]) {
-		fz_fail("setup reply: abi %u, reserved fields %u %llu %llu", r.abi_version, r.resv0,
-			(unsigned long long)r.resv[0], (unsigned long long)r.resv[1]);
+	} else if (r.abi_version != KVP_ABI_VERSION || r.version != KVPOOL_VERSION_CODE ||
+		   r.resv[0] || r.resv[1]) {
+		fz_fail("setup reply: abi %u, version %#x, reserved fields %llu %llu", r.abi_version,
+			r.version, (unsigned long long)r.resv[0], (unsigned long long)r.resv[1]);
 	} else if (r.result) {
 		if (nfds || fz_client_of(d, fc))
 			fz_fail("refused (%d) but %d descriptors came, or the client stays", r.result, nfds);

@@ -84,6 +84,7 @@ static void descriptors(void)
 	n = raw_setup(KVP_ABI_VERSION, 0, &r, fds);
 	CHECK_EQ(r.result, 0);
 	CHECK_EQ(r.abi_version, KVP_ABI_VERSION);
+	CHECK_EQ(r.version, KVPOOL_VERSION_CODE);
 	CHECK_EQ(n, 2);
 	fd_is(fds[KVP_FD_MEM], "/memfd:kvpool-client (deleted)");
 	fd_is(fds[KVP_FD_DOORBELL], "anon_inode:[eventfd]");
@@ -117,15 +118,16 @@ static void abi1_refused(void)
 	CHECK_EQ(raw_setup(1, 0, &r, fds), 0);
 	CHECK_EQ(r.result, -EPROTO);
 	CHECK_EQ(r.abi_version, KVP_ABI_VERSION);
+	CHECK_EQ(r.version, KVPOOL_VERSION_CODE); /* so the client can say which daemon refused */
 	CHECK_EQ(r.mmap_bytes, 0);
 }
 
-/* A daemon of @abi: refuses one setup with -EPROTO, as its version would. */
+/* A daemon of ABI @abi[0], release @abi[1]: refuses one setup with -EPROTO, as it would. */
 static int fake_daemon(void *arg)
 {
 	const uint32_t *abi = arg;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct kvp_setup_reply r = { .result = -EPROTO, .abi_version = *abi };
+	struct kvp_setup_reply r = { .result = -EPROTO, .abi_version = abi[0], .version = abi[1] };
 	struct kvp_setup s;
 	int lfd = socket(AF_UNIX, SOCK_SEQPACKET, 0), fd;
 
@@ -144,13 +146,17 @@ static int fake_daemon(void *arg)
 	return 0;
 }
 
-/* kvp_connect against a daemon of @abi (0: one of ABI 1, which left the field 0). */
-static void library_says(uint32_t abi, const char *expected)
+/*
+ * kvp_connect against a daemon of @abi (0: one of ABI 1, which left the field 0) and
+ * release @version (0: one before 0.2.0, which sent none).
+ */
+static void library_says(uint32_t abi, uint32_t version, const char *expected)
 {
+	uint32_t daemon[2] = { abi, version };
 	char path[160], said[256] = "";
 	struct kvp_connect_opts o = { .socket_path = path, .timeout_ms = 5000 };
 	struct kvp_client *c;
-	pid_t pid = fork_child_ready(fake_daemon, &abi);
+	pid_t pid = fork_child_ready(fake_daemon, daemon);
 	int saved = dup(STDERR_FILENO), ret;
 	FILE *log = tmpfile();
 
@@ -230,8 +236,9 @@ int main(void)
 	descriptors();
 	abi1_refused();
 	descriptors_refused();
-	library_says(0, "libkvpool: kvpoold speaks ABI 1, this library ABI 2\n");
-	library_says(3, "libkvpool: kvpoold speaks ABI 3, this library ABI 2\n");
+	library_says(0, 0, "libkvpool: kvpoold speaks ABI 1, libkvpool " KVPOOL_VERSION " ABI 2\n");
+	library_says(3, KVP_VERSION_CODE(1, 4, 2),
+		     "libkvpool: kvpoold 1.4.2 speaks ABI 3, libkvpool " KVPOOL_VERSION " ABI 2\n");
 	/* The daemon served all that and still does. */
 	kvp_close(connect_or_die(&dmn, "", "", false));
 

@@ -34,10 +34,11 @@ from ._kvpool import (
     QuotaExceeded,
     Sequence,
     Timeout,
+    __version__,
 )
 
 __all__ = [
     "ABI_VERSION", "Batch", "BatchError", "Client", "Disconnected", "Error", "KVView",
     "NoData", "NoSpace", "NotFound", "PermissionDenied", "PoolInfo", "PoolMap",
-    "QuotaExceeded", "Sequence", "Timeout",
+    "QuotaExceeded", "Sequence", "Timeout", "__version__",
 ]

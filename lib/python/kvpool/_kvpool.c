@@ -247,7 +247,8 @@ static int module_exec(PyObject *m)
 	if (!st->pool_info_type ||
 	    PyModule_AddObjectRef(m, "PoolInfo", (PyObject *)st->pool_info_type) < 0)
 		return -1;
-	if (PyModule_AddIntConstant(m, "ABI_VERSION", KVP_ABI_VERSION) < 0)
+	if (PyModule_AddStringConstant(m, "__version__", KVPOOL_VERSION) < 0 ||
+	    PyModule_AddIntConstant(m, "ABI_VERSION", KVP_ABI_VERSION) < 0)
 		return -1;
 	return 0;
 }
