@@ -67,6 +67,7 @@ class Request:
     computed: int = 0      # positions whose KV is written
     slots: int = 0         # positions allocated
     table: list = None     # LocalStore: block tables, a tensor per group
+    stuck_at: int = None   # the span end it last preempted itself at, the pool idle
     generated: list = field(default_factory=list)
     logits: list = field(default_factory=list)
 
@@ -102,10 +103,10 @@ class Engine:
             # request admitted next may hit.
             preempted = self.preemptions
             spans = [(req, self._span_end(req)) for req in self.running]
-            short = self.store.prepare(spans) if spans else []
-            for req in short:
+            short = self.store.prepare(spans) if spans else {}
+            for req, error in short.items():
                 if req in self.running:
-                    self._make_room(req, self._span_end(req))
+                    self._make_room(req, self._span_end(req), error)
             for req, end in spans:
                 if req in self.running and req not in short:
                     req.slots = max(req.slots, end)
@@ -119,6 +120,7 @@ class Engine:
 
     def _admit(self):
         deadline = None
+        idle = 0
         while self.waiting and len(self.running) < MAX_RUNNING:
             req = self.waiting[0]
             try:
@@ -129,10 +131,13 @@ class Engine:
                 # Nothing of ours holds blocks: only other engines can free them.
                 usable, used = self.store.usage()
                 if not used:
-                    raise engine_kv.EngineError(
-                        f"request {req.id} needs more blocks than the pool has ({usable} "
-                        "usable, none in use): use a pool with more blocks (--blocks when "
-                        "this engine creates it)") from e
+                    # Refused with nothing in use, twice (once could be others leaving
+                    # between the ALLOC and the count): it can never fit.
+                    idle += 1
+                    if idle == 2:
+                        raise self._never_fits(req, f" at {len(req.tokens)} tokens", usable,
+                                               e) from e
+                    continue
                 deadline = deadline or time.monotonic() + ADMIT_WAIT_S
                 if time.monotonic() > deadline:
                     raise engine_kv.EngineError(
@@ -146,9 +151,9 @@ class Engine:
             if req.hit is None:
                 req.hit = hit
 
-    def _make_room(self, req, end):
+    def _make_room(self, req, end, error):
         """Preempts the newest running requests until @req has slots up to @end, or is
-        preempted itself."""
+        preempted itself. @error: the refusal of its ALLOC."""
         while True:
             victim = self.running.pop()
             self.store.preempt(victim)
@@ -156,18 +161,31 @@ class Engine:
             self.waiting.appendleft(victim)
             self.preemptions += 1
             if victim is req:
-                if not self.running and not self.store.usage()[1]:
-                    raise engine_kv.EngineError(
-                        f"request {req.id} at {end} tokens needs more blocks than the pool "
-                        f"has ({self.store.usage()[0]} usable, none in use): use a pool with "
-                        "more blocks (--blocks when this engine creates it)")
+                usable, used = self.store.usage()
+                if not self.running and not used:
+                    # Twice at the same length, the pool idle both times: it can never fit.
+                    if req.stuck_at == end:
+                        raise self._never_fits(req, f" at {end} tokens", usable, error)
+                    req.stuck_at = end
                 return
             try:
                 self.store.grow(req, end)
                 req.slots = max(req.slots, end)
                 return
-            except kvpool.NoSpace:
+            except kvpool.NoSpace as e:
+                error = e
                 continue
+
+    @staticmethod
+    def _never_fits(req, at, usable, error):
+        if isinstance(error, kvpool.QuotaExceeded):
+            return engine_kv.EngineError(
+                f"request {req.id}{at}: {error.reason or error.strerror}, with nothing of "
+                "this engine running: a quota of this uid or namespace is too small for it "
+                "(kvctl clients shows the quotas)")
+        return engine_kv.EngineError(
+            f"request {req.id}{at} needs more blocks than the pool has ({usable} usable, none "
+            "in use): use a pool with more blocks (--blocks when this engine creates it)")
 
     def _step(self):
         items, tokens, positions, rows = [], [], [], []
@@ -245,9 +263,12 @@ def parse_args(argv):
     for name in ("seed", "first_id", "blocks"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative")
+    if args.blocks == 1:
+        p.error("--blocks must be at least 2 (block 0 is the null block)")
     if not 0 <= args.shared_prefix <= args.prompt_tokens:
         p.error("--shared-prefix must be 0..--prompt-tokens")
-    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
+    if args.device not in ("cpu", "cuda") and not (args.device.startswith("cuda:") and
+                                                   args.device[5:].isdigit()):
         p.error(f"--device {args.device}: cpu or cuda[:N]")
     if args.attend == "local" and not args.namespace and not args.reference:
         p.error("--attend local maps the pool, and only a pool restricted to a namespace can "

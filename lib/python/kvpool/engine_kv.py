@@ -46,7 +46,7 @@ class ReferenceStore:
         return 0
 
     def prepare(self, spans):
-        return []
+        return {}
 
     def computed(self, req, n):
         req.computed = n
@@ -108,11 +108,17 @@ def _create(args, model, name, backend):
                            dtype=args.dtype, namespace=args.namespace, backend=backend,
                            device=_ordinal(args.device) if backend == "cuda" else None,
                            max_step_tokens=em.STEP_TOKENS)
-    except kvpool.Error as e:
-        if e.errno != errno.EEXIST:  # another engine created it first: take that one
+    except (kvpool.Error, ValueError) as e:
+        # EEXIST: another engine created it first; take that one.
+        if not isinstance(e, kvpool.Error) or e.errno != errno.EEXIST:
             client.close()
-            raise EngineError(f"creating pool {name}: {e.reason or e.strerror}") from e
-    client.attach(name)
+            raise EngineError(f"creating pool {name}: {getattr(e, 'reason', None) or e}") from e
+    try:
+        client.attach(name)
+    except kvpool.Error as e:
+        client.close()
+        raise EngineError(f"pool {name}: {e.reason or e.strerror} (namespace "
+                          f"'{args.namespace}')") from e
     return client
 
 
@@ -148,7 +154,15 @@ class PoolStore:
         # LOOKUP is advisory: it sizes the chunk; the ALLOC takes the hit atomically.
         hint = req.seq.lookup()
         want = min(em.STEP_TOKENS, len(req.tokens) - hint)
-        hit = req.seq.alloc(want, use_cache=True)
+        try:
+            hit = req.seq.alloc(want, use_cache=True)
+        except kvpool.Error as e:
+            if e.errno == errno.EINVAL and any(k == "cyclic" for k, _ in self.model.groups):
+                raise EngineError(f"pool {self.client.pool.name} refuses an alloc of {want} "
+                                  f"tokens: its max_step_tokens is below the {em.STEP_TOKENS} "
+                                  "this engine's prefill chunks need (a pool made elsewhere: "
+                                  "destroy it, or use another --seed)") from e
+            raise
         req.computed = hit
         req.slots = hit + want
         self.allocated([req])
@@ -156,7 +170,7 @@ class PoolStore:
 
     def prepare(self, spans):
         """One batch: last step's commits, the tokens the store lacks, slots up to each span's
-        end. Returns the requests whose allocation found the pool short."""
+        end. Returns {request: NoSpace} for those whose allocation found the pool short."""
         reqs = [req for req, _ in spans]
         appends = [(req, end) for req, end in spans if req.known < end]
         b = self.client.batch()
@@ -174,10 +188,10 @@ class PoolStore:
         self.pending.clear()
         for req, end in appends:
             req.known = end
-        short = []
+        short = {}
         for (req, _), result in zip(spans, b.results[-len(spans):]):
             if isinstance(result, kvpool.NoSpace):
-                short.append(req)
+                short[req] = result
             elif isinstance(result, Exception):
                 raise result
         self.allocated([req for req in reqs if req not in short])

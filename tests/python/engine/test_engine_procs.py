@@ -91,6 +91,10 @@ def test_refusals_name_their_cause(daemon):
     assert rc == 2 and "invalid choice: 'gpt5'" in err
     rc, _, err = run_here(["--model", MODEL, "--shared-prefix", "50", "--prompt-tokens", "40"])
     assert rc == 2 and "--shared-prefix must be 0..--prompt-tokens" in err
+    rc, _, err = run_here(["--model", MODEL, "--blocks", "1"])
+    assert rc == 2 and "--blocks must be at least 2 (block 0 is the null block)" in err
+    rc, _, err = run_here(["--model", MODEL, "--device", "cuda:x"])
+    assert rc == 2 and "--device cuda:x: cpu or cuda[:N]" in err
 
     # A pool of this name with another geometry.
     with daemon.client(admin=True) as c:
@@ -113,13 +117,30 @@ def test_refusals_name_their_cause(daemon):
 
     # A pool too small for one request, with nothing else in it: at admission (4 groups of
     # 2 blocks for the first chunk) and later (one group; the fourth block at token 48).
-    for model, at in (("llama4", ""), ("llama", " at 49 tokens")):
+    for model, at in (("llama4", " at 40 tokens"), ("llama", " at 49 tokens")):
         rc, out, err = run_here(argv(daemon, 0) + ["--model", model, "--seed", "99",
                                                     "--blocks", "4"])
         assert (rc, out) == (1, "")
         assert err == (f"kvpool.engine: request 0{at} needs more blocks than the pool has "
                        "(3 usable, none in use): use a pool with more blocks (--blocks when "
                        "this engine creates it)\n")
+
+    # A namespace quota (tight: 2 blocks a pool) too small for one request.
+    rc, out, err = run_here(argv(daemon, 0) + ["--namespace", "tight", "--seed", "98"])
+    assert (rc, out) == (1, "")
+    assert err.startswith("kvpool.engine: request 0 at 40 tokens: ") and err.endswith(
+        ", with nothing of this engine running: a quota of this uid or namespace is too small "
+        "for it (kvctl clients shows the quotas)\n"), err
+
+    # A cyclic pool made elsewhere with max_step_tokens below the engine's chunks.
+    with daemon.client(admin=True) as c:
+        c.create_pool("engine-cyclic-97-f32", 64, 16, [("cyclic", 24)], kv_heads=2,
+                      head_dim=32, layers_per_group=4, dtype="f32")
+    rc, out, err = run_here(argv(daemon, 0) + ["--model", "cyclic", "--seed", "97"])
+    assert (rc, out) == (1, "")
+    assert err == ("kvpool.engine: pool engine-cyclic-97-f32 refuses an alloc of 32 tokens: its "
+                   "max_step_tokens is below the 32 this engine's prefill chunks need (a pool "
+                   "made elsewhere: destroy it, or use another --seed)\n")
 
     # No daemon at the socket.
     rc, out, err = run_here(argv(daemon, 0) + ["--socket", daemon.socket + ".none"])
