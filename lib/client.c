@@ -197,7 +197,6 @@ static void recv_reason(int sock, uint64_t deadline, char *why, size_t why_len)
 	snprintf(why, why_len, "%s", text);
 }
 
-/* The setup exchange on a connected socket, all before @deadline. */
 /* Which daemon refused us for its ABI (one before 0.2.0 sends no release, one of ABI 1 no ABI). */
 static void print_abi_mismatch(const struct kvp_setup_reply *r)
 {
@@ -210,6 +209,7 @@ static void print_abi_mismatch(const struct kvp_setup_reply *r)
 		r->abi_version ? r->abi_version : 1, KVPOOL_VERSION, KVP_ABI_VERSION);
 }
 
+/* The setup exchange on a connected socket, all before @deadline. */
 static int handshake(struct kvp_client *c, const struct kvp_setup *s,
 		     const struct kvp_connect_opts *opts, uint64_t deadline)
 {

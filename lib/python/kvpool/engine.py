@@ -107,9 +107,6 @@ class Engine:
             for req, error in short.items():
                 if req in self.running:
                     self._make_room(req, self._span_end(req), error)
-            for req, end in spans:
-                if req in self.running and req not in short:
-                    req.slots = max(req.slots, end)
             if self.preemptions == preempted:
                 self._admit()
             if self.running:
@@ -157,7 +154,6 @@ class Engine:
         while True:
             victim = self.running.pop()
             self.store.preempt(victim)
-            victim.slots = 0
             self.waiting.appendleft(victim)
             self.preemptions += 1
             if victim is req:
@@ -170,11 +166,9 @@ class Engine:
                 return
             try:
                 self.store.grow(req, end)
-                req.slots = max(req.slots, end)
                 return
             except kvpool.NoSpace as e:
                 error = e
-                continue
 
     @staticmethod
     def _never_fits(req, at, usable, error):

@@ -80,8 +80,7 @@ def connect(args, model):
     except kvpool.NotFound:
         client = _create(args, model, name, backend)
     except kvpool.PermissionDenied as e:
-        raise EngineError(f"pool {name}: {e.reason or e.strerror} (namespace "
-                          f"'{args.namespace}')") from e
+        raise _refused(name, args, e) from e
     info = client.pool
     want = (model.groups, model.layers_per_group, em.KV_HEADS, em.HEAD_DIM, args.dtype,
             em.BLOCK_SIZE)
@@ -117,9 +116,13 @@ def _create(args, model, name, backend):
         client.attach(name)
     except kvpool.Error as e:
         client.close()
-        raise EngineError(f"pool {name}: {e.reason or e.strerror} (namespace "
-                          f"'{args.namespace}')") from e
+        raise _refused(name, args, e) from e
     return client
+
+
+def _refused(name, args, error):
+    return EngineError(f"pool {name}: {error.reason or error.strerror} (namespace "
+                       f"'{args.namespace}')")
 
 
 def _ordinal(device):
@@ -189,17 +192,20 @@ class PoolStore:
         for req, end in appends:
             req.known = end
         short = {}
-        for (req, _), result in zip(spans, b.results[-len(spans):]):
+        for (req, end), result in zip(spans, b.results[-len(spans):]):
             if isinstance(result, kvpool.NoSpace):
                 short[req] = result
             elif isinstance(result, Exception):
                 raise result
+            else:
+                req.slots = max(req.slots, end)
         self.allocated([req for req in reqs if req not in short])
         return short
 
     def grow(self, req, end):
         """Slots up to @end for one request, after a preemption made room; NoSpace if not."""
         req.seq.alloc(end - req.computed)
+        req.slots = max(req.slots, end)
         self.allocated([req])
 
     def preempt(self, req):
@@ -209,7 +215,7 @@ class PoolStore:
             req.known = len(req.tokens)
         self.pending.pop(req, None)
         req.seq.free()
-        req.computed = 0
+        req.computed = req.slots = 0
 
     def computed(self, req, n):
         req.computed = n
