@@ -113,7 +113,7 @@ NO_IO_URING := $(BUILD)/tests/no_io_uring
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
-.PHONY: all deps test demo install clean
+.PHONY: all deps test-deps test demo install uninstall clean
 all: $(CORE_LIB) $(LIB_A) $(LIB_SO) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING) \
 	cuda-backend python-binding
 
@@ -259,7 +259,10 @@ build/libkvcore-debug.a: FORCE
 deps:
 	@tools/deps.sh
 
-test: deps
+test-deps:
+	@tools/deps.sh --tests
+
+test: test-deps
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory VARIANT=asan all
 	$(MAKE) --no-print-directory VARIANT=tsan all
@@ -270,26 +273,72 @@ demo: deps
 	$(MAKE) --no-print-directory all
 	tools/demo.sh
 
+# Installed where systemd and man look for them under PREFIX (/usr/local by default); the
+# config in SYSCONFDIR (/etc), written only where none exists: it is the operator's.
+SBINDIR ?= $(PREFIX)/sbin
+BINDIR ?= $(PREFIX)/bin
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
+SYSCONFDIR ?= /etc
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+MAN_PAGES := docs/man/kvpoold.8 docs/man/kvctl.8 docs/man/kvtrace.1 docs/man/kvbench.1 \
+	     docs/man/kvpool.conf.5 docs/man/libkvpool.3
+INSTALLED_BINS := kvctl kvtrace kvbench kvengine
+D := $(DESTDIR)
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-		$(DESTDIR)$(PREFIX)/include/kvpool/lib $(DESTDIR)$(PREFIX)/include/kvpool/uapi
-	install -m 755 daemon/kvpoold $(DESTDIR)$(PREFIX)/sbin/
-	install -m 755 tools/kvctl tools/kvtrace tools/kvbench tools/kvengine $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 build/libkvpool.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 build/libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/
-	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
-	install -m 644 lib/libkvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/lib/
-	install -m 644 uapi/kvpool.h $(DESTDIR)$(PREFIX)/include/kvpool/uapi/
-	sed 's|@PREFIX@|$(PREFIX)|' lib/libkvpool.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/libkvpool.pc
+	install -d $(D)$(BINDIR) $(D)$(SBINDIR) $(D)$(LIBDIR)/pkgconfig \
+		$(D)$(INCLUDEDIR)/kvpool/lib $(D)$(INCLUDEDIR)/kvpool/uapi \
+		$(D)$(SYSTEMD_UNITDIR) $(D)$(SYSUSERSDIR) $(D)$(DATADIR)/kvpool/bpftrace \
+		$(D)$(DATADIR)/doc/kvpool $(D)$(SYSCONFDIR)/kvpool \
+		$(addprefix $(D)$(MANDIR)/man,1 3 5 8)
+	install -m 755 daemon/kvpoold $(D)$(SBINDIR)/
+	install -m 755 $(addprefix tools/,$(INSTALLED_BINS)) $(D)$(BINDIR)/
+	install -m 644 build/libkvpool.a $(D)$(LIBDIR)/
+	install -m 755 build/libkvpool.so.0 $(D)$(LIBDIR)/
+	ln -sf libkvpool.so.0 $(D)$(LIBDIR)/libkvpool.so
+	install -m 644 lib/libkvpool.h $(D)$(INCLUDEDIR)/kvpool/lib/
+	install -m 644 uapi/kvpool.h $(D)$(INCLUDEDIR)/kvpool/uapi/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+		-e 's|@VERSION@|$(VERSION)|' lib/libkvpool.pc.in >$(D)$(LIBDIR)/pkgconfig/libkvpool.pc
+	$(foreach m,$(MAN_PAGES),install -m 644 $(m) $(D)$(MANDIR)/man$(subst .,,$(suffix $(m)))/ &&) true
+	sed -e 's|@SBINDIR@|$(SBINDIR)|' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|' \
+		daemon/systemd/kvpoold.service.in >$(D)$(SYSTEMD_UNITDIR)/kvpoold.service
+	install -m 644 daemon/systemd/kvpoold.socket $(D)$(SYSTEMD_UNITDIR)/
+	install -m 644 daemon/systemd/kvpool.sysusers $(D)$(SYSUSERSDIR)/kvpool.conf
+	install -m 644 tools/bpftrace/*.bt $(D)$(DATADIR)/kvpool/bpftrace/
+	install -m 644 LICENSE README.md $(D)$(DATADIR)/doc/kvpool/
+	@if [ -e $(D)$(SYSCONFDIR)/kvpool/kvpool.conf ]; then \
+		echo "kept $(D)$(SYSCONFDIR)/kvpool/kvpool.conf (yours); the default is daemon/kvpool.conf"; \
+	else \
+		echo "install -m 644 daemon/kvpool.conf $(D)$(SYSCONFDIR)/kvpool/kvpool.conf"; \
+		install -m 644 daemon/kvpool.conf $(D)$(SYSCONFDIR)/kvpool/kvpool.conf; \
+	fi
 ifneq ($(PY_EXT),)
-	install -d $(DESTDIR)$(PYTHON_SITEDIR)/kvpool
-	install -m 644 lib/python/kvpool/*.py $(DESTDIR)$(PYTHON_SITEDIR)/kvpool/
-	install -m 755 $(PY_EXT) $(DESTDIR)$(PYTHON_SITEDIR)/kvpool/
+	install -d $(D)$(PYTHON_SITEDIR)/kvpool
+	install -m 644 lib/python/kvpool/*.py $(D)$(PYTHON_SITEDIR)/kvpool/
+	install -m 755 $(PY_EXT) $(D)$(PYTHON_SITEDIR)/kvpool/
 endif
 ifneq ($(NVCC),)
-	install -d $(DESTDIR)$(LIBDIR)/kvpool
-	install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR)/kvpool/
+	install -d $(D)$(LIBDIR)/kvpool
+	install -m 755 $(CUDA_PLUGIN) $(D)$(LIBDIR)/kvpool/
 endif
+
+# Everything install wrote but the config, which may hold the operator's edits.
+uninstall:
+	rm -f $(D)$(SBINDIR)/kvpoold $(addprefix $(D)$(BINDIR)/,$(INSTALLED_BINS)) \
+		$(addprefix $(D)$(LIBDIR)/,libkvpool.a libkvpool.so.0 libkvpool.so pkgconfig/libkvpool.pc) \
+		$(D)$(LIBDIR)/kvpool/libkvpool_cuda.so \
+		$(addprefix $(D)$(SYSTEMD_UNITDIR)/,kvpoold.service kvpoold.socket) \
+		$(D)$(SYSUSERSDIR)/kvpool.conf \
+		$(foreach m,$(MAN_PAGES),$(D)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
+	rm -rf $(D)$(INCLUDEDIR)/kvpool $(D)$(DATADIR)/kvpool $(D)$(DATADIR)/doc/kvpool \
+		$(D)$(PYTHON_SITEDIR)/kvpool
+	-rmdir $(D)$(LIBDIR)/kvpool 2>/dev/null
+	@! [ -e $(D)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
+		echo "kept $(D)$(SYSCONFDIR)/kvpool/kvpool.conf (remove it by hand)"
 
 clean:
 	rm -rf build $(TOOLS) daemon/kvpoold gpu/libkvpool_cuda.so lib/python/kvpool/_kvpool.abi3.so

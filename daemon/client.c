@@ -52,7 +52,7 @@ static void refuse(struct kvpd *d, int fd, int err, const char *why)
 				     .version = KVPOOL_VERSION_CODE };
 	struct kvpd_parcel p = KVPD_PARCEL_INIT;
 
-	kvpd_log(d, 1, "refusing a connection: %s", why);
+	kvpd_log(d, KVPD_LOG_INFO, "refusing a connection: %s", why);
 	p.sock = fd;
 	p.len = sizeof(r);
 	memcpy(p.msg, &r, sizeof(r));
@@ -174,8 +174,15 @@ int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name, 
 	struct kvpd_pool *pool = *name ? kvpd_pool_find(d, name) : NULL;
 	int ret;
 
+	/* Monitors are counted apart: one attached would be in the pool's clients. */
+	if (*name && c->monitor)
+		return kvpd_refuse(why, why_len, -EINVAL, "a monitor attaches to no pool");
 	if (*name && !pool)
 		return kvpd_refuse(why, why_len, -ENODEV, "no pool '%s'", name);
+	/* Gone from the config at a reload: it lives on only for the clients it has. */
+	if (pool && pool->removed)
+		return kvpd_refuse(why, why_len, -ENODEV, "pool '%s' is being removed (no longer "
+				   "in the config)", name);
 	/* An owned pool is its creator's: its uid's clients (and root's) only. */
 	if (pool && pool->owned && c->uid != 0 && c->uid != pool->owner_uid)
 		return kvpd_refuse(why, why_len, -EPERM, "pool '%s' is owned by uid %u", name,
@@ -386,6 +393,9 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 	if (!kvpd_namespace_allowed(d, s->namespace_, c->uid))
 		return kvpd_refuse(why, why_len, -EPERM, "namespace '%s' is not granted to uid %u",
 				   s->namespace_, (unsigned)c->uid);
+	if ((s->features & KVP_FEAT_MONITOR) && *s->pool)
+		return kvpd_refuse(why, why_len, -EINVAL, "a monitor attaches to no pool (pool '%s')",
+				   s->pool);
 	/* The namespace's quotas (a named one's), and the arena against both tenants'. */
 	if (*s->namespace_) {
 		struct kvpd_tenant *t = kvpd_tenant_get(d, KVP_TENANT_NAMESPACE, 0, s->namespace_);
@@ -476,18 +486,23 @@ static bool client_setup(struct kvpd *d, struct kvpd_client *c)
 	}
 	/* Counted and published before the reply: a client sees itself in the stats at once. */
 	c->ready = true;
+	c->monitor = r.features & KVP_FEAT_MONITOR;
 	c->active_idx = d->nactive;
 	d->active[d->nactive++] = c;
-	d->connected++;
+	/* A monitor is counted, never listed: it is not one of the clients it watches. */
+	d->nmonitors += c->monitor;
+	d->connected += !c->monitor;
 	kvpd_stats_begin(d);
 	d->stats.page->clients_connected = d->connected;
+	d->stats.page->monitors = d->nmonitors;
 	kvpd_stats_client(d, c);
 	kvpd_stats_end(d);
 	KVPD_PROBE(client_connect, c->gen, (int32_t)c->pid, (uint32_t)c->uid);
 	send_reply(d, c, &r, NULL);
-	kvpd_log(d, 1, "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s", c->gen,
+	kvpd_log(d, c->monitor ? KVPD_LOG_DEBUG : KVPD_LOG_INFO,
+		 "client %u connected: pid %d uid %u pool '%s' namespace '%s'%s%s", c->gen,
 		 (int)c->pid, (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_,
-		 c->admin ? " admin" : "");
+		 c->admin ? " admin" : "", c->monitor ? " monitor" : "");
 	return true;
 }
 
@@ -523,14 +538,18 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	bool killed = seqs_open > 0;
 
 	if (c->ready) {
-		d->disconnected++;
-		d->killed += killed;
+		d->nmonitors -= c->monitor;
+		d->disconnected += !c->monitor;
+		d->killed += killed; /* a monitor has no pool, no sequence */
 		d->active[c->active_idx] = d->active[--d->nactive];
 		d->active[c->active_idx]->active_idx = c->active_idx;
 		kvpd_stats_batch_flush(d, c);
 	}
-	kvpd_log(d, 1, "client %u (pid %d) %s: %s; %u sequences closed", c->gen, (int)c->pid,
-		 c->ready ? "disconnected" : "refused", why, seqs_open);
+	/* Killed: gone with sequences open (a crash, most often), as the stats count it. */
+	kvpd_log(d, c->monitor ? KVPD_LOG_DEBUG : KVPD_LOG_INFO,
+		 "client %u %s: pid %d uid %u pool '%s' namespace '%s': %s; %u sequences closed",
+		 c->gen, !c->ready ? "refused" : killed ? "killed" : "disconnected", (int)c->pid,
+		 (unsigned)c->uid, c->pool ? c->pool->name : "", c->namespace_, why, seqs_open);
 	d->ev->client_release(d, c);
 	/* Nobody waits for its queued work any more: only its running tasks finish. */
 	if (c->inflight)
@@ -556,6 +575,7 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	if (c->ready) {
 		d->stats.page->clients_disconnected = d->disconnected;
 		d->stats.page->clients_killed = d->killed;
+		d->stats.page->monitors = d->nmonitors;
 		if (c->charge.blocks != d->stats.clients[c->slot].blocks_held || killed)
 			KVPD_PROBE(blocks_held, c->gen, (uint64_t)c->charge.blocks);
 		kvpd_stats_client_remove(d, c);

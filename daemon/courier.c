@@ -10,8 +10,9 @@
 #include <unistd.h>
 
 #include "courier.h"
+#include "kvpoold.h"
 
-static void deliver(const struct kvpd_parcel *p)
+static void deliver(const struct kvpd_courier *k, const struct kvpd_parcel *p)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * KVPD_PARCEL_FDS)];
@@ -25,7 +26,7 @@ static void deliver(const struct kvpd_parcel *p)
 
 		/* Out of memory or of epoll watches: that client wakes the loop no more. */
 		if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->ep_fd, &ev))
-			fprintf(stderr, "kvpoold: a client's doorbell cannot be watched: %s\n",
+			kvpd_logf(k->log, KVPD_LOG_ERR, "a client's doorbell cannot be watched: %s",
 				strerror(errno));
 	}
 	for (unsigned i = 0; p->sock >= 0 && i < p->drain; i++) {
@@ -60,7 +61,7 @@ static void deliver(const struct kvpd_parcel *p)
 
 static void deliver_counted(struct kvpd_courier *k, const struct kvpd_parcel *p)
 {
-	deliver(p);
+	deliver(k, p);
 	if (p->counted)
 		__atomic_fetch_sub(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
 	/*

@@ -53,6 +53,7 @@ struct kvpd_courier {
 	struct kvpd_parcel *head, *tail;
 	bool busy;            /* delivering one, outside the lock */
 	bool started, stop;
+	const struct kvpd_log *log; /* the daemon's */
 	/*
 	 * Copies of descriptors queued to be passed (POOL_MAP's): the loop
 	 * bounds them, as each holds a descriptor of the daemon's until sent.

@@ -383,7 +383,7 @@ static void handle_poll(struct kvpd *d, struct uring_loop *l, struct watch *w,
 		if (w->c) /* releases w: this was its last completion */
 			kvpd_client_close(d, w->c, "cannot watch its descriptors");
 		else
-			kvpd_logf("event loop: cannot re-arm a poll: its events are lost");
+			kvpd_log(d, KVPD_LOG_ERR, "event loop: cannot re-arm a poll: its events are lost");
 	}
 	if (w->released)
 		kvpd_courier_close(&d->courier, w->fd);

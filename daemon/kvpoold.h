@@ -40,6 +40,11 @@ struct kvpd_pool {
 	uint32_t owner;     /* KVP_POOL_OWNED: the creating client's id while it is connected */
 	uid_t owner_uid;
 	bool orphaned;      /* KVP_POOL_OWNED, and its creator is gone: destroy once unused */
+	bool frag_dirty;    /* its sequences changed since its fragmentation was counted */
+	uint64_t frag_next_ns; /* counting it again before then would cost over 2% (statpage.c) */
+	struct kvp_pool_params_v2 spec; /* as created: what a reload's [pool.NAME] must equal */
+	bool configured;    /* made from the config file (at start or a reload) */
+	bool removed;       /* configured, and a reload found it gone: destroy once unused */
 };
 
 /*
@@ -79,6 +84,7 @@ struct kvpd_client {
 	gid_t gid;
 	bool admin;
 	bool may_map;        /* KVP_FEAT_POOL_MAP agreed */
+	bool monitor;        /* KVP_FEAT_MONITOR agreed: counted in d->nmonitors, never listed */
 	uint64_t map_parcel; /* the courier's seq of its last POOL_MAP message */
 	bool ready;          /* setup done, rings mapped */
 	unsigned active_idx; /* in kvpd.active while ready */
@@ -133,15 +139,21 @@ struct kvpd_uid_quota {
 
 enum kvpd_evloop_choice { KVPD_EVLOOP_AUTO, KVPD_EVLOOP_IO_URING, KVPD_EVLOOP_EPOLL };
 
+/* The most [daemon] (and the command line) takes; the least is 1, spin_us's 0. */
+#define KVPD_SPIN_US_MAX 1000000
+#define KVPD_BUDGET_MAX (1u << 20)
+#define KVPD_MAX_CLIENTS_MAX (1u << 16)
+#define KVPD_THREADS_MAX 1024
+
 struct kvpd_config {
 	const char *socket_path;
 	const char *socket_group; /* NULL: the daemon's group */
 	unsigned spin_us;
 	unsigned budget;          /* entries per client per loop iteration */
 	unsigned max_clients;
-	unsigned threads;         /* data-path workers */
+	unsigned threads;         /* data-path workers; 0: the online cores */
 	enum kvpd_evloop_choice event_loop;
-	int verbose;
+	int log_level;            /* KVPD_LOG_*; 0: not set */
 	const char *plugin_dir;   /* --plugin-dir: where libkvpool_cuda.so is; NULL: the default */
 	struct kvp_pool_params_v2 pools[KVPD_MAX_POOLS];
 	unsigned npools;
@@ -180,9 +192,33 @@ struct kvpd_statview {
 	struct kvpd_statpage pg;
 };
 
+/* Syslog priorities: what the journal files a line under (log.c). */
+enum { KVPD_LOG_ERR = 3, KVPD_LOG_WARNING, KVPD_LOG_NOTICE, KVPD_LOG_INFO, KVPD_LOG_DEBUG };
+#define KVPD_LOG_DEFAULT KVPD_LOG_INFO
+
+struct kvpd_log {
+	int level;    /* lines of a priority above it are dropped */
+	bool journal; /* stderr is systemd's journal stream: "<PRIO>" prefixes */
+};
+
+/*
+ * What the command line set: it wins over the config file's [daemon], at
+ * start and at every reload. NULL, 0 (~0u for spin_us, -1 for event_loop): not set.
+ */
+struct kvpd_cli {
+	const char *socket, *group, *plugin_dir;
+	unsigned spin_us, budget, max_clients, threads;
+	int event_loop;
+	int log_level;
+};
+
 /* The daemon: every piece of mutable state lives here. */
 struct kvpd {
 	struct kvpd_config cfg;
+	struct kvpd_cli cli;
+	const char *config_path; /* --config, re-read at SIGHUP; NULL: none */
+	char *inherited_path;    /* the socket systemd passed (LISTEN_FDS): no lock, no unlink */
+	struct kvpd_log log;
 	const struct kvpd_evloop_ops *ev;
 	void *ev_state;           /* the implementation's */
 	struct kvpd_courier courier;
@@ -202,6 +238,7 @@ struct kvpd {
 	unsigned nclients;
 	struct kvpd_client **active;  /* set up, dense: what the loop polls */
 	unsigned nactive;
+	unsigned nmonitors;           /* of the active, KVP_FEAT_MONITOR's: not listed in stats */
 	uint64_t client_gen;
 
 	struct kvpd_workers workers;
@@ -217,22 +254,59 @@ struct kvpd {
 	size_t stats_cap;
 };
 
-#define kvpd_log(d, level, ...)                                           \
+#define kvpd_log(d, prio, ...)                                            \
 	do {                                                              \
-		if ((d)->cfg.verbose >= (level))                          \
-			kvpd_logf(__VA_ARGS__);                            \
+		if ((prio) <= (d)->log.level)                             \
+			kvpd_logf(&(d)->log, prio, __VA_ARGS__);           \
 	} while (0)
-void kvpd_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void kvpd_logf(const struct kvpd_log *log, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* "error", "warning", "notice", "info" or "debug"; -EINVAL for anything else. */
+int kvpd_parse_log_level(const char *s, int *out);
+const char *kvpd_log_level_name(int level);
+bool kvpd_log_to_journal(void);
 uint64_t kvpd_now_ns(void);
 
-/* config.c */
-int kvpd_config_load(struct kvpd_config *cfg, const char *path);
-int kvpd_parse_groups(const char *spec, struct kvp_pool_params *p);
-/* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
-int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
+/* reload.c */
+/* The command line's settings over @cfg's (they win over the file's). */
+void kvpd_cli_apply(struct kvpd_config *cfg, const struct kvpd_cli *cli);
+/* SIGHUP: read the config file again (see reload.c for what applies). */
+void kvpd_reload(struct kvpd *d);
+
+/* config.c: the config file (kvpool.conf(5)). */
+/* Before a load: the built-in settings (socket, spin 50 us, budget 64, 128 clients, quotas). */
+void kvpd_config_defaults(struct kvpd_config *cfg);
+/*
+ * Errors, one a line "FILE:LINE: ...", every one in the file, go to @log;
+ * then -EINVAL. Nothing is logged on success. Whatever it returns, the
+ * config is released with kvpd_config_release.
+ */
+int kvpd_config_load(struct kvpd_config *cfg, const char *path, const struct kvpd_log *log);
 /* The built-in quota defaults: 32 clients a uid, 65536 sequences, 2^24 tokens, 256 MiB of arenas. */
 void kvpd_quota_defaults(struct kvpd_quota *q);
 void kvpd_config_release(struct kvpd_config *cfg);
+
+/* config_keys.c: each section's keys, their parsers and ranges. */
+enum kvpd_conf_section {
+	KVPD_CONF_DAEMON, KVPD_CONF_POOL, KVPD_CONF_NAMESPACE, KVPD_CONF_QUOTA, KVPD_CONF_UID
+};
+#define KVPD_CONF_MAX_KEYS 16 /* the most keys a section has ([pool.NAME]'s) */
+/* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
+int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
+/* Key @name's index in a section of @kind; -ENOENT when it has no such key. */
+int kvpd_conf_key(enum kvpd_conf_section kind, const char *name);
+/* "a, b, c": the keys of a section of @kind. */
+void kvpd_conf_keys(enum kvpd_conf_section kind, char *buf, size_t len);
+/*
+ * Key @idx of a section of @kind, from @value, into @obj: @cfg's [daemon] or
+ * the section's struct kvp_pool_params_v2, kvpd_namespace, kvpd_quota or
+ * kvpd_uid_quota. -EINVAL with @why saying what is wrong and what would do
+ * (nothing stored); -ENOMEM.
+ */
+int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *obj, int idx,
+		  const char *value, char *why, size_t why_len);
+/* What is wrong with a pool or namespace name; NULL when nothing is. */
+const char *kvpd_conf_name_problem(const char *name);
 
 /* pools.c */
 /* @owner: the client a KVP_POOL_OWNED pool belongs to, else NULL. */

@@ -2,22 +2,79 @@
 /*
  * The daemon's log line and its clock: kept out of main.c so that what links
  * the daemon without its main (the fuzzers) logs and tells time as it does.
+ *
+ * Lines go to stderr. Started by systemd (JOURNAL_STREAM names stderr), each
+ * line starts with its syslog priority, "<6>", which the journal strips and
+ * files the line under; the "kvpoold: " a terminal needs the journal already
+ * says.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "kvpoold.h"
 
-void kvpd_logf(const char *fmt, ...)
-{
-	va_list ap;
+static const char *const level_names[] = {
+	[KVPD_LOG_ERR] = "error", [KVPD_LOG_WARNING] = "warning", [KVPD_LOG_NOTICE] = "notice",
+	[KVPD_LOG_INFO] = "info", [KVPD_LOG_DEBUG] = "debug",
+};
 
-	fputs("kvpoold: ", stderr);
+int kvpd_parse_log_level(const char *s, int *out)
+{
+	for (int l = KVPD_LOG_ERR; l <= KVPD_LOG_DEBUG; l++) {
+		if (!strcmp(s, level_names[l])) {
+			*out = l;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *kvpd_log_level_name(int level)
+{
+	return level >= KVPD_LOG_ERR && level <= KVPD_LOG_DEBUG ? level_names[level] : "?";
+}
+
+/*
+ * JOURNAL_STREAM is "DEV:INODE" of the stream systemd connected; it is the
+ * journal only while stderr is still that stream (a child's stderr redirected
+ * to a file inherits the variable, not the stream).
+ */
+bool kvpd_log_to_journal(void)
+{
+	const char *env = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (!env || sscanf(env, "%llu:%llu", &dev, &ino) != 2 || fstat(2, &st))
+		return false;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+/* @log NULL: what a daemon not yet configured logs (the fuzzers' courier). */
+void kvpd_logf(const struct kvpd_log *log, int prio, const char *fmt, ...)
+{
+	static const struct kvpd_log fallback = { .level = KVPD_LOG_DEFAULT };
+	char line[1024];
+	va_list ap;
+	int n;
+
+	if (!log)
+		log = &fallback;
+	if (prio > log->level)
+		return;
+	/* One write a line: lines of concurrent threads never interleave. */
+	n = log->journal ? snprintf(line, sizeof(line), "<%d>", prio) :
+			   snprintf(line, sizeof(line), "kvpoold: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	strcat(line, "\n");
+	fputs(line, stderr);
 }
 
 uint64_t kvpd_now_ns(void)

@@ -56,24 +56,24 @@ static int choose_evloop(struct kvpd *d)
 		ret = kvpd_evloop_uring.init(d, why, sizeof(why));
 		if (ret == 0) {
 			d->ev = &kvpd_evloop_uring;
-			kvpd_logf("event loop: io_uring");
+			kvpd_log(d, KVPD_LOG_NOTICE, "event loop: io_uring");
 			return 0;
 		}
 		if (d->cfg.event_loop == KVPD_EVLOOP_IO_URING) {
-			kvpd_logf("event loop: io_uring unavailable: %s", why);
+			kvpd_log(d, KVPD_LOG_ERR, "event loop: io_uring unavailable: %s", why);
 			return ret;
 		}
 	}
 	ret = kvpd_evloop_epoll.init(d, why, sizeof(why));
 	if (ret) {
-		kvpd_logf("event loop: epoll: %s", strerror(-ret));
+		kvpd_log(d, KVPD_LOG_ERR, "event loop: epoll: %s", strerror(-ret));
 		return ret;
 	}
 	d->ev = &kvpd_evloop_epoll;
 	if (d->cfg.event_loop == KVPD_EVLOOP_EPOLL)
-		kvpd_logf("event loop: epoll");
+		kvpd_log(d, KVPD_LOG_NOTICE, "event loop: epoll");
 	else
-		kvpd_logf("event loop: epoll (io_uring unavailable: %s)", why);
+		kvpd_log(d, KVPD_LOG_NOTICE, "event loop: epoll (io_uring unavailable: %s)", why);
 	return 0;
 }
 
@@ -90,6 +90,7 @@ int kvpd_loop_init(struct kvpd *d)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
 	if (sigprocmask(SIG_BLOCK, &mask, NULL)) {
 		ret = -errno;
 		goto err_fini;
@@ -112,7 +113,7 @@ int kvpd_loop_init(struct kvpd *d)
 	      d->ev->watch(d, d->timer_fd, KVPD_EV_TIMER) ?:
 	      d->ev->watch(d, d->workers.done_efd, KVPD_EV_JOBS) ?: d->ev->accept_start(d);
 	if (ret) {
-		kvpd_logf("event loop: cannot watch its descriptors: %s", strerror(-ret));
+		kvpd_log(d, KVPD_LOG_ERR, "event loop: cannot watch its descriptors: %s", strerror(-ret));
 		goto err_close_timer;
 	}
 	return 0;
@@ -161,7 +162,7 @@ static void handle_accept(struct kvpd *d, int res)
 	if (res == -ECONNABORTED || res == -EINTR || res == -EAGAIN)
 		return; /* that connection's trouble, not ours */
 	/* Every other error would repeat at once: retrying now would spin. */
-	kvpd_log(d, d->accept_paused_logged ? 1 : 0,
+	kvpd_log(d, d->accept_paused_logged ? KVPD_LOG_DEBUG : KVPD_LOG_WARNING,
 		 "accept: %s: not accepting until a client leaves or a second passes", strerror(-res));
 	d->accept_paused_logged = true;
 	d->accept_paused = true;
@@ -182,7 +183,7 @@ static void housekeeping(struct kvpd *d)
 	uint64_t now = kvpd_now_ns(), expirations;
 
 	if (read(d->timer_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
-		kvpd_log(d, 0, "timerfd: %s", strerror(errno));
+		kvpd_log(d, KVPD_LOG_ERR, "timerfd: %s", strerror(errno));
 	for (unsigned i = 0; i < d->cfg.max_clients; i++) {
 		struct kvpd_client *c = d->clients[i];
 
@@ -206,7 +207,12 @@ static void handle_signal(struct kvpd *d)
 	struct signalfd_siginfo si;
 
 	while (read(d->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-		kvpd_log(d, 1, "signal %u: finishing in-flight work and exiting", si.ssi_signo);
+		if (si.ssi_signo == SIGHUP) {
+			if (!d->stopping)
+				kvpd_reload(d);
+			continue;
+		}
+		kvpd_log(d, KVPD_LOG_NOTICE, "signal %u: finishing in-flight work and exiting", si.ssi_signo);
 		stop_accepting(d);
 	}
 }
@@ -228,7 +234,7 @@ static void handle_event(struct kvpd *d, const struct kvpd_event_rec *e)
 	case KVPD_EV_JOBS:
 		/* Completions are drained every turn; this only wakes a sleeping loop. */
 		if (read(d->workers.done_efd, &sink, sizeof(sink)) < 0 && errno != EAGAIN)
-			kvpd_log(d, 0, "workers' eventfd: %s", strerror(errno));
+			kvpd_log(d, KVPD_LOG_ERR, "workers' eventfd: %s", strerror(errno));
 		break;
 	case KVPD_EV_CLIENT:
 		if (e->c)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* kvpoold: options, the listening socket, pools from the config, then the loop. */
 #include <dirent.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -47,13 +48,15 @@ static const char usage[] =
 	"  -t, --threads N        worker threads for WRITE_KV, READ_KV and ATTEND, and the\n"
 	"                         most tasks running at once, the event loop's included\n"
 	"                         (default: the online cores)\n"
-	"  -v, --verbose          log connections, disconnections, pools and signals\n"
+	"  -v, --verbose          log at level debug (kvctl's connections too)\n"
+	"  -q, --quiet            log warnings and errors only; twice: errors only\n"
 	"  -h, --help             show this help and exit\n"
 	"  -V, --version          print \"kvpoold VERSION\" and exit\n"
 	"\n"
 	"The config file (INI; options on the command line win over [daemon]):\n"
 	"  [daemon]          socket, socket_group, spin_us, budget, max_clients,\n"
-	"                    event_loop, plugin_dir\n"
+	"                    event_loop, plugin_dir, threads, log_level (error,\n"
+	"                    warning, notice, info or debug)\n"
 	"  [pool.NAME]       blocks, block_size, groups (\"full swa:128\"; kinds full,\n"
 	"                    swa:W, rswa:W, chunked:C, cyclic:W), caching=on|off,\n"
 	"                    free_order=split|append, publish=commit|alloc, max_len,\n"
@@ -79,25 +82,42 @@ static const char usage[] =
 	"daemon's uid; a connection that sends no setup within 1 s is closed. See\n"
 	"docs/reliability.md.\n"
 	"\n"
-	"The daemon logs the event loop it runs, always: \"event loop: io_uring\" or\n"
-	"\"event loop: epoll (io_uring unavailable: REASON)\"; kvctl stats shows it too.\n"
+	"Logging: to stderr, at level info unless -v, -q or log_level say otherwise:\n"
+	"start-up and the event loop it runs (\"event loop: io_uring\" or \"event loop:\n"
+	"epoll (io_uring unavailable: REASON)\"; kvctl stats shows it too) at notice,\n"
+	"a line per client connect, disconnect and kill (pid, uid, namespace, pool)\n"
+	"and per pool created or destroyed at info, kvctl's connections at debug;\n"
+	"nothing per request. Started by systemd (JOURNAL_STREAM names stderr), a\n"
+	"line starts with its syslog priority, \"<6>\", for the journal.\n"
+	"\n"
 	"It holds SOCKET.lock (flock) beside the socket while it runs: a socket whose\n"
 	"lock is free and at which nothing answers is a dead daemon's, and is replaced.\n"
+	"Socket activation: given a listening socket by systemd (LISTEN_PID and\n"
+	"LISTEN_FDS=1, kvpoold.socket's ListenSequentialPacket=), the daemon serves\n"
+	"on it, takes no lock and leaves the path to systemd at exit; --socket and\n"
+	"socket= are then not used.\n"
 	"\n"
 	"Without --config the daemon starts with no pool; admin clients (root or the\n"
 	"daemon's uid) create pools with `kvctl pool create`. SIGTERM or SIGINT stops\n"
-	"accepting and taking requests, finishes the ones it took and exits 0.\n"
+	"accepting and taking requests, finishes the ones it took and exits 0. SIGHUP\n"
+	"reads the config file again, keeping every client: new pools are created;\n"
+	"namespaces, grants and quotas apply to new requests at once; a pool gone\n"
+	"from the file is destroyed once nothing uses it; a pool whose parameters\n"
+	"changed keeps its own (logged, naming the key); of [daemon] only log_level\n"
+	"applies before a restart; a file that does not load changes nothing.\n"
 	"\n"
 	"A pool's KV lives in a memfd, on 2 MiB huge pages when enough are reserved\n"
 	"(/proc/sys/vm/nr_hugepages) when the pool is created, else on small pages;\n"
-	"-v logs which. Huge pages spare a TLB miss on every block read.\n"
+	"its \"pool ... created\" log line says which. Huge pages spare a TLB miss on\n"
+	"every block read.\n"
 	"\n"
 	"A config pool that cannot be created stops the daemon at start, with the\n"
 	"reason (\"pool g1: cuda backend not available: ...\"); one created at run\n"
 	"time (kvctl pool create) is refused with the reason and the daemon goes on.\n"
 	"\n"
 	"Exit status: 0 after SIGTERM or SIGINT; 1 for a bad option or when the config,\n"
-	"a pool, the socket or the event loop cannot be set up. See docs/protocol.md.\n";
+	"a pool, the socket or the event loop cannot be set up. See kvpoold(8),\n"
+	"kvpool.conf(5) and docs/protocol.md.\n";
 
 static int parse_count(const char *s, unsigned max, unsigned *out)
 {
@@ -156,7 +176,7 @@ static void fit_descriptors(struct kvpd *d)
 	used = fds_open() + FDS_RESERVED;
 	fit = rl.rlim_cur > used + FDS_PER_CLIENT ? (rl.rlim_cur - used) / FDS_PER_CLIENT : 1;
 	if (d->cfg.max_clients > fit) {
-		kvpd_logf("max_clients %u capped to %llu: RLIMIT_NOFILE is %llu", d->cfg.max_clients,
+		kvpd_log(d, KVPD_LOG_WARNING, "max_clients %u capped to %llu: RLIMIT_NOFILE is %llu", d->cfg.max_clients,
 			  (unsigned long long)fit, (unsigned long long)rl.rlim_cur);
 		d->cfg.max_clients = (unsigned)fit;
 	}
@@ -253,6 +273,56 @@ static int claim_path(const char *path)
 	return unlink(path) ? -errno : 0;
 }
 
+/* The first descriptor systemd passes (sd_listen_fds(3)'s SD_LISTEN_FDS_START). */
+#define LISTEN_FDS_START 3
+
+/*
+ * Socket activation, by the LISTEN_FDS protocol (no libsystemd): 1 and the
+ * socket in d->listen_fd when systemd passed one, 0 when it passed none,
+ * else -errno with @why filled. The variables are unset so that nothing the
+ * daemon starts takes them for its own.
+ */
+static int inherit_socket(struct kvpd *d, char *why, size_t why_len)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	int type = 0, listening = 0, fd = LISTEN_FDS_START;
+	socklen_t optlen = sizeof(int);
+	char *path;
+
+	if (!pid || !fds || strtol(pid, NULL, 10) != getpid())
+		return 0;
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (strcmp(fds, "1")) {
+		snprintf(why, why_len, "LISTEN_FDS=%s: kvpoold takes exactly one socket", fds);
+		return -EINVAL;
+	}
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) || sa.sun_family != AF_UNIX ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &optlen) || type != SOCK_SEQPACKET ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) || !listening ||
+	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
+		snprintf(why, why_len, "the socket systemd passed (fd %d) is not a listening "
+			 "AF_UNIX SOCK_SEQPACKET socket with a path (ListenSequentialPacket=)", fd);
+		return -EINVAL;
+	}
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) {
+		snprintf(why, why_len, "the socket systemd passed: %s", strerror(errno));
+		return -errno;
+	}
+	path = strndup(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
+	if (!path)
+		return -ENOMEM;
+	/* As listen_on's: descriptors a client would send are refused at its end. */
+	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
+	d->inherited_path = path;
+	d->cfg.socket_path = path;
+	d->listen_fd = fd;
+	return 1;
+}
+
 static int listen_on(struct kvpd *d)
 {
 	const char *path = d->cfg.socket_path;
@@ -321,7 +391,7 @@ err_unlock:
 	return ret;
 }
 
-static int parse_args(struct kvpd *d, int argc, char **argv, const char **config)
+static int parse_args(struct kvpd *d, int argc, char **argv)
 {
 	enum { OPT_SPIN = 256, OPT_BUDGET, OPT_MAX_CLIENTS, OPT_EVENT_LOOP, OPT_PLUGIN_DIR };
 	static const struct option opts[] = {
@@ -335,6 +405,7 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 		{ "plugin-dir", required_argument, NULL, OPT_PLUGIN_DIR },
 		{ "threads", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -343,32 +414,33 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 	const char *socket = NULL, *group = NULL, *plugin_dir = NULL;
 	enum kvpd_evloop_choice event_loop = KVPD_EVLOOP_AUTO;
 	bool event_loop_set = false;
-	unsigned spin = ~0u, budget = 0, max_clients = 0, threads = 0;
+	unsigned spin = ~0u, budget = 0, max_clients = 0, threads = 0, verbose = 0, quiet = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "s:c:g:t:vhV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:c:g:t:vqhV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': socket = optarg; break;
-		case 'c': *config = optarg; break;
+		case 'c': d->config_path = optarg; break;
 		case 'g': group = optarg; break;
 		case OPT_PLUGIN_DIR: plugin_dir = optarg; break;
-		case 'v': d->cfg.verbose++; break;
+		case 'v': verbose++; break;
+		case 'q': quiet++; break;
 		case 'h': printf(usage, kvpd_plugin_install_dir()); exit(0);
 		case 'V': puts("kvpoold " KVPOOL_VERSION); exit(0);
 		case OPT_SPIN:
-			if (parse_count(optarg, 1000000, &spin))
+			if (parse_count(optarg, KVPD_SPIN_US_MAX, &spin))
 				goto bad_value;
 			break;
 		case OPT_BUDGET:
-			if (parse_count(optarg, 1u << 20, &budget) || !budget)
+			if (parse_count(optarg, KVPD_BUDGET_MAX, &budget) || !budget)
 				goto bad_value;
 			break;
 		case 't':
-			if (parse_count(optarg, 1024, &threads) || !threads)
+			if (parse_count(optarg, KVPD_THREADS_MAX, &threads) || !threads)
 				goto bad_value;
 			break;
 		case OPT_MAX_CLIENTS:
-			if (parse_count(optarg, 1u << 16, &max_clients) || !max_clients)
+			if (parse_count(optarg, KVPD_MAX_CLIENTS_MAX, &max_clients) || !max_clients)
 				goto bad_value;
 			break;
 		case OPT_EVENT_LOOP:
@@ -382,24 +454,17 @@ static int parse_args(struct kvpd *d, int argc, char **argv, const char **config
 	}
 	if (optind != argc)
 		goto usage;
-	if (*config && (ret = kvpd_config_load(&d->cfg, *config)))
+	if (d->config_path && (ret = kvpd_config_load(&d->cfg, d->config_path, &d->log)))
 		return ret;
-	if (socket)
-		d->cfg.socket_path = socket;
-	if (group)
-		d->cfg.socket_group = group;
-	if (plugin_dir)
-		d->cfg.plugin_dir = plugin_dir;
-	if (spin != ~0u)
-		d->cfg.spin_us = spin;
-	if (budget)
-		d->cfg.budget = budget;
-	if (max_clients)
-		d->cfg.max_clients = max_clients;
-	if (threads)
-		d->cfg.threads = threads;
-	if (event_loop_set)
-		d->cfg.event_loop = event_loop;
+	d->cli = (struct kvpd_cli){ .socket = socket, .group = group, .plugin_dir = plugin_dir,
+				    .spin_us = spin, .budget = budget, .max_clients = max_clients,
+				    .threads = threads, .event_loop = event_loop_set ? (int)event_loop : -1 };
+	if (quiet)
+		d->cli.log_level = quiet > 1 ? KVPD_LOG_ERR : KVPD_LOG_WARNING;
+	else if (verbose)
+		d->cli.log_level = KVPD_LOG_DEBUG;
+	kvpd_cli_apply(&d->cfg, &d->cli);
+	d->log.level = d->cfg.log_level ?: KVPD_LOG_DEFAULT;
 	return 0;
 
 bad_value:
@@ -415,19 +480,18 @@ usage:
 int main(int argc, char **argv)
 {
 	struct kvpd d = {
-		.cfg = { .socket_path = KVP_DEFAULT_SOCKET, .spin_us = 50, .budget = 64,
-			 .max_clients = 128 },
+		.log = { .level = KVPD_LOG_DEFAULT, .journal = kvpd_log_to_journal() },
 		.listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1, .stats.fd = -1,
 	};
-	const char *config = NULL;
+	char why[KVP_REASON_MAX];
 	int ret;
 
-	kvpd_quota_defaults(&d.cfg.quota);
-	ret = parse_args(&d, argc, argv, &config);
+	kvpd_config_defaults(&d.cfg);
+	ret = parse_args(&d, argc, argv);
 	if (ret)
 		goto out_config;
 	if (d.cfg.socket_group && !getgrnam(d.cfg.socket_group)) {
-		fprintf(stderr, "kvpoold: socket group '%s': no such group\n", d.cfg.socket_group);
+		kvpd_log(&d, KVPD_LOG_ERR, "socket group '%s': no such group", d.cfg.socket_group);
 		ret = -ENOENT;
 		goto out_config;
 	}
@@ -443,43 +507,58 @@ int main(int argc, char **argv)
 	}
 	ret = kvpd_statpage_init(&d);
 	if (ret) {
-		fprintf(stderr, "kvpoold: stats page: %s\n", strerror(-ret));
+		kvpd_log(&d, KVPD_LOG_ERR, "stats page: %s", strerror(-ret));
 		goto out_clients;
 	}
 	for (unsigned i = 0; i < d.cfg.npools; i++) {
-		char why[KVP_REASON_MAX];
-
 		ret = kvpd_pool_create(&d, &d.cfg.pools[i], NULL, why, sizeof(why));
+		if (!ret)
+			kvpd_pool_find(&d, d.cfg.pools[i].v1.name)->configured = true;
 		if (ret) {
-			fprintf(stderr, "kvpoold: pool %s: %s\n", d.cfg.pools[i].v1.name,
+			kvpd_log(&d, KVPD_LOG_ERR, "pool %s: %s", d.cfg.pools[i].v1.name,
 				*why ? why : strerror(-ret));
 			goto out_pools;
 		}
 	}
-	ret = listen_on(&d);
-	if (ret) {
-		fprintf(stderr, "kvpoold: %s: %s\n", d.cfg.socket_path,
-			ret == -EADDRINUSE ? "another kvpoold is listening there" : strerror(-ret));
+	ret = inherit_socket(&d, why, sizeof(why));
+	if (ret < 0) {
+		kvpd_log(&d, KVPD_LOG_ERR, "%s", why);
 		goto out_pools;
+	}
+	if (ret == 0) {
+		ret = listen_on(&d);
+		if (ret) {
+			kvpd_log(&d, KVPD_LOG_ERR, "%s: %s", d.cfg.socket_path,
+				 ret == -EADDRINUSE ? "another kvpoold is listening there" :
+				 strerror(-ret));
+			goto out_pools;
+		}
+	} else {
+		if (d.cli.socket && strcmp(d.cli.socket, d.cfg.socket_path))
+			kvpd_log(&d, KVPD_LOG_WARNING, "--socket %s ignored: systemd passed %s",
+				 d.cli.socket, d.cfg.socket_path);
+		ret = 0;
 	}
 	ret = kvpd_workers_start(&d.workers, d.cfg.threads, d.cfg.spin_us, kvpd_job_run);
 	if (ret) {
-		fprintf(stderr, "kvpoold: worker threads: %s\n", strerror(-ret));
+		kvpd_log(&d, KVPD_LOG_ERR, "worker threads: %s", strerror(-ret));
 		goto out_listen;
 	}
+	d.courier.log = &d.log;
 	ret = kvpd_courier_start(&d.courier);
 	if (ret) {
-		fprintf(stderr, "kvpoold: courier thread: %s\n", strerror(-ret));
+		kvpd_log(&d, KVPD_LOG_ERR, "courier thread: %s", strerror(-ret));
 		goto out_workers;
 	}
 	ret = kvpd_loop_init(&d); /* says why it failed */
 	if (ret)
 		goto out_courier;
-	kvpd_log(&d, 1, "listening on %s, %ld cores, spin %u us", d.cfg.socket_path, d.ncpus,
-		 d.cfg.spin_us);
+	kvpd_log(&d, KVPD_LOG_NOTICE, "listening on %s%s, %ld cores, spin %u us, kvpoold %s",
+		 d.cfg.socket_path, d.inherited_path ? " (from systemd)" : "", d.ncpus, d.cfg.spin_us,
+		 KVPOOL_VERSION);
 	ret = kvpd_loop_run(&d);
 	if (ret)
-		fprintf(stderr, "kvpoold: event loop: %s\n", strerror(-ret));
+		kvpd_log(&d, KVPD_LOG_ERR, "event loop: %s", strerror(-ret));
 	kvpd_loop_exit(&d);
 out_courier:
 	kvpd_courier_stop(&d.courier);
@@ -487,8 +566,10 @@ out_workers:
 	kvpd_workers_stop(&d.workers);
 out_listen:
 	close(d.listen_fd);
-	unlink(d.cfg.socket_path);
-	unlock_socket_path(d.cfg.socket_path, d.lock_fd);
+	if (!d.inherited_path) { /* else the path is systemd's, as is the socket */
+		unlink(d.cfg.socket_path);
+		unlock_socket_path(d.cfg.socket_path, d.lock_fd);
+	}
 out_pools:
 	kvpd_pools_release(&d);
 	kvpd_plugin_unload(&d.cuda); /* after every cuda pool's pool_fini */
@@ -498,5 +579,6 @@ out_clients:
 	free(d.active);
 out_config:
 	kvpd_config_release(&d.cfg);
+	free(d.inherited_path);
 	return ret ? 1 : 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kvpoold.h"
+#include "../lib/libkvpool.h"
 
 /* From parameters kvpd_pool_params_check passed; the core checks its limits again. */
 static void to_core_config(const struct kvp_pool_params *p, struct kvc_pool_config *cfg)
@@ -131,6 +132,7 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 		     const struct kvpd_client *owner, char *why, size_t why_len)
 {
 	const struct kvp_pool_params *p1 = &params->v1;
+	char groups[KVP_MAX_GROUPS * 20], kv[96];
 	struct kvc_pool_config cfg;
 	struct kvpd_pool *pool;
 	int ret;
@@ -160,6 +162,7 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 	if (ret)
 		goto err_destroy_core;
 	pool->params = *p1;
+	pool->spec = *params;
 	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
 	for (unsigned g = p1->num_groups; g < KVP_MAX_GROUPS; g++)
 		pool->params.group_kind[g] = pool->params.group_param[g] = 0;
@@ -175,9 +178,14 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 	kvc_pool_set_admit_hook(pool->core, kvpd_tenants_admit);
 	d->pools[d->npools++] = pool;
 	kvpd_stats_pool_add(d, pool);
-	kvpd_log(d, 1, "pool %s created: %u blocks of %u tokens, %u groups, %s KV %zu MiB in %zu KiB "
-		 "pages%s%s", pool->name, cfg.num_blocks, cfg.block_size, cfg.num_groups,
-		 pool->backend->name, pool->layout.map_bytes >> 20, pool->layout.page_bytes >> 10,
+	kvp_pool_params_groups(p1, groups, sizeof(groups));
+	if (pool->layout.map_bytes)
+		snprintf(kv, sizeof(kv), "%s KV %.1f MiB in %zu KiB pages", pool->backend->name,
+			 pool->layout.map_bytes / 1048576.0, pool->layout.page_bytes >> 10);
+	else
+		snprintf(kv, sizeof(kv), "no KV (allocation only)");
+	kvpd_log(d, KVPD_LOG_INFO, "pool %s created: %u blocks of %u tokens, groups %s, %s%s%s",
+		 pool->name, cfg.num_blocks, cfg.block_size, groups, kv,
 		 *pool->namespace_ ? ", namespace " : "", pool->namespace_);
 	return 0;
 
@@ -216,7 +224,7 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 	for (i = 0; d->pools[i] != pool; i++)
 		;
 	d->pools[i] = d->pools[--d->npools];
-	kvpd_log(d, 1, "pool %s destroyed", pool->name);
+	kvpd_log(d, KVPD_LOG_INFO, "pool %s destroyed", pool->name);
 	pool_free(pool);
 	return 0;
 }
@@ -225,7 +233,7 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name, struct kvpd_client *by)
 void kvpd_pools_reap(struct kvpd *d)
 {
 	for (unsigned i = d->npools; i-- > 0;)
-		if (d->pools[i]->orphaned)
+		if (d->pools[i]->orphaned || d->pools[i]->removed)
 			kvpd_pool_destroy(d, d->pools[i]->name, NULL);
 }
 

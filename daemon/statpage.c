@@ -18,6 +18,16 @@
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
+/*
+ * A pool's fragmentation is counted again at the end of a bracket of writes
+ * that changed its sequences, unless the last count was so recent that this
+ * one would take more than 1/FRAG_COST_SHARE of the loop's time: then at the
+ * first bracket after that, or at the once-a-second refresh, whichever first.
+ */
+#define FRAG_COST_SHARE 50
+
+static void frag_due(struct kvpd *d, uint64_t now);
+
 /* Entries of the tenants' table: each client counts towards a uid and at most one namespace. */
 static unsigned max_tenants(const struct kvpd *d)
 {
@@ -68,6 +78,7 @@ int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *nam
 		.tenants_off = tenants_off,
 		.max_tenants = max_tenants(d),
 		.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec,
+		.daemon_pid = getpid(),
 	};
 	return 0;
 
@@ -158,15 +169,21 @@ void kvpd_stats_batch_flush(struct kvpd *d, struct kvpd_client *c)
 
 void kvpd_stats_end(struct kvpd *d)
 {
-	if (--d->stats.depth == 0) {
-		uint64_t now = kvpd_now_ns();
+	uint64_t now;
 
-		kvpd_statviews_sync(d);
-		for (struct kvpd_statview *v = d->stat_views; v; v = v->next)
-			seq_close(&v->pg, now);
-		seq_close(&d->stats, now);
-		batches_fire(d);
+	if (d->stats.depth > 1) {
+		d->stats.depth--;
+		return;
 	}
+	now = kvpd_now_ns();
+	/* Still inside the bracket: what it changed of the pools' sequences goes in with it. */
+	frag_due(d, now);
+	d->stats.depth = 0;
+	kvpd_statviews_sync(d);
+	for (struct kvpd_statview *v = d->stat_views; v; v = v->next)
+		seq_close(&v->pg, now);
+	seq_close(&d->stats, now);
+	batches_fire(d);
 }
 
 static unsigned bucket_of(uint64_t ns)
@@ -224,7 +241,11 @@ void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_client 
 	e->evictions_reuse = now.evicted_reuse;
 	e->evictions_evict = now.evicted_admin;
 	e->evictions_reset = now.evicted_reset;
+	/* No block in use, so none in a sequence's table: the gauge is exactly zero, for free. */
+	pool->frag_dirty = st.used != 0;
 	for (uint32_t g = 0; g < groups; g++) {
+		if (!st.used)
+			e->groups[g].tokens_held = e->groups[g].tokens_needed = 0;
 		e->groups[g].blocks_held = now.in_use[g];
 		e->groups[g].window_drops = now.dropped[g];
 		if (now.dropped[g] != pool->seen.dropped[g])
@@ -289,7 +310,7 @@ static void client_row(struct kvp_stats_client *e, const struct kvpd_client *c)
 }
 
 /* The client's entry, in the full page and its uid's; probes its charge when it changed. */
-void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
+static void client_rows(struct kvpd *d, struct kvpd_client *c)
 {
 	struct kvp_stats_client *e = &d->stats.clients[c->slot];
 	struct kvpd_statview *v = kvpd_statview_of(d, c->uid);
@@ -301,12 +322,19 @@ void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
 		v->own_clients += !v->pg.clients[c->slot].in_use;
 		client_row(&v->pg.clients[c->slot], c);
 	}
+}
+
+void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
+{
+	/* A monitor has no row (the page counts it in monitors); its tenants' use counts. */
+	if (!c->monitor)
+		client_rows(d, c);
 	for (unsigned i = 0; i < 2; i++)
 		if (c->tenant[i])
 			kvpd_stats_tenant(d, c->tenant[i]);
 	if (c->charge.failed && !c->charge.failure_logged) {
 		c->charge.failure_logged = true;
-		kvpd_logf("client %u (pid %d): out of memory counting its blocks: its blocks_held "
+		kvpd_log(d, KVPD_LOG_WARNING, "client %u (pid %d): out of memory counting its blocks: its blocks_held "
 			  "stays at %llu, no longer exact", c->gen, (int)c->pid,
 			  (unsigned long long)c->charge.blocks);
 	}
@@ -323,48 +351,68 @@ void kvpd_stats_client_remove(struct kvpd *d, struct kvpd_client *c)
 	}
 }
 
+/* One running sequence's share of its pool's fragmentation gauge. */
+static void frag_add(struct kvp_stats_pool *e, const struct kvc_pool_config *cfg,
+		     const struct kvc_seq *seq)
+{
+	struct kvc_seq_info info;
+
+	kvc_seq_info(seq, &info);
+	for (uint32_t g = 0; info.running && g < cfg->num_groups; g++) {
+		struct kvpd_mask m = { cfg->groups[g].kind, cfg->groups[g].param, info.prefix };
+		uint32_t len, lo[2], hi[2], n = kvpd_mask_ranges(&m, info.computed, lo, hi);
+		const uint32_t *ids = kvc_seq_table(seq, g, &len);
+
+		for (uint32_t k = 0; k < len; k++)
+			e->groups[g].tokens_held += ids[k] != KVC_NULL_BLOCK ? cfg->block_size : 0;
+		for (uint32_t r = 0; r < n; r++)
+			if (lo[r] < info.computed)
+				e->groups[g].tokens_needed +=
+					(hi[r] < info.computed ? hi[r] : info.computed) - lo[r];
+	}
+}
+
 /*
  * Fragmentation: per group, the token slots of the blocks running sequences
  * hold against the tokens their masks need for the next query (padding in
- * partial blocks, R-SWA's extra token, window alignment). O(sequences).
+ * partial blocks, R-SWA's extra token, window alignment). O(the pool's
+ * sequences and their blocks); inside a bracket of writes.
  */
+static void frag_count(struct kvpd *d, struct kvpd_pool *pool)
+{
+	const struct kvc_pool_config *cfg = kvc_pool_config(pool->core);
+	struct kvp_stats_pool *e = kvpd_stats_pool_entry(d, pool);
+	uint64_t start = kvpd_now_ns(), end;
+
+	for (uint32_t g = 0; g < KVP_MAX_GROUPS; g++)
+		e->groups[g].tokens_held = e->groups[g].tokens_needed = 0;
+	for (unsigned i = 0; i < d->nactive; i++) {
+		struct kvpd_client *c = d->active[i];
+
+		if (c->pool != pool)
+			continue;
+		for (uint32_t s = 0; s < c->seqs_cap; s++)
+			if (c->seqs[s].seq)
+				frag_add(e, cfg, c->seqs[s].seq);
+	}
+	end = kvpd_now_ns();
+	pool->frag_dirty = false;
+	pool->frag_next_ns = end + FRAG_COST_SHARE * (end - start);
+}
+
+/* At a bracket's end: the pools whose sequences changed, unless counted too recently. */
+static void frag_due(struct kvpd *d, uint64_t now)
+{
+	for (unsigned p = 0; p < d->npools; p++)
+		if (d->pools[p]->frag_dirty && now >= d->pools[p]->frag_next_ns)
+			frag_count(d, d->pools[p]);
+}
+
+/* Once a second (housekeeping): every pool, whatever the last bracket left. */
 void kvpd_stats_fragmentation(struct kvpd *d)
 {
 	kvpd_stats_begin(d);
-	for (unsigned p = 0; p < d->npools; p++) {
-		struct kvp_stats_pool *e = kvpd_stats_pool_entry(d, d->pools[p]);
-
-		for (uint32_t g = 0; g < KVP_MAX_GROUPS; g++)
-			e->groups[g].tokens_held = e->groups[g].tokens_needed = 0;
-	}
-	for (unsigned i = 0; i < d->nactive; i++) {
-		struct kvpd_client *c = d->active[i];
-		const struct kvc_pool_config *cfg;
-		struct kvp_stats_pool *e;
-
-		if (!c->pool)
-			continue;
-		cfg = kvc_pool_config(c->pool->core);
-		e = kvpd_stats_pool_entry(d, c->pool);
-		for (uint32_t s = 0; s < c->seqs_cap; s++) {
-			struct kvc_seq_info info;
-
-			if (!c->seqs[s].seq)
-				continue;
-			kvc_seq_info(c->seqs[s].seq, &info);
-			for (uint32_t g = 0; info.running && g < cfg->num_groups; g++) {
-				struct kvpd_mask m = { cfg->groups[g].kind, cfg->groups[g].param, info.prefix };
-				uint32_t len, lo[2], hi[2], n = kvpd_mask_ranges(&m, info.computed, lo, hi);
-				const uint32_t *ids = kvc_seq_table(c->seqs[s].seq, g, &len);
-
-				for (uint32_t k = 0; k < len; k++)
-					e->groups[g].tokens_held += ids[k] != KVC_NULL_BLOCK ? cfg->block_size : 0;
-				for (uint32_t r = 0; r < n; r++)
-					if (lo[r] < info.computed)
-						e->groups[g].tokens_needed +=
-							(hi[r] < info.computed ? hi[r] : info.computed) - lo[r];
-			}
-		}
-	}
+	for (unsigned p = 0; p < d->npools; p++)
+		frag_count(d, d->pools[p]);
 	kvpd_stats_end(d);
 }

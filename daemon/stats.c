@@ -2,7 +2,7 @@
 /*
  * The STATS snapshot: header, one entry per pool, one per connected client;
  * for a reader without the admin feature only its own uid's clients, the
- * others counted in other_clients.
+ * others counted in other_clients. Monitors (kvctl) are only counted.
  */
 #include <errno.h>
 #include <string.h>
@@ -11,7 +11,7 @@
 
 static bool shown(const struct kvpd_client *reader, const struct kvpd_client *c)
 {
-	return c && c->ready && (reader->admin || c->uid == reader->uid);
+	return c && c->ready && !c->monitor && (reader->admin || c->uid == reader->uid);
 }
 
 int kvpd_stats(struct kvpd *d, const struct kvpd_client *reader, uint8_t *out, uint32_t out_len,
@@ -22,12 +22,13 @@ int kvpd_stats(struct kvpd *d, const struct kvpd_client *reader, uint8_t *out, u
 		.clients_connected = d->connected,
 		.clients_disconnected = d->disconnected,
 		.clients_killed = d->killed,
+		.monitors = d->nmonitors,
 	};
 	size_t off = sizeof(h);
 
 	for (unsigned i = 0; i < d->cfg.max_clients; i++)
 		h.num_clients += shown(reader, d->clients[i]);
-	h.other_clients = d->nactive - h.num_clients;
+	h.other_clients = d->nactive - d->nmonitors - h.num_clients;
 	*needed = sizeof(h) + (uint64_t)h.num_pools * sizeof(struct kvp_pool_entry) +
 		  (uint64_t)h.num_clients * sizeof(struct kvp_client_entry);
 	if (*needed > out_len)

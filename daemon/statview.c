@@ -34,6 +34,7 @@ static void header_copy(struct kvp_stats_page *to, const struct kvp_stats_page *
 	to->clients_disconnected = from->clients_disconnected;
 	to->clients_killed = from->clients_killed;
 	to->event_loop = from->event_loop;
+	to->monitors = from->monitors;
 }
 
 /* A new view: everything the uid may see, as the full page has it now. */
@@ -54,7 +55,7 @@ static void view_fill(struct kvpd *d, struct kvpd_statview *v)
 	for (const struct kvpd_tenant *t = d->tenants; t; t = t->next)
 		if (tenant_visible(d, t, v->uid))
 			v->pg.tenants[t->stat_idx] = full->tenants[t->stat_idx];
-	v->pg.page->other_clients = d->nactive - v->own_clients;
+	v->pg.page->other_clients = d->nactive - d->nmonitors - v->own_clients;
 }
 
 struct kvpd_statview *kvpd_statview_get(struct kvpd *d, uid_t uid)
@@ -103,7 +104,7 @@ void kvpd_statviews_sync(struct kvpd *d)
 
 	for (struct kvpd_statview *v = d->stat_views; v; v = v->next) {
 		header_copy(v->pg.page, full->page);
-		v->pg.page->other_clients = d->nactive - v->own_clients;
+		v->pg.page->other_clients = d->nactive - d->nmonitors - v->own_clients;
 		for (unsigned w = 0; w < KVPD_STATS_OPS_WORDS; w++)
 			for (uint64_t bits = full->ops_dirty[w]; bits; bits &= bits - 1) {
 				unsigned op = w * 64 + (unsigned)__builtin_ctzll(bits);

@@ -67,6 +67,24 @@ struct kvpd_tenant *kvpd_tenant_get(struct kvpd *d, uint32_t kind, uid_t uid, co
 	return t;
 }
 
+/*
+ * A reload changed the quotas: every tenant takes its new limits. What it
+ * already holds past a lowered limit stays; it only takes no more.
+ */
+void kvpd_tenants_requota(struct kvpd *d)
+{
+	for (struct kvpd_tenant *t = d->tenants; t; t = t->next) {
+		if (t->kind == KVP_TENANT_UID)
+			uid_quota(&d->cfg, t->uid, &t->quota);
+		else
+			ns_quota(&d->cfg, t->ns, &t->quota);
+		for (unsigned p = 0; p < KVPD_MAX_POOLS; p++)
+			if (t->blocks[p])
+				t->blocks[p]->limit = t->quota.limit[KVP_QUOTA_BLOCKS];
+		kvpd_stats_tenant(d, t);
+	}
+}
+
 void kvpd_tenant_put(struct kvpd *d, struct kvpd_tenant *t)
 {
 	struct kvpd_tenant **link;

@@ -45,6 +45,8 @@ struct kvpd_tenant {
 /* The tenant of @uid (kind UID) or of namespace @ns (kind NAMESPACE), made on first use. */
 struct kvpd_tenant *kvpd_tenant_get(struct kvpd *d, uint32_t kind, uid_t uid, const char *ns);
 void kvpd_tenant_put(struct kvpd *d, struct kvpd_tenant *t);
+/* After a reload: every tenant's limits from the config now in force. */
+void kvpd_tenants_requota(struct kvpd *d);
 
 /* Takes @n of @key from @t: -EDQUOT (-EUSERS for clients) past its limit, nothing taken. */
 int kvpd_tenant_take(struct kvpd_tenant *t, unsigned key, uint64_t n);

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,15 @@
 #include "client.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
+
+/* Programs built before .monitor pass the same struct: it took padding, nothing moved. */
+#if __SIZEOF_POINTER__ == 8
+_Static_assert(sizeof(struct kvp_connect_opts) == 72 &&
+	       offsetof(struct kvp_connect_opts, pool_map) == 52 &&
+	       offsetof(struct kvp_connect_opts, monitor) == 53 &&
+	       offsetof(struct kvp_connect_opts, why) == 56, "kvp_connect_opts layout");
+#endif
+
 /* A sleeping wait looks at the socket this often: a dead daemon's hang-up is seen this fast. */
 #define HANGUP_CHECK_NS (25ull * 1000000ull)
 
@@ -286,6 +296,8 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 		s.features |= KVP_FEAT_STATS_PAGE;
 	if (opts->pool_map)
 		s.features |= KVP_FEAT_POOL_MAP;
+	if (opts->monitor)
+		s.features |= KVP_FEAT_MONITOR;
 	ret = copy_name(s.pool, opts->pool) ?: copy_name(s.namespace_, opts->namespace_);
 	if (ret)
 		return ret;

@@ -42,6 +42,9 @@ struct kvp_connect_opts {
 	unsigned timeout_ms;     /* how long kvp_connect, and later each waiting call, waits
 				  * for the daemon before -ETIMEDOUT; 0: 30000 */
 	bool pool_map;           /* ask for KVP_FEAT_POOL_MAP (kvp_map_pool) */
+	bool monitor;            /* ask for KVP_FEAT_MONITOR: an observer (kvctl), counted in
+				  * the stats' monitors, never listed; needs pool NULL or "".
+				  * In what was padding: the struct's size and offsets stay */
 	char *why;               /* NULL, or where kvp_connect puts the daemon's reason for
 				  * a refusal (NUL-terminated, "" when none came) */
 	size_t why_len;          /* bytes at @why; KVP_REASON_MAX holds any reason */
@@ -49,13 +52,27 @@ struct kvp_connect_opts {
 
 /*
  * kvp_connect - connect to kvpoold and map the rings.
- * Returns 0 and *out, or -errno: -ENOENT/-ECONNREFUSED (no daemon), -EPERM
- * (namespace or admin refused), -ENODEV (no such pool), -EINVAL (bad options),
+ * Returns 0 and *out, or -errno: -ENOENT/-ECONNREFUSED (no daemon), -EACCES (the
+ * socket's mode or a directory on its path shuts this uid out), -EPERM
+ * (namespace or admin refused), -ENODEV (no such pool), -EINVAL (bad options, a
+ * monitor naming a pool),
  * -EPROTO (the daemon speaks another ABI: "kvpoold speaks ABI N, this library
  * ABI M" is printed on stderr), -EDQUOT/-EUSERS (a quota), -ETIMEDOUT (no answer within timeout_ms: a
  * stopped or swamped daemon), -ECONNRESET (it hung up).
  */
 int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out);
+
+/*
+ * kvp_connect_error - kvp_connect's @err for @opts in words that name the
+ * socket, the pool or the namespace that could not be had, with the daemon's
+ * reason (opts->why) where it gave one and what to do where that is known:
+ * "no kvpoold at PATH (is it running? kvpoold -s PATH)", "pool 'p' not found
+ * on PATH (kvctl pool create p ...)", "namespace 'x' refused on PATH: uid
+ * 1000 is not granted it (config [namespace.x] uids)", "PATH: permission
+ * denied (the socket is mode 0660, group kvpool)". Into @buf (cut to @len,
+ * NUL-terminated); returns @buf. Print it after "PROGRAM: ".
+ */
+const char *kvp_connect_error(const struct kvp_connect_opts *opts, int err, char *buf, size_t len);
 
 /*
  * kvp_close - unmap, close the connection; the daemon closes every sequence left
@@ -434,6 +451,8 @@ int kvp_pool_params_set(struct kvp_pool_params *p, const char *key, const char *
  * (block|layer; default: block for host, layer for cuda).
  */
 void kvp_pool_params_v2_init(struct kvp_pool_params_v2 *p, const char *name);
+/* The groups in the config's words, "full swa:128", into @buf (cut to @len, NUL-terminated). */
+void kvp_pool_params_groups(const struct kvp_pool_params *p, char *buf, size_t len);
 int kvp_pool_params_v2_set(struct kvp_pool_params_v2 *p, const char *key, const char *value);
 
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Pool parameters from key=value words: shared by kvctl, the config file and engines. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,10 +43,32 @@ static int parse_choice(const char *s, const char *const *names, unsigned n, uin
 	return -EINVAL;
 }
 
+static const char *const kinds[] = { "full", "swa", "rswa", "chunked", "cyclic" };
+
+const char *kvp_kind_name(unsigned kind)
+{
+	return kind < 5 ? kinds[kind] : "unknown";
+}
+
+void kvp_pool_params_groups(const struct kvp_pool_params *p, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	if (len)
+		buf[0] = '\0';
+	for (unsigned g = 0; g < p->num_groups && g < KVP_MAX_GROUPS && off < len; g++) {
+		int n = p->group_kind[g] == KVP_KIND_FULL ?
+			snprintf(buf + off, len - off, "%sfull", g ? " " : "") :
+			snprintf(buf + off, len - off, "%s%s:%u", g ? " " : "",
+				 kvp_kind_name(p->group_kind[g]), p->group_param[g]);
+
+		off += n > 0 ? (size_t)n : 0;
+	}
+}
+
 /* "full swa:128 rswa:64,chunked:256": kinds with their parameter, blank or comma separated. */
 static int parse_groups(struct kvp_pool_params *p, const char *spec)
 {
-	static const char *const kinds[] = { "full", "swa", "rswa", "chunked", "cyclic" };
 	static const uint32_t min_param[] = { 0, 2, 1, 1, 1 };
 	char buf[512], *save = NULL;
 	unsigned n = 0;

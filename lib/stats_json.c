@@ -120,6 +120,7 @@ static void tenants_json(const struct kvp_stats_view *s, json_object *root)
 	}
 	json_object_object_add(root, "tenants", arr);
 	json_object_object_add(root, "other_clients", json_object_new_int64(s->page->other_clients));
+	json_object_object_add(root, "monitors", json_object_new_int64(s->page->monitors));
 }
 
 char *kvp_stats_json(const struct kvp_stats_view *s, bool clients_only)

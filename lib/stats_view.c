@@ -26,13 +26,6 @@ const char *kvp_opcode_name(unsigned opcode)
 	return opcode < KVP_STATS_OPS && opcode_names[opcode] ? opcode_names[opcode] : "UNKNOWN";
 }
 
-const char *kvp_kind_name(unsigned kind)
-{
-	static const char *const kinds[] = { "full", "swa", "rswa", "chunked", "cyclic" };
-
-	return kind < 5 ? kinds[kind] : "unknown";
-}
-
 const char *kvp_quota_name(unsigned key)
 {
 	static const char *const names[KVP_QUOTA_KEYS] = {

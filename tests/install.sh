@@ -5,7 +5,7 @@
 set -eu
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-make --no-print-directory -s install PREFIX="$dir" >/dev/null
+make --no-print-directory -s install PREFIX="$dir" SYSCONFDIR="$dir/etc" >/dev/null
 cat >"$dir/engine.c" <<'C'
 #include <libkvpool.h>
 #include <stdio.h>

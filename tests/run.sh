@@ -91,7 +91,11 @@ unset KVPOOL_EVENT_LOOP
 run "demo/make-demo" tools/demo.sh
 run "bench/release/attend" tools/kvbench attend --quick
 run "install/pkg-config" tests/install.sh
+run "install/service" tests/service.sh
 run "version" tests/version.sh
+run "config/errors" tests/config_errors.sh
+run "cli/kvctl" tests/kvctl_cli.sh
+run "man-pages" tests/man_pages.sh
 
 if command -v clang >/dev/null; then
 	run "build/clang" make --no-print-directory -s VARIANT=clang all

@@ -51,11 +51,13 @@ expect '.pools[0].groups[0] | [.kind, .blocks_held, .window_drops]' '["full",7,0
 expect '.operations | [.SEQ_OPEN.count, .LOOKUP.count, .ALLOC.count, .COMMIT.count, .APPEND_TOKENS.count, .SEQ_CLOSE.count, .POOL_CREATE.count]' \
 	'[2,2,10,10,8,1,1]' "$dir/stats.json"
 expect '.operations.ALLOC.errors' 0 "$dir/stats.json"
-# Connected: pool create, A, B, then stats itself; A and the pool-create client are gone.
-expect '[.clients_connected, .clients_disconnected, .clients_killed]' '[4,2,0]' "$dir/stats.json"
+# Connected: A and B; A is gone. kvctl (pool create, stats) is a monitor: counted apart, never listed.
+expect '[.clients_connected, .clients_disconnected, .clients_killed]' '[2,1,0]' "$dir/stats.json"
+expect '.monitors' 1 "$dir/stats.json"
 expect '[.clients[] | select(.pool == "p") | {sequences, blocks_held, ops}]' \
 	'[{"sequences":1,"blocks_held":7,"ops":16}]' "$dir/clients.json"
-expect '.clients | length' 2 "$dir/clients.json"
+expect '.clients | length' 1 "$dir/clients.json"
+expect '.monitors' 1 "$dir/clients.json"
 loop=$(sed -n 's/^kvpoold: event loop: \([a-z_]*\).*/\1/p' "$dir/log")
 [ -n "$loop" ] || { echo "the daemon did not log its event loop"; failures=$((failures + 1)); }
 [ -z "${KVPOOL_EVENT_LOOP:-}" ] || [ "$loop" = "$KVPOOL_EVENT_LOOP" ] ||
@@ -71,6 +73,8 @@ grep -q '^kvpool_prefix_cache_hits_tokens_total{pool="p"} 16$' "$dir/metrics.txt
 	{ echo "metrics: prefix hits not 16"; failures=$((failures + 1)); }
 grep -q '^kvpool_operation_duration_seconds_count{op="ALLOC"} 10$' "$dir/metrics.txt" ||
 	{ echo "metrics: ALLOC histogram count not 10"; failures=$((failures + 1)); }
+grep -qx 'kvpool_monitors 1' "$dir/metrics.txt" ||
+	{ echo "metrics: kvpool_monitors not 1"; failures=$((failures + 1)); }
 grep -qx "kvpool_info{event_loop=\"$loop\",abi=\"2\"} 1" "$dir/metrics.txt" ||
 	{ echo "metrics: no kvpool_info{event_loop=\"$loop\",...} 1"; failures=$((failures + 1)); }
 

@@ -28,11 +28,11 @@ kvpoold: not running at $dir/sock"
 "$daemon" --socket "$dir/sock" 2>"$dir/log" &
 pid=$!
 for _ in $(seq 100); do [ -S "$dir/sock" ] && break; sleep 0.05; done
-# The spin wake-up, the stats page and mapping; the admin feature (0x2) for root.
+# The spin wake-up, the stats page, mapping and monitor (kvctl's); the admin feature (0x2) for root.
 out=$(KVPOOL_SOCKET=$dir/sock "$bin/kvctl" version) || fail "kvctl version: exit $?"
 want="kvctl $version
 libkvpool $version abi 2
-kvpoold $version abi 2 features $([ "$(id -u)" = 0 ] && echo 0xf || echo 0xd)"
+kvpoold $version abi 2 features $([ "$(id -u)" = 0 ] && echo 0x1f || echo 0x1d)"
 [ "$out" = "$want" ] || fail "kvctl version said '$out'"
 "$bin/kvctl" --socket "$dir/sock" version extra 2>/dev/null
 [ $? = 2 ] || fail "kvctl version extra: exit status not 2"

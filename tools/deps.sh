@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# Installs the Debian packages kvpool builds and tests with, when any is
+# Installs the Debian packages kvpool builds and runs with, when any is
 # missing: as root directly, otherwise through sudo. Prints what it installs.
+# --tests adds what only the test suite uses (make test, .ci/run): promtool,
+# bpftrace, the sanitizers' runtimes, systemd's socket-activation and unit
+# checker, man. python3-torch (large) is .ci/run's alone.
 set -eu
 packages=(
-	build-essential make pkg-config clang
+	build-essential make pkg-config
+	# the BPF accounting program's skeleton is built by make: clang, llvm, bpftool
+	clang llvm bpftool
 	libxxhash-dev libcmocka-dev liburing-dev libinih-dev libjson-c-dev systemtap-sdt-dev
-	libbpf-dev libelf-dev zlib1g-dev llvm bpftool bpftrace jq prometheus
-	# libFuzzer and the sanitizers' runtimes: only a Recommends of clang
-	libclang-rt-14-dev
-	# the Python binding: headers to build it, DLPack's header, and what its tests import
-	python3-dev libdlpack-dev python3-numpy python3-pytest
+	libbpf-dev libelf-dev zlib1g-dev
+	# the Python binding: headers to build it, DLPack's header; its arrays are numpy's
+	python3-dev libdlpack-dev python3-numpy
 )
+if [ "${1:-}" = --tests ]; then
+	packages+=(
+		jq prometheus bpftrace
+		# libFuzzer and the sanitizers' runtimes: only a Recommends of clang
+		libclang-rt-14-dev
+		python3-pytest
+		# systemd-socket-activate and systemd-analyze (tests/service.sh), man -l
+		systemd man-db groff-base
+	)
+elif [ $# -gt 0 ]; then
+	echo "usage: tools/deps.sh [--tests]" >&2
+	exit 2
+fi
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

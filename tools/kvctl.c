@@ -2,6 +2,7 @@
 /* kvctl: operate a running kvpoold (stats, pools). */
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,11 @@
 #include <unistd.h>
 
 #include "kvctl.h"
+
+#define SOCKET_HELP                                                                        \
+	"  -s, --socket PATH   the daemon's socket (default $KVPOOL_SOCKET, else\n"       \
+	"                      " KVP_DEFAULT_SOCKET ")\n"                                  \
+	"  -h, --help          show this help and exit\n"
 
 static const char usage[] =
 	"Usage: kvctl [--socket PATH] COMMAND [ARG]...\n"
@@ -19,7 +25,8 @@ static const char usage[] =
 	"                                  prefix-cache queries and hits (tokens, at admission\n"
 	"                                  and in lookups), evictions by cause, nospace; per\n"
 	"                                  group: blocks held, window drops, fragmentation;\n"
-	"                                  clients; operations with p50/p99 latency\n"
+	"                                  clients and monitors; operations with p50/p99\n"
+	"                                  latency (upper bounds of power-of-two buckets)\n"
 	"  clients [--json]                per client: id, pid, uid, namespace, pool,\n"
 	"                                  sequences, blocks held (distinct), requests;\n"
 	"                                  per uid and namespace: its use of each quota\n"
@@ -43,86 +50,150 @@ static const char usage[] =
 	"                                  releases, ABI and features\n"
 	"\n"
 	"Options:\n"
-	"  -s, --socket PATH   the daemon's socket (default $KVPOOL_SOCKET, else\n"
-	"                      " KVP_DEFAULT_SOCKET ")\n"
-	"  -h, --help          show this help and exit\n"
+	SOCKET_HELP
 	"  -V, --version       print \"kvctl VERSION\" and exit\n"
+	"\n"
+	"Options go before or after the command. 'kvctl COMMAND --help' shows a\n"
+	"command's own options and what its output means.\n"
 	"\n"
 	"stats, clients and top read the daemon's read-only stats page: they never slow\n"
 	"it down. Root and the daemon's uid see every client; anyone else sees the\n"
 	"clients of their own uid, the others only counted (\"other clients: N\").\n"
-	"Admin commands need root or the daemon's uid. Exit status: 0 on success, 1\n"
-	"when the daemon refuses or cannot be reached, 2 for a usage error.\n";
+	"kvctl connects as a monitor (KVP_FEAT_MONITOR): it is not listed among the\n"
+	"clients, only counted (\"monitors: N\"). Admin commands need root or the\n"
+	"daemon's uid. Exit status: 0 on success, 1 when the daemon refuses or cannot\n"
+	"be reached, 2 for a usage error.\n";
 
-/*
- * Root and the daemon's uid (the socket's owner) read the whole stats page
- * as admin; anyone else is given their own uid's clients only.
- */
-static bool may_admin(const char *socket)
+static const char stats_help[] =
+	"Usage: kvctl stats [--json | --prometheus] [--socket PATH]\n"
+	"The daemon's counters, read from its stats page (which never slows it down).\n"
+	"\n"
+	"Per pool: block size, blocks TOTAL (the null block included), FREE, USED and\n"
+	"CACHED, USAGE (USED of the blocks it can hand out), CLIENTS attached, SEQS open;\n"
+	"then its prefix cache (tokens asked and hit at admission and in lookups),\n"
+	"evictions by cause, ALLOCs refused for want of blocks (nospace) and per group\n"
+	"of layers: blocks held, blocks its window dropped, token slots the running\n"
+	"sequences' blocks hold (TOKENS_HELD) and tokens their masks need\n"
+	"(TOKENS_NEEDED), FRAG = 1 - TOKENS_NEEDED / TOKENS_HELD (0.0% when nothing\n"
+	"is held). Then the clients and quotas (as kvctl clients), per operation its\n"
+	"count, errors and latency percentiles, and the totals:\n"
+	"  clients: N connected, N disconnected, N killed with sequences open; monitors: N\n"
+	"(clients since the daemon started; monitors, such as kvctl, connected now).\n"
+	"\n"
+	"CACHED blocks hold a prefix-cache entry: each is counted in FREE (evictable)\n"
+	"or in USED, CACHED is not a third part. P50<= and P99<= are upper bounds: the\n"
+	"upper edge of the power-of-two bucket holding that percentile (a 300 ns\n"
+	"request counts as 512 ns).\n"
+	"\n"
+	"Options:\n"
+	"      --json          the same as one JSON document (libkvpool's kvp_stats_json)\n"
+	"      --prometheus    the same in the Prometheus text format 0.0.4\n"
+	SOCKET_HELP;
+
+static const char clients_help[] =
+	"Usage: kvctl clients [--json] [--socket PATH]\n"
+	"The connected clients: CLIENT id, PID, UID, NAMESPACE, POOL attached, SEQS\n"
+	"open, BLOCKS held (distinct: what its uid is charged) and OPS completed; then\n"
+	"per uid and namespace its use of each quota against its limit, and\n"
+	"\"monitors: N\": connections that only watch (kvctl among them), never listed.\n"
+	"Root and the daemon's uid see every client; anyone else the clients of their\n"
+	"own uid, the others only counted (\"other clients: N\").\n"
+	"\n"
+	"Options:\n"
+	"      --json          the same as one JSON document\n"
+	SOCKET_HELP;
+
+static const char top_help[] =
+	"Usage: kvctl top [--json] [--interval MS] [--count N] [--socket PATH]\n"
+	"kvctl stats, refreshed, with each operation's rate since the last refresh;\n"
+	"q quits (on a terminal).\n"
+	"\n"
+	"Options:\n"
+	"      --json          one JSON document per refresh (as kvctl stats --json)\n"
+	"      --interval MS   milliseconds between refreshes, at least 1 (default 1000)\n"
+	"      --count N       stop after N refreshes (default: until q or a signal)\n"
+	SOCKET_HELP;
+
+static const char version_help[] =
+	"Usage: kvctl version [--socket PATH]\n"
+	"Three lines: kvctl's release, libkvpool's release and ABI, and the running\n"
+	"daemon's release, ABI and the KVP_FEAT_* bits it grants kvctl's connection\n"
+	"(in hex); \"kvpoold: not running at PATH\" and exit status 1 when no daemon\n"
+	"answers there.\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+static const char pool_help[] =
+	"Usage: kvctl pool create NAME KEY=VALUE... [--socket PATH]\n"
+	"       kvctl pool destroy NAME [--socket PATH]\n"
+	"Create or destroy a pool (admin: root or the daemon's uid). 'kvctl pool create\n"
+	"--help' lists the keys.\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+static const char pool_create_help[] =
+	"Usage: kvctl pool create NAME KEY=VALUE... [--socket PATH]\n"
+	"Create pool NAME (admin: root or the daemon's uid). The keys are those of the\n"
+	"config file's [pool.NAME] sections:\n"
+	"  blocks=N            blocks, the null block included (required)\n"
+	"  block_size=N        tokens per block (required)\n"
+	"  groups=SPEC         its KV cache groups, blank or comma separated (required):\n"
+	"                      full, swa:W, rswa:W, chunked:C, cyclic:W\n"
+	"  caching=on|off      prefix caching (default on)\n"
+	"  free_order=split|append, publish=commit|alloc, max_len=N, max_step_tokens=N\n"
+	"  kv_heads=N, head_dim=N, layers_per_group=N\n"
+	"                      the KV it holds (all three, or none: allocation only)\n"
+	"  dtype=f32|f16|bf16  the KV's element type (default f32)\n"
+	"  backend=host|cuda, device=N, layout=block|layer\n"
+	"  namespace=NAME      only NAME's clients attach, and they may map the pool\n"
+	"\n"
+	"Prints one line:\n"
+	"  pool NAME created: N blocks of BS tokens, groups G, KV SIZE\n"
+	"G the groups as given; SIZE the memory of its K and V (every layer of every\n"
+	"block) in B, or in KiB, MiB or GiB with one decimal, or \"none\" for a pool\n"
+	"without KV. A refusal prints the daemon's reason, \"kvctl: pool create NAME:\n"
+	"REASON\", and exits 1.\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+static const char pool_destroy_help[] =
+	"Usage: kvctl pool destroy NAME [--socket PATH]\n"
+	"Destroy pool NAME (admin: root or the daemon's uid): refused while a client is\n"
+	"attached to it or a sequence is open. Prints \"pool NAME destroyed\".\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+/* What the options after a command set. */
+struct cmd_opts {
+	const char *socket;
+	bool json, prom;
+	unsigned interval, count;
+	int nargs;     /* operands, in order */
+	char **args;
+};
+
+enum { OPT_JSON = 256, OPT_PROM, OPT_INTERVAL, OPT_COUNT };
+/* parse_cmd printed the command's help: kvctl exits 0. */
+#define HELP_SHOWN (-1)
+/* Options a command takes beyond -s and -h: bits (1 << (OPT_x - OPT_JSON)). */
+#define TAKES(opt) (1u << ((opt) - OPT_JSON))
+
+/* "kvctl: CMD: what is wrong", and where to read more. Returns 2, kvctl's usage status. */
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int usage_error(const char *cmd, const char *fmt, ...)
 {
-	const char *path = socket ? socket : getenv("KVPOOL_SOCKET");
-	struct stat st;
+	va_list ap;
 
-	if (geteuid() == 0)
-		return true;
-	return !stat(path ? path : KVP_DEFAULT_SOCKET, &st) && st.st_uid == geteuid();
-}
-
-static int connect_to(const char *socket, bool admin, struct kvp_client **c)
-{
-	char why[KVP_REASON_MAX] = "";
-	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin || may_admin(socket),
-					 .stats_page = !admin, .sq_entries = 4, .arena_bytes = 4096,
-					 .why = why, .why_len = sizeof(why) };
-	int ret = kvp_connect(&opts, c);
-
-	if (ret)
-		fprintf(stderr, "kvctl: %s: %s%s%s%s\n", socket ? socket : "kvpoold", strerror(-ret),
-			*why ? ": " : "", why,
-			ret == -EPERM && admin ? " (admin commands need root or the daemon's uid)" : "");
-	return ret;
-}
-
-/*
- * kvctl version: three lines, the last from the daemon (the features it grants this
- * client: admin for root and the daemon's uid). 1 when no daemon answers.
- */
-static int cmd_version(const char *socket)
-{
-	const char *path = socket ? socket : getenv("KVPOOL_SOCKET");
-	char why[KVP_REASON_MAX] = "";
-	struct kvp_connect_opts opts = { .socket_path = socket, .admin = may_admin(socket),
-					 .stats_page = true, .pool_map = true, .sq_entries = 4,
-					 .arena_bytes = 4096, .why = why, .why_len = sizeof(why) };
-	struct kvp_client *c;
-	uint32_t v;
-	int ret;
-
-	printf("kvctl %s\nlibkvpool %s abi %u\n", KVPOOL_VERSION, kvp_version(), KVP_ABI_VERSION);
-	path = path ? path : KVP_DEFAULT_SOCKET;
-	ret = kvp_connect(&opts, &c);
-	if (ret == -EPERM && opts.admin) { /* an admin the daemon does not grant: ask for less */
-		opts.admin = false;
-		ret = kvp_connect(&opts, &c);
-	}
-	if (ret == -ENOENT || ret == -ECONNREFUSED) {
-		printf("kvpoold: not running at %s\n", path);
-		return 1;
-	}
-	if (ret) {
-		printf("kvpoold: %s: %s%s%s\n", path, strerror(-ret), *why ? ": " : "", why);
-		return 1;
-	}
-	v = kvp_daemon_version(c);
-	printf("kvpoold %u.%u.%u abi %u features 0x%llx\n", v >> 16, v >> 8 & 0xff, v & 0xff,
-	       KVP_ABI_VERSION, (unsigned long long)kvp_features(c));
-	kvp_close(c);
-	return 0;
-}
-
-static int usage_error(const char *msg)
-{
-	fprintf(stderr, "kvctl: usage: %s\nTry 'kvctl --help' for more information.\n", msg);
+	fprintf(stderr, "kvctl: %s%s", cmd, *cmd ? ": " : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'kvctl%s%s --help' for more information.\n", *cmd ? " " : "", cmd);
 	return 2;
 }
 
@@ -139,114 +210,326 @@ static int parse_uint(const char *s, unsigned *out)
 	return 0;
 }
 
-/* stats, clients, top: all views of one stats-page snapshot. */
-static int cmd_view(const char *socket, int argc, char **argv)
+/*
+ * The options of command @cmd ("stats", "pool create"), before or after its
+ * operands: -s/--socket and -h/--help for every command, @takes of the rest.
+ * Returns 0 (the operands in o->args), HELP_SHOWN, or 2 for a usage error
+ * (said on stderr). o->args must hold @argc entries.
+ */
+static int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char **argv,
+		     struct cmd_opts *o)
 {
-	enum { STATS, CLIENTS, TOP } cmd = !strcmp(argv[0], "stats") ? STATS :
-					   !strcmp(argv[0], "clients") ? CLIENTS : TOP;
-	bool json = false, prom = false;
-	unsigned interval = 1000, count = 0;
+	static const struct option all[] = {
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "prometheus", no_argument, NULL, OPT_PROM },
+		{ "interval", required_argument, NULL, OPT_INTERVAL },
+		{ "count", required_argument, NULL, OPT_COUNT },
+		{ "socket", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+	};
+	struct option opts[sizeof(all) / sizeof(all[0]) + 1] = { { NULL, 0, NULL, 0 } };
+	unsigned n = 0;
+	int c;
+
+	for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (all[i].val < OPT_JSON || (takes & TAKES(all[i].val)))
+			opts[n++] = all[i];
+	optind = 0; /* a fresh scan: main's getopt ran over another argv */
+	opterr = 0;
+	/* '-': operands come back in order (as 1), whatever POSIXLY_CORRECT says. */
+	while ((c = getopt_long(argc, argv, "-:s:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 1:
+			o->args[o->nargs++] = optarg;
+			break;
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'h':
+			fputs(help, stdout);
+			return HELP_SHOWN;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case OPT_PROM:
+			o->prom = true;
+			break;
+		case OPT_INTERVAL:
+			if (parse_uint(optarg, &o->interval) || !o->interval)
+				return usage_error(cmd, "bad value for --interval: '%s' (milliseconds, "
+						   "at least 1)", optarg);
+			break;
+		case OPT_COUNT:
+			if (parse_uint(optarg, &o->count))
+				return usage_error(cmd, "bad value for --count: '%s'", optarg);
+			break;
+		case ':':
+			return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+		default:
+			if (optopt > 0 && optopt < OPT_JSON && argv[optind - 1][1] != '-') {
+				char opt[3] = { '-', (char)optopt, '\0' };
+
+				return usage_error(cmd, "unknown option '%s'", opt);
+			}
+			return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	/* Past "--": operands all. */
+	while (optind < argc)
+		o->args[o->nargs++] = argv[optind++];
+	return 0;
+}
+
+static const char *socket_path(const char *socket)
+{
+	const char *path = socket ? socket : getenv("KVPOOL_SOCKET");
+
+	return path ? path : KVP_DEFAULT_SOCKET;
+}
+
+/*
+ * Root and the daemon's uid (the socket's owner) read the whole stats page
+ * as admin; anyone else is given their own uid's clients only.
+ */
+static bool may_admin(const char *socket)
+{
+	struct stat st;
+
+	if (geteuid() == 0)
+		return true;
+	return !stat(socket_path(socket), &st) && st.st_uid == geteuid();
+}
+
+/* Every kvctl connection is a monitor: it watches the clients, it is not one of them. */
+static int connect_to(const char *socket, bool admin, struct kvp_client **c)
+{
+	char why[KVP_REASON_MAX] = "", msg[512];
+	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin || may_admin(socket),
+					 .stats_page = true, .monitor = true, .sq_entries = 4,
+					 .arena_bytes = 4096, .why = why, .why_len = sizeof(why) };
+	int ret = kvp_connect(&opts, c);
+
+	if (ret)
+		fprintf(stderr, "kvctl: %s\n", kvp_connect_error(&opts, ret, msg, sizeof(msg)));
+	return ret;
+}
+
+/*
+ * kvctl version: three lines, the last from the daemon (the features it grants this
+ * client: admin for root and the daemon's uid). 1 when no daemon answers.
+ */
+static int cmd_version(const char *socket)
+{
+	char why[KVP_REASON_MAX] = "", msg[512];
+	struct kvp_connect_opts opts = { .socket_path = socket, .admin = may_admin(socket),
+					 .stats_page = true, .pool_map = true, .monitor = true,
+					 .sq_entries = 4, .arena_bytes = 4096, .why = why,
+					 .why_len = sizeof(why) };
+	struct kvp_client *c;
+	uint32_t v;
+	int ret;
+
+	printf("kvctl %s\nlibkvpool %s abi %u\n", KVPOOL_VERSION, kvp_version(), KVP_ABI_VERSION);
+	ret = kvp_connect(&opts, &c);
+	if (ret == -EPERM && opts.admin) { /* an admin the daemon does not grant: ask for less */
+		opts.admin = false;
+		ret = kvp_connect(&opts, &c);
+	}
+	if (ret == -ENOENT || ret == -ECONNREFUSED) {
+		printf("kvpoold: not running at %s\n", socket_path(socket));
+		return 1;
+	}
+	if (ret) {
+		printf("kvpoold: %s\n", kvp_connect_error(&opts, ret, msg, sizeof(msg)));
+		return 1;
+	}
+	v = kvp_daemon_version(c);
+	printf("kvpoold %u.%u.%u abi %u features 0x%llx\n", v >> 16, v >> 8 & 0xff, v & 0xff,
+	       KVP_ABI_VERSION, (unsigned long long)kvp_features(c));
+	kvp_close(c);
+	return 0;
+}
+
+/* A stats snapshot that could not be had, in words. */
+static void snapshot_error(const char *cmd, const char *socket, int err)
+{
+	const char *path = socket_path(socket);
+
+	if (err == -ECONNRESET)
+		fprintf(stderr, "kvctl: %s: kvpoold at %s hung up\n", cmd, path);
+	else if (err == -EPROTO)
+		fprintf(stderr, "kvctl: %s: the stats page of kvpoold at %s is of another version\n",
+			cmd, path);
+	else if (err == -EAGAIN)
+		fprintf(stderr, "kvctl: %s: kvpoold at %s kept writing its stats page for a second\n",
+			cmd, path);
+	else
+		fprintf(stderr, "kvctl: %s: reading the stats of kvpoold at %s: %s\n", cmd, path,
+			strerror(-err));
+}
+
+/* stats, clients, top: all views of one stats-page snapshot. */
+static int cmd_view(const char *cmd, const struct cmd_opts *o)
+{
 	struct kvp_stats_view s = { 0 };
 	struct kvp_client *c;
 	int ret;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json"))
-			json = true;
-		else if (cmd == STATS && !strcmp(argv[i], "--prometheus"))
-			prom = true;
-		else if (cmd == TOP && !strcmp(argv[i], "--interval") && i + 1 < argc &&
-			 !parse_uint(argv[i + 1], &interval) && interval)
-			i++;
-		else if (cmd == TOP && !strcmp(argv[i], "--count") && i + 1 < argc &&
-			 !parse_uint(argv[i + 1], &count))
-			i++;
-		else
-			return usage_error(cmd == STATS ? "kvctl stats [--json | --prometheus]" :
-					   cmd == CLIENTS ? "kvctl clients [--json]" :
-					   "kvctl top [--json] [--interval MS] [--count N]");
-	}
-	if (json && prom)
-		return usage_error("kvctl stats [--json | --prometheus]");
-	if (connect_to(socket, false, &c))
+	if (o->nargs)
+		return usage_error(cmd, "unexpected argument '%s'", o->args[0]);
+	if (o->json && o->prom)
+		return usage_error(cmd, "--json and --prometheus exclude each other");
+	if (connect_to(o->socket, false, &c))
 		return 1;
-	if (cmd == TOP) {
-		ret = kvctl_top(c, json, interval, count);
+	if (!strcmp(cmd, "top")) {
+		ret = kvctl_top(c, o->json, o->interval ? o->interval : 1000, o->count);
 	} else {
 		ret = kvp_stats_view_take(c, &s);
-		if (!ret && prom)
+		if (!ret && o->prom)
 			print_prometheus(&s);
-		else if (!ret && json)
-			print_stats_json(&s, cmd == CLIENTS);
-		else if (!ret && cmd == CLIENTS) {
-			print_clients_table(&s);
-			print_tenants_table(&s);
-		}
+		else if (!ret && o->json)
+			print_stats_json(&s, !strcmp(cmd, "clients"));
+		else if (!ret && !strcmp(cmd, "clients"))
+			print_clients_view(&s);
 		else if (!ret)
 			print_stats_table(&s);
 		kvp_stats_view_release(&s);
 	}
 	kvp_close(c);
 	if (ret) {
-		fprintf(stderr, "kvctl: %s: %s\n", argv[0], strerror(-ret));
+		snapshot_error(cmd, o->socket, ret);
 		return 1;
 	}
 	return 0;
 }
 
-static int cmd_pool(const char *socket, int argc, char **argv)
+/* The pool a destroy found busy: who holds it, from the stats page. */
+static void busy_pool(struct kvp_client *c, const char *name, char *buf, size_t len)
 {
+	struct kvp_stats_view s = { 0 };
+
+	snprintf(buf, len, "in use");
+	if (!kvp_stats_view_take(c, &s)) {
+		KVP_STATS_FOR_EACH_POOL(&s, p)
+			if (!strncmp(p->name, name, KVP_NAME_MAX))
+				snprintf(buf, len, "in use: clients attached %u, sequences open %u",
+					 p->clients, p->sequences);
+	}
+	kvp_stats_view_release(&s);
+}
+
+static int pool_settings(const char *cmd, struct cmd_opts *o, struct kvp_pool_params_v2 *params)
+{
+	kvp_pool_params_v2_init(params, o->args[1]);
+	for (int i = 2; i < o->nargs; i++) {
+		char *eq = strchr(o->args[i], '=');
+		int ret;
+
+		if (!eq)
+			return usage_error(cmd, "bad pool setting '%s': not KEY=VALUE", o->args[i]);
+		*eq = '\0';
+		ret = kvp_pool_params_v2_set(params, o->args[i], eq + 1);
+		*eq = '=';
+		if (ret)
+			return usage_error(cmd, "bad pool setting '%s'", o->args[i]);
+	}
+	if (!params->v1.num_blocks || !params->v1.block_size || !params->v1.num_groups)
+		return usage_error(cmd, "blocks=, block_size= and groups= are required");
+	return 0;
+}
+
+/* The subcommand: the first word that is neither an option nor --socket's value. */
+static const char *first_operand(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-s") || !strcmp(argv[i], "--socket"))
+			i++;
+		else if (!strcmp(argv[i], "--"))
+			return i + 1 < argc ? argv[i + 1] : NULL;
+		else if (argv[i][0] != '-')
+			return argv[i];
+	}
+	return NULL;
+}
+
+/* pool create NAME KEY=VALUE... | pool destroy NAME: one line of output, or the refusal's reason. */
+static int cmd_pool(int argc, char **argv, struct cmd_opts *o)
+{
+	const char *sub = first_operand(argc, argv);
+	bool create = sub && !strcmp(sub, "create"), destroy = sub && !strcmp(sub, "destroy");
+	const char *cmd = create ? "pool create" : destroy ? "pool destroy" : "pool";
 	struct kvp_pool_params_v2 params;
 	char why[KVP_REASON_MAX] = "";
 	struct kvp_client *c;
+	const char *name;
 	int ret;
 
-	if (argc < 3 || (strcmp(argv[1], "create") && strcmp(argv[1], "destroy")) ||
-	    (!strcmp(argv[1], "destroy") && argc != 3)) {
-		return usage_error("kvctl pool create NAME KEY=VALUE... | kvctl pool destroy NAME");
-	}
-	if (strlen(argv[2]) >= KVP_NAME_MAX) {
-		fprintf(stderr, "kvctl: pool name longer than %d bytes\n", KVP_NAME_MAX - 1);
-		return 2;
-	}
-	if (!strcmp(argv[1], "create")) {
-		kvp_pool_params_v2_init(&params, argv[2]);
-		for (int i = 3; i < argc; i++) {
-			char *eq = strchr(argv[i], '=');
-
-			if (eq)
-				*eq = '\0';
-			if (!eq || kvp_pool_params_v2_set(&params, argv[i], eq + 1)) {
-				fprintf(stderr, "kvctl: bad pool setting '%s%s%s'\n", argv[i], eq ? "=" : "",
-					eq ? eq + 1 : "");
-				return 2;
-			}
-		}
-		if (!params.v1.num_blocks || !params.v1.block_size || !params.v1.num_groups) {
-			fputs("kvctl: pool create needs blocks=, block_size= and groups=\n", stderr);
-			return 2;
-		}
-	}
-	if (connect_to(socket, true, &c))
+	ret = parse_cmd(cmd, create ? pool_create_help : destroy ? pool_destroy_help : pool_help, 0,
+			argc, argv, o);
+	if (ret)
+		return ret;
+	if (!create && !destroy)
+		return o->nargs ? usage_error("pool", "unknown command '%s'", o->args[0]) :
+				  usage_error("pool", "missing command: create or destroy");
+	if (o->nargs < 2)
+		return usage_error(cmd, "missing the pool's NAME");
+	name = o->args[1];
+	if (destroy && o->nargs > 2)
+		return usage_error(cmd, "unexpected argument '%s'", o->args[2]);
+	if (strlen(name) >= KVP_NAME_MAX)
+		return usage_error(cmd, "pool name '%s': longer than %d bytes", name, KVP_NAME_MAX - 1);
+	if (create && (ret = pool_settings(cmd, o, &params)))
+		return ret;
+	if (connect_to(o->socket, true, &c))
 		return 1;
-	ret = !strcmp(argv[1], "create") ? kvp_pool_create_v2(c, &params, 0, why, sizeof(why))
-					 : kvp_pool_destroy(c, argv[2]);
+	ret = create ? kvp_pool_create_v2(c, &params, 0, why, sizeof(why))
+		     : kvp_pool_destroy(c, name);
+	if (ret == -EBUSY && destroy)
+		busy_pool(c, name, why, sizeof(why));
 	kvp_close(c);
-	if (ret) {
-		fprintf(stderr, "kvctl: pool %s %s: %s\n", argv[1], argv[2],
-			*why ? why : ret == -EBUSY ? "in use" : strerror(-ret));
-		return 1;
-	}
-	return 0;
+	if (!ret && create)
+		print_pool_created(&params);
+	else if (!ret)
+		printf("pool %s destroyed\n", name);
+	else if (*why)
+		fprintf(stderr, "kvctl: %s %s: %s\n", cmd, name, why);
+	else if (ret == -ENOENT && destroy)
+		fprintf(stderr, "kvctl: %s %s: no pool '%s' on %s\n", cmd, name, name,
+			socket_path(o->socket));
+	else
+		fprintf(stderr, "kvctl: %s %s: refused by kvpoold at %s (%s)\n", cmd, name,
+			socket_path(o->socket), strerror(-ret));
+	return ret ? 1 : 0;
 }
 
-/* -h or --help anywhere after the command: the full help, as for kvctl --help. */
-static bool wants_help(int argc, char **argv)
+/*
+ * @argv less the -s/--socket options that kvctl takes after acct too (acct's own
+ * parser knows only its own). Returns the new argc, or -1 for a missing value.
+ */
+static int strip_socket(int argc, char **argv, const char **socket)
 {
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-			return true;
-	return false;
+	int n = 1;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			while (i < argc)
+				argv[n++] = argv[i++];
+			break;
+		}
+		if (!strcmp(argv[i], "-s") || !strcmp(argv[i], "--socket")) {
+			if (++i == argc)
+				return -1;
+			*socket = argv[i];
+		} else if (!strncmp(argv[i], "--socket=", 9)) {
+			*socket = argv[i] + 9;
+		} else if (!strncmp(argv[i], "-s", 2)) {
+			*socket = argv[i] + 2;
+		} else {
+			argv[n++] = argv[i];
+		}
+	}
+	argv[n] = NULL;
+	return n;
 }
 
 int main(int argc, char **argv)
@@ -257,11 +540,13 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cmd_opts o = { 0 };
 	const char *socket = NULL;
-	int c;
+	int c, ret;
 
-	/* '+': options after the command belong to the command. */
-	while ((c = getopt_long(argc, argv, "+s:hV", opts, NULL)) != -1) {
+	opterr = 0;
+	/* '+': the command's own options are parsed by the command. */
+	while ((c = getopt_long(argc, argv, "+:s:hV", opts, NULL)) != -1) {
 		if (c == 's') {
 			socket = optarg;
 		} else if (c == 'V') {
@@ -270,30 +555,43 @@ int main(int argc, char **argv)
 		} else if (c == 'h') {
 			fputs(usage, stdout);
 			return 0;
+		} else if (c == ':') {
+			return usage_error("", "option '%s' needs a value", argv[optind - 1]);
 		} else {
-			fputs("Try 'kvctl --help' for more information.\n", stderr);
-			return 2;
+			return usage_error("", "unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	argc -= optind;
 	argv += optind;
-	if (argc >= 1 && strcmp(argv[0], "acct") && wants_help(argc, argv)) {
-		fputs(usage, stdout);
-		return 0;
+	if (!argc)
+		return usage_error("", "no command");
+	o.socket = socket;
+	o.args = calloc((size_t)argc + 1, sizeof(*o.args));
+	if (!o.args) {
+		fputs("kvctl: out of memory\n", stderr);
+		return 1;
 	}
-	if (argc >= 1 && (!strcmp(argv[0], "stats") || !strcmp(argv[0], "clients") ||
-			  !strcmp(argv[0], "top")))
-		return cmd_view(socket, argc, argv);
-	if (argc >= 1 && !strcmp(argv[0], "acct"))
-		return kvctl_acct(argc, argv, socket);
-	if (argc >= 1 && !strcmp(argv[0], "pool"))
-		return cmd_pool(socket, argc, argv);
-	if (argc == 1 && !strcmp(argv[0], "version"))
-		return cmd_version(socket);
-	if (argc > 1 && !strcmp(argv[0], "version"))
-		return usage_error("version");
-	fprintf(stderr, argc ? "kvctl: unknown command '%s'\n" : "kvctl: no command%s\n",
-		argc ? argv[0] : "");
-	fputs("Try 'kvctl --help' for more information.\n", stderr);
-	return 2;
+	if (!strcmp(argv[0], "stats"))
+		ret = parse_cmd("stats", stats_help, TAKES(OPT_JSON) | TAKES(OPT_PROM), argc, argv, &o) ?:
+		      cmd_view("stats", &o);
+	else if (!strcmp(argv[0], "clients"))
+		ret = parse_cmd("clients", clients_help, TAKES(OPT_JSON), argc, argv, &o) ?:
+		      cmd_view("clients", &o);
+	else if (!strcmp(argv[0], "top"))
+		ret = parse_cmd("top", top_help, TAKES(OPT_JSON) | TAKES(OPT_INTERVAL) |
+			       TAKES(OPT_COUNT), argc, argv, &o) ?: cmd_view("top", &o);
+	else if (!strcmp(argv[0], "version"))
+		ret = parse_cmd("version", version_help, 0, argc, argv, &o) ?:
+		      (o.nargs ? usage_error("version", "unexpected argument '%s'", o.args[0]) :
+				 cmd_version(o.socket));
+	else if (!strcmp(argv[0], "pool"))
+		ret = cmd_pool(argc, argv, &o);
+	else if (!strcmp(argv[0], "acct"))
+		ret = (argc = strip_socket(argc, argv, &socket)) < 0 ?
+		      usage_error("acct", "option '%s' needs a value", "--socket") :
+		      kvctl_acct(argc, argv, socket);
+	else
+		ret = usage_error("", "unknown command '%s'", argv[0]);
+	free(o.args);
+	return ret == HELP_SHOWN ? 0 : ret;
 }

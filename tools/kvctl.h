@@ -11,6 +11,10 @@
 
 void print_stats_table(const struct kvp_stats_view *s);
 void print_clients_table(const struct kvp_stats_view *s);
+/* kvctl clients: the clients, the quotas, the monitors' count. */
+void print_clients_view(const struct kvp_stats_view *s);
+/* "pool NAME created: N blocks of BS tokens, groups G, KV SIZE". */
+void print_pool_created(const struct kvp_pool_params_v2 *p);
 void print_stats_json(const struct kvp_stats_view *s, bool clients_only);
 void print_prometheus(const struct kvp_stats_view *s);
 /* One label of a Prometheus sample, its value escaped; @first: no comma before it. */

@@ -31,6 +31,9 @@ void print_stats_table(const struct kvp_stats_view *s)
 		printf("%-20.*s %6u %9u %9u %9u %9u %6.1f%% %7u %5u\n", KVP_NAME_MAX, p->name,
 		       p->block_size, p->blocks_total, p->blocks_free, p->blocks_used, p->blocks_cached,
 		       100.0 * kvp_pool_usage(p), p->clients, p->sequences);
+	/* Readers added CACHED to FREE and USED and found more blocks than TOTAL. */
+	printf("CACHED: blocks holding a prefix-cache entry, counted in FREE (evictable) or USED; "
+	       "not a third part\n");
 	KVP_STATS_FOR_EACH_POOL(s, p) {
 		printf("\npool %.*s: prefix cache %llu/%llu tokens hit (%.1f%%) at admission, "
 		       "%llu/%llu in lookups; evictions reuse %llu evict %llu reset %llu; nospace %llu\n",
@@ -57,7 +60,7 @@ void print_stats_table(const struct kvp_stats_view *s)
 	printf("\n");
 	print_clients_table(s);
 	print_tenants_table(s);
-	printf("\n%-14s %12s %8s %10s %10s\n", "OPERATION", "COUNT", "ERRORS", "P50", "P99");
+	printf("\n%-14s %12s %8s %10s %10s\n", "OPERATION", "COUNT", "ERRORS", "P50<=", "P99<=");
 	for (unsigned o = 0; o < KVP_STATS_OPS; o++) {
 		const struct kvp_stats_op *op = &s->ops[o];
 
@@ -68,10 +71,60 @@ void print_stats_table(const struct kvp_stats_view *s)
 		       (unsigned long long)kvp_hist_percentile(op->hist, KVP_HIST_BUCKETS, 0.5),
 		       (unsigned long long)kvp_hist_percentile(op->hist, KVP_HIST_BUCKETS, 0.99));
 	}
-	printf("\nclients: %llu connected, %llu disconnected, %llu killed with sequences open\n",
-	       (unsigned long long)pg->clients_connected,
-	       (unsigned long long)pg->clients_disconnected, (unsigned long long)pg->clients_killed);
+	printf("P50<=, P99<=: upper bounds of the power-of-two latency buckets holding them\n");
+	printf("\nclients: %llu connected, %llu disconnected, %llu killed with sequences open; "
+	       "monitors: %u\n", (unsigned long long)pg->clients_connected,
+	       (unsigned long long)pg->clients_disconnected, (unsigned long long)pg->clients_killed,
+	       pg->monitors);
 	printf("event loop: %s\n", kvp_event_loop_name(pg->event_loop));
+}
+
+void print_clients_view(const struct kvp_stats_view *s)
+{
+	print_clients_table(s);
+	print_tenants_table(s);
+	printf("\nmonitors: %u (connections that only watch, kvctl among them: not listed)\n",
+	       s->page->monitors);
+}
+
+/* The groups in the words they were given in: "full swa:64". */
+/* Bytes below 1 KiB as they are, then KiB, MiB or GiB with one decimal ("4.0 MiB"). */
+static void human_bytes(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB" };
+	double v = (double)bytes / 1024;
+	unsigned u = 0;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+		return;
+	}
+	/* 1023.96 KiB would print as "1024.0 KiB": that is 1.0 MiB. */
+	while (u < 2 && v >= 1023.95) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", v, units[u]);
+}
+
+/* What the daemon allocates (pools.c): K and V of every layer of every block. */
+static uint64_t kv_bytes(const struct kvp_pool_params *p)
+{
+	uint64_t elem = p->dtype == KVP_DTYPE_F32 ? 4 : 2;
+
+	return 2ull * p->layers_per_group * p->block_size * p->kv_heads * p->head_dim * elem *
+	       p->num_blocks;
+}
+
+void print_pool_created(const struct kvp_pool_params_v2 *p)
+{
+	char groups[KVP_MAX_GROUPS * 20], size[32] = "none";
+
+	kvp_pool_params_groups(&p->v1, groups, sizeof(groups));
+	if (p->v1.kv_heads)
+		human_bytes(kv_bytes(&p->v1), size, sizeof(size));
+	printf("pool %.*s created: %u blocks of %u tokens, groups %s, KV %s\n", KVP_NAME_MAX,
+	       p->v1.name, p->v1.num_blocks, p->v1.block_size, groups, size);
 }
 
 void print_stats_json(const struct kvp_stats_view *s, bool clients_only)
@@ -224,6 +277,8 @@ void print_prometheus(const struct kvp_stats_view *s)
 	}
 	meta("kvpool_clients", "gauge", "Clients connected now.");
 	printf("kvpool_clients %u\n", clients);
+	meta("kvpool_monitors", "gauge", "Monitors connected now (kvctl among them): not clients.");
+	printf("kvpool_monitors %u\n", pg->monitors);
 	meta("kvpool_client_connections_total", "counter", "Clients that completed their setup.");
 	printf("kvpool_client_connections_total %llu\n", (unsigned long long)pg->clients_connected);
 	meta("kvpool_client_disconnections_total", "counter", "Clients gone.");

@@ -37,8 +37,10 @@ static const char usage[] =
 
 struct engine_opts {
 	struct kvp_connect_opts conn;
+	char why[KVP_REASON_MAX]; /* the daemon's reason for a refused connection */
 	const char *name;
 	unsigned system, question, seed, decode, hold_ms;
+	const char *step;         /* what the engine was doing when it failed */
 };
 
 static int parse(int argc, char **argv, struct engine_opts *o)
@@ -88,18 +90,23 @@ bad:
 }
 
 /* Prefill past the hit, then decode, with the model computing every token. */
-static int run_model(struct kvp_client *c, const struct engine_opts *o, uint64_t seq,
+static int run_model(struct kvp_client *c, struct engine_opts *o, uint64_t seq,
 		     uint32_t *tokens, uint32_t hit)
 {
 	unsigned len = o->system + o->question;
 	struct engine_model m;
 	uint32_t next;
-	int ret = engine_model_init(&m, kvp_pool_info(c));
+	int ret;
 
+	o->step = "sizing its model to the pool";
+	ret = engine_model_init(&m, kvp_pool_info(c));
 	if (ret)
 		return ret;
+	o->step = "prefill (WRITE_KV, ATTEND, COMMIT)";
 	ret = engine_model_forward(&m, c, seq, tokens, hit, len - hit, &next) ?:
 	      kvp_commit(c, seq, len);
+	if (!ret)
+		o->step = "decode (APPEND, ALLOC, WRITE_KV, ATTEND, COMMIT)";
 	printf("%s: generated", o->name);
 	for (unsigned step = 0; step < o->decode && !ret; step++) {
 		printf(" %u", next);
@@ -114,7 +121,7 @@ static int run_model(struct kvp_client *c, const struct engine_opts *o, uint64_t
 	return ret;
 }
 
-static int run(struct kvp_client *c, const struct engine_opts *o)
+static int run(struct kvp_client *c, struct engine_opts *o)
 {
 	unsigned prompt_len = o->system + o->question;
 	uint32_t *tokens = calloc(prompt_len + o->decode + 1, sizeof(*tokens));
@@ -123,10 +130,12 @@ static int run(struct kvp_client *c, const struct engine_opts *o)
 	uint64_t seq;
 	int ret;
 
+	o->step = "its prompt";
 	if (!tokens)
 		return -ENOMEM;
 	for (unsigned i = 0; i < prompt_len; i++)
 		tokens[i] = i < o->system ? 1000 + i : 100000 + (o->seed * 2654435761u + i * 40503u) % 100000;
+	o->step = "SEQ_OPEN";
 	ret = kvp_seq_open(c, tokens, prompt_len, NULL, 0, -1, &seq);
 	if (ret)
 		goto out;
@@ -135,10 +144,12 @@ static int run(struct kvp_client *c, const struct engine_opts *o)
 	 * The LOOKUP is advisory; the ALLOC takes the hit atomically, and if
 	 * another client's eviction made it shorter, a second ALLOC covers the rest.
 	 */
+	o->step = "LOOKUP";
 	ret = kvp_lookup(c, seq, NULL, 0);
 	if (ret < 0)
 		goto out;
 	hint = (uint32_t)ret;
+	o->step = "ALLOC of its prompt";
 	ret = kvp_alloc(c, seq, prompt_len - hint, 0, true, &hit, NULL, 0);
 	if (!ret && hit < hint)
 		ret = kvp_alloc(c, seq, prompt_len - hit, 0, false, NULL, NULL, 0);
@@ -150,8 +161,11 @@ static int run(struct kvp_client *c, const struct engine_opts *o)
 		ret = run_model(c, o, seq, tokens, hit);
 		goto out_hold;
 	}
+	o->step = "COMMIT of its prompt";
 	ret = kvp_commit(c, seq, prompt_len);
 	fflush(stdout);
+	if (!ret)
+		o->step = "decode (APPEND, ALLOC, COMMIT)";
 	for (unsigned step = 0; step < o->decode && !ret; step++) {
 		uint32_t token = 7 + step;
 
@@ -163,11 +177,43 @@ out_hold:
 		printf("%s: decoded %u tokens\n", o->name, o->decode);
 		fflush(stdout);
 		usleep(o->hold_ms * 1000u);
+		o->step = "SEQ_CLOSE";
 		ret = kvp_seq_close(c, seq);
 	}
 out:
 	free(tokens);
 	return ret;
+}
+
+/* A request refused mid-run: what it was, where, and the cause in words. */
+static void run_error(const struct engine_opts *o, int err)
+{
+	const char *pool = o->conn.pool, *path = o->conn.socket_path ? o->conn.socket_path :
+						   getenv("KVPOOL_SOCKET");
+	const char *cause;
+
+	switch (err) {
+	case -ENOSPC:
+		cause = "no free blocks left in the pool";
+		break;
+	case -EDQUOT:
+		cause = "over a quota of its uid or namespace (kvctl clients shows them)";
+		break;
+	case -ECONNRESET:
+		cause = "kvpoold hung up";
+		break;
+	case -ETIMEDOUT:
+		cause = "no answer from kvpoold within 30 s";
+		break;
+	case -EOPNOTSUPP:
+		cause = "the pool's geometry is not one the model runs";
+		break;
+	default:
+		cause = strerror(-err);
+		break;
+	}
+	fprintf(stderr, "kvengine: %s: %s in pool '%s' on %s: %s\n", o->name, o->step, pool,
+		path ? path : KVP_DEFAULT_SOCKET, cause);
 }
 
 int main(int argc, char **argv)
@@ -177,19 +223,22 @@ int main(int argc, char **argv)
 		.seed = (unsigned)getpid(), .decode = 32,
 	};
 	struct kvp_client *c;
+	char msg[512];
 	int ret;
 
 	if (parse(argc, argv, &o))
 		return 2;
+	o.conn.why = o.why;
+	o.conn.why_len = sizeof(o.why);
 	ret = kvp_connect(&o.conn, &c);
 	if (ret) {
-		fprintf(stderr, "kvengine: connect: %s\n", strerror(-ret));
+		fprintf(stderr, "kvengine: %s\n", kvp_connect_error(&o.conn, ret, msg, sizeof(msg)));
 		return 1;
 	}
 	ret = run(c, &o);
 	kvp_close(c);
 	if (ret) {
-		fprintf(stderr, "kvengine: %s: %s\n", o.name, strerror(-ret));
+		run_error(&o, ret);
 		return 1;
 	}
 	return 0;

@@ -51,8 +51,16 @@
 #define KVP_FEAT_STATS_PAGE (1ull << 2)  /* a 4th descriptor: the read-only stats page */
 #define KVP_FEAT_POOL_MAP (1ull << 3)    /* POOL_MAP: clients map the KV memory of a pool
 					  * restricted to their namespace */
+/*
+ * This connection observes (kvctl): it is not listed among clients (STATS, the
+ * stats page's rows, a pool's clients, clients_connected/disconnected), only
+ * counted in the stats' monitors. It attaches to no pool (a setup naming one,
+ * and ATTACH to one, get -EINVAL), and still takes a connection of its uid's
+ * (and namespace's) max_clients: watching cannot exhaust the daemon.
+ */
+#define KVP_FEAT_MONITOR (1ull << 4)
 #define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE | \
-				KVP_FEAT_POOL_MAP)
+				KVP_FEAT_POOL_MAP | KVP_FEAT_MONITOR)
 
 /*
  * Client -> daemon, the first message on the socket, exactly this size. A bad
@@ -442,7 +450,8 @@ struct kvp_stats_header {
 	__u64 clients_disconnected; /* since start */
 	__u64 clients_killed;       /* hung up with sequences open */
 	__u32 other_clients;        /* clients past setup left out (other uids') */
-	__u32 resv;                 /* zero */
+	__u32 monitors;             /* KVP_FEAT_MONITOR connections now, never listed (zero from
+				     * a daemon without that feature) */
 	/* then struct kvp_pool_entry[num_pools], struct kvp_client_entry[num_clients] */
 };
 
@@ -511,8 +520,9 @@ struct kvp_stats_group {
 	__u32 param;        /* window W or chunk C, tokens */
 	__u64 blocks_held;  /* blocks in use now that this group took */
 	__u64 window_drops; /* blocks its windows dropped, total */
-	__u64 tokens_held;  /* fragmentation: token slots of the blocks sequences hold... */
-	__u64 tokens_needed;/* ...and the tokens their masks need now (refreshed every second) */
+	__u64 tokens_held;  /* fragmentation: token slots of the blocks running sequences hold... */
+	__u64 tokens_needed;/* ...and the tokens their masks need now (counted again when the
+			     * pool's sequences change, within the second; 0 with no block used) */
 };
 
 struct kvp_stats_pool {
@@ -587,8 +597,12 @@ struct kvp_stats_page {
 	__u32 other_clients; /* clients past setup whose rows this page leaves out */
 	__u64 tenants_off;  /* bytes from the page's start: struct kvp_stats_tenant[max_tenants] */
 	__u32 max_tenants;  /* entries at tenants_off */
+	__u32 monitors;     /* KVP_FEAT_MONITOR connections now: no client rows, not in
+			     * clients_connected (zero from a daemon without that feature) */
+	__s32 daemon_pid;   /* the daemon's pid (zero from a daemon before 0.2.0): with socket
+			     * activation, a connection's peer credentials are systemd's */
 	__u32 resv0;        /* zero */
-	__u64 resv[2];      /* zero */
+	__u64 resv;         /* zero */
 };
 
 /*
@@ -793,6 +807,8 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_header, clients_killed) == 24
 	       "kvp_stats_header.clients_killed");
 _Static_assert(__builtin_offsetof(struct kvp_stats_header, other_clients) == 32,
 	       "kvp_stats_header.other_clients");
+_Static_assert(__builtin_offsetof(struct kvp_stats_header, monitors) == 36,
+	       "kvp_stats_header.monitors");
 
 _Static_assert(sizeof(struct kvp_pool_entry) == 64, "kvp_pool_entry");
 _Static_assert(__builtin_offsetof(struct kvp_pool_entry, name) == 0, "kvp_pool_entry.name");
@@ -923,8 +939,11 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_page, tenants_off) == 104,
 	       "kvp_stats_page.tenants_off");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, max_tenants) == 112,
 	       "kvp_stats_page.max_tenants");
-_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv0) == 116, "kvp_stats_page.resv0");
-_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 120, "kvp_stats_page.resv");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, monitors) == 116,
+	       "kvp_stats_page.monitors");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, daemon_pid) == 120,
+	       "kvp_stats_page.daemon_pid");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 128, "kvp_stats_page.resv");
 _Static_assert(sizeof(struct kvp_stats_tenant) == 128, "kvp_stats_tenant");
 _Static_assert(__builtin_offsetof(struct kvp_stats_tenant, namespace_) == 16,
 	       "kvp_stats_tenant.namespace_");

@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ftruncate(memfd, 0) || pwrite(memfd, data, size, 0) != (ssize_t)size)
 		fz_fail("writing the config: %s", strerror(errno));
 	kvpd_quota_defaults(&cfg.quota);
-	if (kvpd_config_load(&cfg, path) == 0) {
+	if (kvpd_config_load(&cfg, path, &(struct kvpd_log){ .level = fz_verbose ? KVPD_LOG_DEBUG : 0 }) == 0) {
 		check_config(&cfg);
 		start_pools(&cfg);
 	}

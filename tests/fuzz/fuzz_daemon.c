@@ -198,7 +198,7 @@ struct kvpd *fz_daemon(void)
 	if (made)
 		return &d;
 	fz_verbose = getenv("FUZZ_VERBOSE") != NULL;
-	d.cfg.verbose = fz_verbose ? 2 : 0;
+	d.log.level = fz_verbose ? KVPD_LOG_DEBUG : 0;
 	configure(&d.cfg);
 	d.ncpus = 2;
 	d.ev = &fz_evloop;

@@ -16,7 +16,8 @@
  * - P's page: root's rows, its tenant row and secret's (root may join it),
  *   secret's gone with V; an admin page: every row and tenant;
  * - `kvctl clients` and `kvctl clients --json` as 65534: its uid's rows,
- *   "other clients: N", nothing of 65533's; as root: everyone.
+ *   "other clients: N", nothing of 65533's; as root: everyone. kvctl is a
+ *   monitor: in no row and no other_clients, but in its uid's clients quota.
  * Needs root: exit 77 otherwise.
  */
 #include <errno.h>
@@ -296,7 +297,7 @@ static int observe(void *arg)
 	return 0;
 }
 
-/* `kvctl --socket S clients [--json]` run as @uid: its output; *pid: kvctl's (its own row). */
+/* `kvctl --socket S clients [--json]` run as @uid: its output; *pid: kvctl's. */
 static char *kvctl(const struct daemon *d, uid_t uid, bool json, pid_t *pid)
 {
 	static char out[65536], bin[192];
@@ -430,24 +431,27 @@ int main(void)
 	/* Root may join any namespace: it sees secret's row. Arenas: 4 + 4 + 1 MiB, V's 4. */
 	EXPECT_STRS(&t, "uid 0 3/- 9216K", "namespace secret 1/- 4096K");
 
-	/* kvctl as 65534: U1, U2 and itself; the others counted, not shown; nothing of "secret". */
+	/*
+	 * kvctl as 65534: U1 and U2 (not itself: a monitor); the others counted, not shown;
+	 * nothing of "secret". Its connection counts in its uid's clients quota.
+	 */
 	out = kvctl(&d, NOBODY, false, &kp);
 	text_rows(out, &s, &t);
-	EXPECT_ROWS(&s, 4, { u1, NOBODY }, { u2, NOBODY }, { kp, NOBODY });
+	EXPECT_ROWS(&s, 4, { u1, NOBODY }, { u2, NOBODY });
 	EXPECT_STRS(&t, "uid 65534 3/32");
 	CHECK(strstr(out, "secret") == NULL);
 	settle(a, 6);
 	out = kvctl(&d, NOBODY, true, &kp);
 	json_rows(out, &s, &t);
-	EXPECT_ROWS(&s, 4, { u1, NOBODY }, { u2, NOBODY }, { kp, NOBODY });
+	EXPECT_ROWS(&s, 4, { u1, NOBODY }, { u2, NOBODY });
 	EXPECT_STRS(&t, "uid 65534");
 	CHECK(strstr(out, "secret") == NULL);
 	settle(a, 6);
-	/* kvctl as root (admin): everyone, itself included. */
+	/* kvctl as root (admin): everyone but itself. */
 	out = kvctl(&d, 0, false, &kp);
 	text_rows(out, &s, &t);
 	EXPECT_ROWS(&s, 0, { u1, NOBODY }, { u2, NOBODY }, { v, OTHER }, { me, 0 }, { me, 0 },
-		    { me, 0 }, { kp, 0 });
+		    { me, 0 });
 	EXPECT_STRS(&t, "uid 65534 2/32", "uid 65533 1/32", "uid 0 4/unlimited",
 		    "namespace secret 1/unlimited");
 	settle(a, 6);

@@ -207,7 +207,7 @@ int main(void)
 	log = fopen(dmn.log, "r");
 	CHECK(log != NULL);
 	while (fgets(line, sizeof(line), log))
-		dropped |= strstr(line, "refused: no setup message within 1 s") != NULL;
+		dropped |= strstr(line, "refused: pid ") && strstr(line, ": no setup message within 1 s;") != NULL;
 	fclose(log);
 	CHECK(dropped);
 	watchdog_watch(NULL);

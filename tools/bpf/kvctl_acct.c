@@ -10,11 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../../lib/libkvpool.h"
 #include "../../uapi/kvpool.h"
 #include "kvacct.h"
 
@@ -34,36 +33,39 @@ static const char acct_usage[] =
 	"                      \"block_seconds\", \"ops\", \"latency_log2_ns\" (requests by\n"
 	"                      log2 of their latency: element s counts [2^s, 2^(s+1)) ns),\n"
 	"                      \"evictions_reuse\", ...}], \"daemon_pid\", ...}\n"
-	"      --pid PID       the daemon's pid (default: the peer of the socket)\n"
+	"      --pid PID       the daemon's pid (default: the one its stats page gives)\n"
 	"      --interval SEC  seconds between reports (default 1)\n"
 	"      --count N       stop after N reports (default: until SIGINT)\n"
 	"  -h, --help          show this help and exit\n";
 
-/* The daemon's pid: the credentials of the socket's listener, seen from a bare connection. */
-static pid_t socket_peer_pid(const char *path)
+/*
+ * The daemon's pid, from its stats page: a connection's peer credentials
+ * would be the listener's, which is systemd when it passed the socket.
+ */
+static pid_t daemon_pid(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	int fd, err = 0;
+	char why[KVP_REASON_MAX] = "", msg[2 * KVP_REASON_MAX];
+	struct kvp_connect_opts opts = { .socket_path = path, .monitor = true, .stats_page = true,
+					 .sq_entries = 4, .arena_bytes = 4096, .why = why,
+					 .why_len = sizeof(why) };
+	struct kvp_stats_view v = { 0 };
+	struct kvp_client *c;
+	pid_t pid;
+	int ret;
 
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "kvctl: acct: socket path too long: %s\n", path);
+	ret = kvp_connect(&opts, &c);
+	if (ret) {
+		fprintf(stderr, "kvctl: acct: %s\n", kvp_connect_error(&opts, ret, msg, sizeof(msg)));
 		return -1;
 	}
-	strcpy(sa.sun_path, path);
-	/* kvpoold listens on a SOCK_SEQPACKET socket (docs/protocol.md). */
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len))
-		err = errno;
-	if (fd >= 0)
-		close(fd);
-	if (err) {
-		fprintf(stderr, "kvctl: acct: %s: %s\n", path, strerror(err));
-		return -1;
-	}
-	return cred.pid;
+	ret = kvp_stats_view_take(c, &v);
+	pid = ret < 0 ? -1 : v.page->daemon_pid;
+	if (ret < 0)
+		fprintf(stderr, "kvctl: acct: the stats page of %s: %s\n", path ? path : KVP_DEFAULT_SOCKET,
+			strerror(-ret));
+	kvp_stats_view_release(&v);
+	kvp_close(c);
+	return pid;
 }
 
 static double mono_s(void)
@@ -243,12 +245,11 @@ int kvctl_acct(int argc, char **argv, const char *socket_path)
 		return 1;
 	}
 	if (!pid) {
-		const char *path = socket_path ? socket_path : getenv("KVPOOL_SOCKET");
-
-		pid = socket_peer_pid(path ? path : KVP_DEFAULT_SOCKET);
+		pid = daemon_pid(socket_path);
 		if (pid <= 0) {
 			if (!pid)
-				fputs("kvctl: acct: the socket's peer has no pid; use --pid\n", stderr);
+				fputs("kvctl: acct: the daemon does not say its pid (older than "
+				      "0.2.0); use --pid\n", stderr);
 			return 1;
 		}
 	}

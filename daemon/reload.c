@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * SIGHUP: the config file read again, without dropping a client. New pools
+ * are created; namespaces, grants and quotas apply to new requests at once; a
+ * pool gone from the file is destroyed once nothing uses it; a pool whose
+ * parameters changed keeps the ones it has (its blocks are in use: they cannot
+ * change under its clients), with a line naming the key. Of [daemon], only
+ * log_level applies: the others shape what start-up built (the socket, the
+ * threads, the event loop). A file that does not load changes nothing.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpoold.h"
+
+void kvpd_cli_apply(struct kvpd_config *cfg, const struct kvpd_cli *cli)
+{
+	if (cli->socket)
+		cfg->socket_path = cli->socket;
+	if (cli->group)
+		cfg->socket_group = cli->group;
+	if (cli->plugin_dir)
+		cfg->plugin_dir = cli->plugin_dir;
+	if (cli->spin_us != ~0u)
+		cfg->spin_us = cli->spin_us;
+	if (cli->budget)
+		cfg->budget = cli->budget;
+	if (cli->max_clients)
+		cfg->max_clients = cli->max_clients;
+	if (cli->threads)
+		cfg->threads = cli->threads;
+	if (cli->event_loop >= 0)
+		cfg->event_loop = (enum kvpd_evloop_choice)cli->event_loop;
+	if (cli->log_level)
+		cfg->log_level = cli->log_level;
+}
+
+static bool same_string(const char *a, const char *b)
+{
+	return a == b || (a && b && !strcmp(a, b));
+}
+
+/* [daemon] settings the file changed that only a restart applies. */
+static void note_restart_settings(struct kvpd *d, const struct kvpd_config *next)
+{
+	const struct kvpd_config *now = &d->cfg;
+	const char *changed[8];
+	unsigned n = 0;
+
+	/* A socket systemd passed is the unit's, whatever the file says. */
+	if (!d->inherited_path && !same_string(now->socket_path, next->socket_path))
+		changed[n++] = "socket";
+	if (!same_string(now->socket_group, next->socket_group))
+		changed[n++] = "socket_group";
+	if (!same_string(now->plugin_dir, next->plugin_dir))
+		changed[n++] = "plugin_dir";
+	if (now->spin_us != next->spin_us)
+		changed[n++] = "spin_us";
+	if (now->budget != next->budget)
+		changed[n++] = "budget";
+	if (now->max_clients != next->max_clients)
+		changed[n++] = "max_clients";
+	/* threads 0 is "the online cores", which start-up resolved. */
+	if (next->threads && now->threads != next->threads)
+		changed[n++] = "threads";
+	if (now->event_loop != next->event_loop)
+		changed[n++] = "event_loop";
+	for (unsigned i = 0; i < n; i++)
+		kvpd_log(d, KVPD_LOG_WARNING, "reload: [daemon] %s changed: applies at the next start",
+			 changed[i]);
+}
+
+/* The first key whose value differs, in the config's words; NULL when none does. */
+static const char *changed_key(const struct kvp_pool_params_v2 *a,
+			       const struct kvp_pool_params_v2 *b)
+{
+	const struct kvp_pool_params *x = &a->v1, *y = &b->v1;
+
+	if (x->num_blocks != y->num_blocks)
+		return "blocks";
+	if (x->block_size != y->block_size)
+		return "block_size";
+	if (x->num_groups != y->num_groups ||
+	    memcmp(x->group_kind, y->group_kind, x->num_groups) ||
+	    memcmp(x->group_param, y->group_param, x->num_groups * sizeof(x->group_param[0])))
+		return "groups";
+	if (x->caching != y->caching)
+		return "caching";
+	if (x->free_order != y->free_order)
+		return "free_order";
+	if (x->publish != y->publish)
+		return "publish";
+	if (x->max_len != y->max_len)
+		return "max_len";
+	if (x->max_step_tokens != y->max_step_tokens)
+		return "max_step_tokens";
+	if (x->kv_heads != y->kv_heads)
+		return "kv_heads";
+	if (x->head_dim != y->head_dim)
+		return "head_dim";
+	if (x->dtype != y->dtype)
+		return "dtype";
+	if (x->layers_per_group != y->layers_per_group)
+		return "layers_per_group";
+	if (a->backend != b->backend)
+		return "backend";
+	if (a->device != b->device)
+		return "device";
+	if (a->layout != b->layout)
+		return "layout";
+	if (strncmp(a->namespace_, b->namespace_, KVP_NAME_MAX))
+		return "namespace";
+	return NULL;
+}
+
+struct reload_counts {
+	unsigned created, kept, refused, removed, failed;
+};
+
+static void reload_pool(struct kvpd *d, const struct kvp_pool_params_v2 *p, struct reload_counts *n)
+{
+	struct kvpd_pool *pool = kvpd_pool_find(d, p->v1.name);
+	char why[KVP_REASON_MAX];
+	const char *key;
+	int ret;
+
+	if (!pool) {
+		ret = kvpd_pool_create(d, p, NULL, why, sizeof(why));
+		if (ret) {
+			kvpd_log(d, KVPD_LOG_ERR, "reload: pool %s not created: %s", p->v1.name,
+				 *why ? why : strerror(-ret));
+			n->failed++;
+			return;
+		}
+		kvpd_pool_find(d, p->v1.name)->configured = true;
+		n->created++;
+		return;
+	}
+	key = changed_key(&pool->spec, p);
+	if (key) {
+		kvpd_log(d, KVPD_LOG_WARNING, "reload: pool %s: %s changed: refused, the pool keeps "
+			 "its parameters (destroy it, or restart, to change them)", pool->name, key);
+		n->refused++;
+	} else {
+		n->kept++;
+	}
+	/* An owned pool stays its creator's, whatever the file says of its name. */
+	if (pool->owned)
+		return;
+	pool->configured = true;
+	if (pool->removed)
+		kvpd_log(d, KVPD_LOG_INFO, "reload: pool %s is in the config again: kept",
+			 pool->name);
+	pool->removed = false;
+}
+
+static void reload_pools(struct kvpd *d, const struct kvpd_config *next, struct reload_counts *n)
+{
+	for (unsigned i = 0; i < next->npools; i++)
+		reload_pool(d, &next->pools[i], n);
+	for (unsigned i = 0; i < d->npools; i++) {
+		struct kvpd_pool *pool = d->pools[i];
+		bool listed = false;
+
+		for (unsigned j = 0; j < next->npools && !listed; j++)
+			listed = !strncmp(next->pools[j].v1.name, pool->name, KVP_NAME_MAX);
+		if (listed || !pool->configured || pool->removed)
+			continue;
+		pool->removed = true;
+		n->removed++;
+		if (pool->clients || pool->sequences || pool->inflight)
+			kvpd_log(d, KVPD_LOG_INFO, "reload: pool %s is no longer in the config: "
+				 "destroyed once its %u clients have left", pool->name, pool->clients);
+	}
+	kvpd_pools_reap(d);
+}
+
+/* Namespaces, grants and quotas: the new ones for every request from now on. */
+static void reload_tenants(struct kvpd *d, struct kvpd_config *next)
+{
+	struct kvpd_uid_quota *old = d->cfg.uid_quotas;
+	unsigned nold = d->cfg.nuid_quotas;
+
+	memcpy(d->cfg.namespaces, next->namespaces, sizeof(next->namespaces));
+	d->cfg.nnamespaces = next->nnamespaces;
+	d->cfg.quota = next->quota;
+	d->cfg.uid_quotas = next->uid_quotas;
+	d->cfg.nuid_quotas = next->nuid_quotas;
+	/* next's release frees the old table. */
+	next->uid_quotas = old;
+	next->nuid_quotas = nold;
+	kvpd_tenants_requota(d);
+}
+
+void kvpd_reload(struct kvpd *d)
+{
+	struct reload_counts n = { 0 };
+	struct kvpd_config next;
+	int ret;
+
+	if (!d->config_path) {
+		kvpd_log(d, KVPD_LOG_NOTICE, "SIGHUP: no config file to read again (no --config)");
+		return;
+	}
+	kvpd_config_defaults(&next);
+	ret = kvpd_config_load(&next, d->config_path, &d->log);
+	if (ret) {
+		kvpd_log(d, KVPD_LOG_ERR, "reload: %s does not load (above): nothing changed",
+			 d->config_path);
+		goto out_release;
+	}
+	kvpd_cli_apply(&next, &d->cli);
+	note_restart_settings(d, &next);
+	d->cfg.log_level = next.log_level;
+	d->log.level = next.log_level ?: KVPD_LOG_DEFAULT;
+	reload_pools(d, &next, &n);
+	reload_tenants(d, &next);
+	kvpd_log(d, KVPD_LOG_NOTICE, "reload: %s: pools %u created, %u kept, %u refused a change, "
+		 "%u removed, %u failed; %u namespaces, %u uid quotas", d->config_path, n.created,
+		 n.kept, n.refused, n.removed, n.failed, d->cfg.nnamespaces, d->cfg.nuid_quotas);
+out_release:
+	kvpd_config_release(&next);
+}
