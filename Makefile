@@ -80,7 +80,8 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
 	     tools/trace_daemon.c tools/name_map.c
 BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c \
-	     tools/bench_daemon.c tools/bench_attend.c tools/dtype_store.c
+	     tools/bench_daemon.c tools/bench_attend.c tools/dtype_store.c \
+	     $(wildcard tools/bench_capacity*.c) $(wildcard tools/bench_load*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c
@@ -113,7 +114,7 @@ NO_IO_URING := $(BUILD)/tests/no_io_uring
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
-.PHONY: all deps test-deps test demo install uninstall clean
+.PHONY: all deps test-deps test demo bench install uninstall clean
 all: $(CORE_LIB) $(LIB_A) $(LIB_SO) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING) \
 	cuda-backend python-binding
 
@@ -272,6 +273,11 @@ test: test-deps
 demo: deps
 	$(MAKE) --no-print-directory all
 	tools/demo.sh
+
+# The standard figures (bench/README.md), about 8 minutes: bench/run.sh.
+bench: deps
+	$(MAKE) --no-print-directory all
+	bench/run.sh
 
 # Installed where systemd and man look for them under PREFIX (/usr/local by default); the
 # config in SYSCONFDIR (/etc), written only where none exists: it is the operator's.

@@ -269,7 +269,8 @@ static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	ret = alloc_out_valid(c, sqe);
 	if (ret)
 		return ret;
-	kvc_seq_info(seq, &before);
+	if (req.use_cache) /* the tokens offered to the cache: counted at admission only */
+		kvc_seq_info(seq, &before);
 	ret = kvc_alloc(seq, &req, &res);
 	alloc_accounting(d, c, seq, &req, sqe->handle, ret, &res, &before);
 	if (ret)

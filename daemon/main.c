@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -484,8 +485,19 @@ int main(int argc, char **argv)
 		.listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1, .stats.fd = -1,
 	};
 	char why[KVP_REASON_MAX];
+	sigset_t stop;
 	int ret;
 
+	/*
+	 * Held from the start, for the signalfd that reads them once the loop
+	 * runs: a SIGTERM the moment the socket appears must not kill the daemon
+	 * half set up, leaving its socket and lock behind.
+	 */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
+	sigprocmask(SIG_BLOCK, &stop, NULL);
 	kvpd_config_defaults(&d.cfg);
 	ret = parse_args(&d, argc, argv);
 	if (ret)

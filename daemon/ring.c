@@ -17,6 +17,8 @@
 #define STATS_BRACKET_NS 100000ull
 /* The longest one client's turn takes entries for (plus one entry). */
 #define TURN_NS 500000ull
+/* Entries ahead whose lines are fetched: about one entry's work covers a line's transfer. */
+#define PREFETCH_AHEAD 4u
 
 static inline uint32_t load_acquire(const uint32_t *p)
 {
@@ -80,6 +82,8 @@ static void copy_sqe(struct kvp_sqe *dst, const struct kvp_sqe *src)
 	const uint64_t *from = (const uint64_t *)src;
 	uint64_t words[sizeof(*dst) / sizeof(uint64_t)];
 
+	/* Unrolled: a loop of 8 atomic loads is not, and it was a tenth of an ALLOC's time. */
+#pragma GCC unroll 8
 	for (unsigned i = 0; i < sizeof(words) / sizeof(words[0]); i++)
 		words[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
 	memcpy(dst, words, sizeof(*dst));
@@ -127,6 +131,15 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget)
 		struct kvp_cqe cqe;
 		uint64_t done;
 
+		/*
+		 * The client's core wrote the entries and will read the
+		 * completions: each line crosses cores. Asking for the ones a few
+		 * entries ahead overlaps those transfers with this entry's work.
+		 */
+		if (i + PREFETCH_AHEAD < n) { /* not past the tail: the client may be writing there */
+			__builtin_prefetch(&c->sqes[(c->sq_next + PREFETCH_AHEAD) & (c->sq_entries - 1)], 0);
+			__builtin_prefetch(&c->cqes[(c->cq_next + PREFETCH_AHEAD) & (c->cq_entries - 1)], 1);
+		}
 		copy_sqe(&sqe, &c->sqes[c->sq_next & (c->sq_entries - 1)]);
 		/*
 		 * Flow control, not an error: with KVP_MAX_DATA_INFLIGHT data-path

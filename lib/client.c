@@ -558,16 +558,24 @@ int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 
 void kvp_cqe_seen(struct kvp_client *c, struct kvp_cqe *cqe)
 {
+	uint32_t head, unreaped;
+
 	(void)cqe;
 	if (c->broken)
 		return;
-	__atomic_store_n(c->cq_head, *c->cq_head + 1, __ATOMIC_RELEASE);
+	head = *c->cq_head;
+	/* Requests submitted and not yet reaped, this one included: each has one completion. */
+	unreaped = *c->sq_tail - head;
+	__atomic_store_n(c->cq_head, head + 1, __ATOMIC_RELEASE);
 	/*
 	 * Entries the daemon left in the SQ for want of CQ room wait for this
 	 * reap: if it sleeps, wake it (the fence pairs with its own between
-	 * setting NEED_WAKEUP and re-checking our CQ head).
+	 * setting NEED_WAKEUP and re-checking our CQ head). It stops taking
+	 * entries only with the CQ full, so with no more requests out than the
+	 * CQ holds none was left: the SQ head, a line the daemon has just
+	 * written, is then not read (a cross-core miss on every round trip).
 	 */
-	if (__atomic_load_n(c->sq_head, __ATOMIC_ACQUIRE) != *c->sq_tail) {
+	if (unreaped > c->cq_entries && __atomic_load_n(c->sq_head, __ATOMIC_ACQUIRE) != *c->sq_tail) {
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		if (__atomic_load_n(c->sq_flags, __ATOMIC_RELAXED) & KVP_SQ_NEED_WAKEUP)
 			ring_doorbell(c);

@@ -103,6 +103,21 @@ kill -HUP "$pid"
 await_log "^<6>pool extra created: 64 blocks of 16 tokens"
 await_log "^<4>reload: pool default: blocks changed: refused"
 "$usr/bin/kvctl" stats -s "$sock" | grep -qE '^extra +16 +64 ' || fail "kvctl stats: no pool extra after SIGHUP"
+# Quotas apply at once: root's own ([uid.0]) caps its sequences at 1 from now on.
+if [ -d "$site/kvpool" ]; then
+	printf '\n[uid.%s]\nmax_sequences = 1\n' "$(id -u)" >>"$conf"
+	kill -HUP "$pid"
+	await_log "^<5>reload: .*, 1 uid quotas$"
+	(cd / && PYTHONPATH=$site "$py" -c '
+import sys, kvpool
+with kvpool.Client(sys.argv[1], pool="default") as c, c.open([1, 2, 3]):
+    try:
+        c.open([4, 5, 6])
+    except kvpool.QuotaExceeded:
+        sys.exit(0)
+    sys.exit("a second sequence past max_sequences = 1 was opened")
+' "$sock") || fail "[uid.N] max_sequences did not apply at SIGHUP"
+fi
 echo '[pool.broken' >>"$conf"
 kill -HUP "$pid"
 await_log "^<3>reload: .*does not load"

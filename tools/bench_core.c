@@ -97,7 +97,7 @@ static int run_round(struct kvc_pool *pool, unsigned round, struct phase_time *t
 }
 
 static int bench_pool(const char *name, const struct kvc_group_spec *groups, uint32_t ngroups,
-		      unsigned rounds)
+		      unsigned rounds, bool json)
 {
 	struct phase_time t[NPHASES] = { 0 };
 	struct kvc_pool_config cfg;
@@ -119,9 +119,22 @@ static int bench_pool(const char *name, const struct kvc_group_spec *groups, uin
 	kvc_pool_destroy(pool);
 	if (ret)
 		return ret;
-	for (int p = 0; p < NPHASES; p++)
-		printf("%-12s %-28s %10.1f ns/op  (%llu ops)\n", name, phase_names[p],
-		       (double)t[p].ns / (double)t[p].calls, (unsigned long long)t[p].calls);
+	for (int p = 0; p < NPHASES; p++) {
+		double ns = (double)t[p].ns / (double)t[p].calls;
+		json_object *j;
+
+		if (!json) {
+			printf("%-12s %-28s %10.1f ns/op  (%llu ops)\n", name, phase_names[p], ns,
+			       (unsigned long long)t[p].calls);
+			continue;
+		}
+		j = bench_json_row();
+		json_object_object_add(j, "groups", json_object_new_string(name));
+		json_object_object_add(j, "phase", json_object_new_string(phase_names[p]));
+		json_object_object_add(j, "ns_per_op", bench_json_fixed(ns, 1));
+		json_object_object_add(j, "ops", json_object_new_int64((int64_t)t[p].calls));
+		bench_json_line(j);
+	}
 	return 0;
 }
 
@@ -130,23 +143,28 @@ int bench_core(int argc, char **argv)
 	static const struct kvc_group_spec full[] = { { KVC_FULL, 0 } };
 	static const struct kvc_group_spec full_swa[] = { { KVC_FULL, 0 }, { KVC_SWA, SWA_WINDOW } };
 	unsigned rounds = 20;
+	bool json = false;
 	int ret;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--rounds") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
 			rounds = (unsigned)atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--json")) {
+			json = true;
 		} else {
 			fprintf(stderr, "kvbench core: bad argument '%s'\n", argv[i]);
 			return 2;
 		}
 	}
-	bench_print_machine();
-	printf("# kvbench core: %d sequences, %d-token prompts sharing %d, %d decode steps, "
-	       "block_size %d, swa window %d, publish=commit, %u rounds\n",
-	       SEQS, PROMPT, SHARED, DECODE, BLOCK_SIZE, SWA_WINDOW, rounds);
-	ret = bench_pool("full", full, 1, rounds);
+	if (!json) {
+		bench_print_machine();
+		printf("# kvbench core: %d sequences, %d-token prompts sharing %d, %d decode steps, "
+		       "block_size %d, swa window %d, publish=commit, %u rounds\n",
+		       SEQS, PROMPT, SHARED, DECODE, BLOCK_SIZE, SWA_WINDOW, rounds);
+	}
+	ret = bench_pool("full", full, 1, rounds, json);
 	if (!ret)
-		ret = bench_pool("full+swa", full_swa, 2, rounds);
+		ret = bench_pool("full+swa", full_swa, 2, rounds, json);
 	if (ret)
 		fprintf(stderr, "kvbench core: %s\n", strerror(-ret));
 	return ret ? 1 : 0;

@@ -53,10 +53,10 @@ int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us
 			sched_setaffinity(0, sizeof(set), &set); /* its threads inherit it */
 		}
 		if (event_loop)
-			execl(bin, bin, "--socket", d->socket, "--spin-us", spin, "--event-loop",
+			execl(bin, bin, "-q", "--socket", d->socket, "--spin-us", spin, "--event-loop",
 			      event_loop, (char *)NULL);
 		else
-			execl(bin, bin, "--socket", d->socket, "--spin-us", spin, (char *)NULL);
+			execl(bin, bin, "-q", "--socket", d->socket, "--spin-us", spin, (char *)NULL);
 		fprintf(stderr, "kvbench: exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}

@@ -337,7 +337,7 @@ static void print_row(const struct rtt_opts *o, const char *loop, const char *mo
 			printf("%14s\n", "-");
 		return;
 	}
-	j = json_object_new_object();
+	j = bench_json_row();
 	json_object_object_add(j, "event_loop", json_object_new_string(loop));
 	json_object_object_add(j, "mode", json_object_new_string(mode));
 	json_object_object_add(j, "op", json_object_new_string(op));
@@ -346,24 +346,6 @@ static void print_row(const struct rtt_opts *o, const char *loop, const char *mo
 	json_object_object_add(j, "batched_ns_per_op", bench_json_fixed(batched, 1));
 	json_object_object_add(j, "in_process_ns", in_process > 0 ? bench_json_fixed(in_process, 1) : NULL);
 	bench_json_line(j);
-}
-
-/* The machine's limits, as rows of their own: no daemon, so no event loop (null). */
-static void print_limit_rows(const struct bench_limits *l)
-{
-	const struct { const char *name; const struct bench_pct *p; } rows[] = {
-		{ "ring", &l->ring }, { "eventfd", &l->eventfd },
-	};
-
-	for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		json_object *j = json_object_new_object();
-
-		json_object_object_add(j, "event_loop", NULL);
-		json_object_object_add(j, "limit", json_object_new_string(rows[i].name));
-		json_object_object_add(j, "median_ns", json_object_new_int64((int64_t)rows[i].p->median));
-		json_object_object_add(j, "p99_ns", json_object_new_int64((int64_t)rows[i].p->p99));
-		bench_json_line(j);
-	}
 }
 
 static int parse_rtt_args(int argc, char **argv, struct rtt_opts *o)
@@ -425,10 +407,8 @@ int bench_rtt(int argc, char **argv)
 		return 1;
 	}
 	in_process = in_process_alloc_ns();
-	if (o.json) {
-		print_limit_rows(&limits);
-	} else {
-		bench_print_limits(&limits);
+	bench_print_limits(&limits, o.json);
+	if (!o.json) {
 		printf("%-9s %-6s %-6s %12s %12s %16s %14s\n", "loop", "mode", "op", "median_ns",
 		       "p99_ns", "batched_ns/op", "in_process_ns");
 	}
@@ -460,6 +440,24 @@ static int overhead_pass(struct rtt_client *r, unsigned iters, struct overhead_r
 	return ret;
 }
 
+static void overhead_row_print(int pass, const char *op, double without, double with, bool json)
+{
+	json_object *j;
+
+	if (!json) {
+		printf("%-6d %-12s %14.1f %14.1f %8.1f%%\n", pass, op, without, with,
+		       100.0 * (with / without - 1));
+		return;
+	}
+	j = bench_json_row();
+	json_object_object_add(j, "pass", json_object_new_int(pass));
+	json_object_object_add(j, "op", json_object_new_string(op));
+	json_object_object_add(j, "without_ns_per_op", bench_json_fixed(without, 1));
+	json_object_object_add(j, "with_ns_per_op", bench_json_fixed(with, 1));
+	json_object_object_add(j, "overhead_pct", bench_json_fixed(100.0 * (with / without - 1), 1));
+	bench_json_line(j);
+}
+
 /*
  * kvbench overhead: the daemon's batched throughput (NOP, decode-step ALLOC)
  * without and with the BPF accounting program attached to its probes.
@@ -469,6 +467,7 @@ int bench_overhead(int argc, char **argv)
 	struct overhead_row off[3], on[3];
 	char daemon[PATH_MAX], why[256] = "";
 	unsigned iters = 200000;
+	bool json = false;
 	struct bench_daemon d;
 	struct kvacct *acct = NULL;
 	struct rtt_client c;
@@ -480,6 +479,8 @@ int bench_overhead(int argc, char **argv)
 			snprintf(daemon, sizeof(daemon), "%s", argv[++i]);
 		} else if (!strcmp(argv[i], "--iters") && i + 1 < argc && atoi(argv[i + 1]) >= 1000) {
 			iters = (unsigned)atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--json")) {
+			json = true;
 		} else {
 			fprintf(stderr, "kvbench overhead: bad argument '%s'\n", argv[i]);
 			return 2;
@@ -504,15 +505,17 @@ out_err:
 		fprintf(stderr, "kvbench overhead: %s%s%s\n", strerror(-ret), *why ? ": " : "", why);
 		return 1;
 	}
-	bench_print_machine();
-	printf("# kvbench overhead: batched throughput (64 per batch, spin mode, %u requests per pass),\n"
-	       "# without and with kvacct attached to every probe it uses; 3 alternating passes\n", iters);
-	printf("%-6s %-12s %14s %14s %9s\n", "pass", "op", "without_ns/op", "with_ns/op", "overhead");
+	if (!json) {
+		bench_print_machine();
+		printf("# kvbench overhead: batched throughput (64 per batch, spin mode, %u requests per "
+		       "pass),\n# without and with kvacct attached to every probe it uses; 3 alternating "
+		       "passes\n", iters);
+		printf("%-6s %-12s %14s %14s %9s\n", "pass", "op", "without_ns/op", "with_ns/op",
+		       "overhead");
+	}
 	for (int rep = 0; rep < 3; rep++) {
-		printf("%-6d %-12s %14.1f %14.1f %8.1f%%\n", rep + 1, "NOP", off[rep].nop_ns, on[rep].nop_ns,
-		       100.0 * (on[rep].nop_ns / off[rep].nop_ns - 1));
-		printf("%-6d %-12s %14.1f %14.1f %8.1f%%\n", rep + 1, "ALLOC", off[rep].alloc_ns,
-		       on[rep].alloc_ns, 100.0 * (on[rep].alloc_ns / off[rep].alloc_ns - 1));
+		overhead_row_print(rep + 1, "NOP", off[rep].nop_ns, on[rep].nop_ns, json);
+		overhead_row_print(rep + 1, "ALLOC", off[rep].alloc_ns, on[rep].alloc_ns, json);
 	}
 	return 0;
 }

@@ -13,13 +13,16 @@ static const char usage[] =
 	"Measure kvpool and print the figures.\n"
 	"\n"
 	"Benchmarks:\n"
-	"  core [--rounds N]   the allocator in process: ns per prefix lookup of a\n"
+	"  core [--rounds N] [--json]\n"
+	"                      the allocator in process: ns per prefix lookup of a\n"
 	"                      512-token prompt, per prefill and decode-step alloc,\n"
 	"                      per commit and per free; 64 live sequences sharing a\n"
 	"                      256-token prefix, 256 decode steps each, on one full\n"
 	"                      group and on full+swa (default 20 rounds)\n"
-	"  limits              this machine's cross-process round trips without kvpool:\n"
-	"                      busy-polled shared memory, eventfd sleep/wake\n"
+	"  limits [--json]     this machine's cross-process round trips without kvpool:\n"
+	"                      busy-polled shared memory (ring), and a sleep/wake by\n"
+	"                      kvpool's own mechanisms (wake: an eventfd the other\n"
+	"                      side waits for in epoll_wait, a futex back)\n"
 	"  rtt [--iters N] [--daemon PATH] [--event-loop io_uring|epoll|both] [--json]\n"
 	"                      NOP and ALLOC through a kvpoold it starts (median, p99,\n"
 	"                      batched ns/op) in spin and in sleep mode, next to the\n"
@@ -41,10 +44,58 @@ static const char usage[] =
 	"                      rows with that value;\n"
 	"                      the daemon runs with --spin-us 200 and the client spins\n"
 	"                      200 us for each step, as a latency-bound engine would\n"
-	"  overhead [--iters N] [--daemon PATH]\n"
+	"  overhead [--iters N] [--daemon PATH] [--json]\n"
 	"                      batched NOP and ALLOC throughput through a kvpoold it\n"
 	"                      starts, without and with the BPF accounting program\n"
 	"                      (kvctl acct) attached (root)\n"
+	"  capacity [--json] [--model NAME] [--budget-gib G] [--budget-mib M]\n"
+	"           [--context L,...] [--block-size N] [--dtype bf16|f16|f32]\n"
+	"           [--max-step-tokens S] [--rswa-prefix P]\n"
+	"           [--layers PATTERN] [--kv-heads N] [--head-dim N]\n"
+	"                      the most sequences of L tokens a KV budget holds, found\n"
+	"                      by running the allocator in process: each reaches L by\n"
+	"                      chunked prefill (S tokens an ALLOC, a COMMIT each, so\n"
+	"                      windows drop as they go), tokens its own (no prefix\n"
+	"                      shared), added until the pool is out of blocks;\n"
+	"                      (a) every layer full attention, one group of all of\n"
+	"                      them (an engine without a hybrid allocator); (b)\n"
+	"                      kvpool's groups as vLLM forms them (each kind's layers\n"
+	"                      in groups of the smallest kind's count, the last one\n"
+	"                      padded); (c) the bound: budget / (sum over groups of\n"
+	"                      cdiv(tokens its mask needs at L, block size) x bytes\n"
+	"                      per block); a block is block_size x kv_heads x head_dim\n"
+	"                      x 2 (K, V) x dtype bytes x layers per group, the pool\n"
+	"                      budget / that blocks, the null block 0 among them; the\n"
+	"                      mask at L (what token L reads): full L, swa:W W-1,\n"
+	"                      rswa:W P + W-1, chunked:C L mod C, cyclic:W its ring\n"
+	"                      W-1+S; presets llama3-8b, mistral-7b, gemma3-27b,\n"
+	"                      gpt-oss-20b, rswa (default: all); --layers takes a\n"
+	"                      model of one's own, \"full*10,swa:1024*52\" (kinds as\n"
+	"                      kvctl's), of --kv-heads (8) and --head-dim (128);\n"
+	"                      defaults: 64 GiB, L 8192,32768,131072, block size 16,\n"
+	"                      bf16, S 2048, R-SWA prefix P 2048 tokens of the prompt\n"
+	"  load [--json] [--engines N] [--workload NAME] [--wait spin|sleep|both]\n"
+	"       [--seqs N] [--steps N] [--requests N] [--seed N]\n"
+	"       [--daemon PATH | --socket PATH]\n"
+	"                      engines' schedulers on one pool, allocation only: N\n"
+	"                      processes (default 2) through a kvpoold it starts, or\n"
+	"                      the one at PATH, each step one ring batch per engine\n"
+	"                      (arrivals, prefill with the prefix cache, decode ALLOC\n"
+	"                      and COMMIT, finish, preemption when the pool is short),\n"
+	"                      next to the same schedules in process; ops/s, latency\n"
+	"                      median/p99/p99.9 per operation, prefix hit rate, pool\n"
+	"                      usage, preemptions; fails if a block is left in use.\n"
+	"                      Workloads (default all): decode (64 sequences per\n"
+	"                      engine, 512-token prompts sharing 256, 256 steps),\n"
+	"                      shared-prefix (32, one of 4 2048-token system prompts\n"
+	"                      by Zipf popularity, 128 steps), long-context (4, 32k\n"
+	"                      prompts, swa+rswa, a pool that makes them preempt);\n"
+	"                      --seqs, --steps, --requests (default 8 x seqs) scale\n"
+	"                      them, per engine; wait (default both): spin, engines\n"
+	"                      and daemon spin; sleep, both sleep at once\n"
+	"\n"
+	"Every benchmark's --json prints JSON Lines: one object a row, units in the\n"
+	"field names, \"cores\" (the online cores) in each.\n"
 	"\n"
 	"  -h, --help          show this help and exit\n"
 	"  -V, --version       print \"kvbench VERSION\" and exit\n";
@@ -74,6 +125,15 @@ json_object *bench_json_fixed(double v, int decimals)
 
 	snprintf(text, sizeof(text), "%.*f", decimals, v);
 	return json_object_new_double_s(v, text);
+}
+
+json_object *bench_json_row(void)
+{
+	json_object *o = json_object_new_object();
+
+	if (o)
+		json_object_object_add(o, "cores", json_object_new_int64(sysconf(_SC_NPROCESSORS_ONLN)));
+	return o;
 }
 
 int bench_json_line(json_object *o)
@@ -109,6 +169,10 @@ int main(int argc, char **argv)
 		return bench_attend(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "overhead"))
 		return bench_overhead(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "capacity"))
+		return bench_capacity(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "load"))
+		return bench_load(argc - 1, argv + 1);
 	fprintf(stderr, argc < 2 ? "kvbench: no benchmark named\n" : "kvbench: unknown benchmark '%s'\n",
 		argv[1]);
 	fputs("Try 'kvbench --help' for more information.\n", stderr);

@@ -3,6 +3,7 @@
 #define KVPOOL_KVBENCH_H
 
 #include <json-c/json.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -17,6 +18,8 @@ static inline uint64_t bench_now_ns(void)
 
 /* A figure rounded to @decimals places, printed as such (json-c would print all 17 digits). */
 json_object *bench_json_fixed(double v, int decimals);
+/* A JSON row with what every row carries: "cores", the online cores. */
+json_object *bench_json_row(void);
 /* Prints @o as one line of JSON and drops it. */
 int bench_json_line(json_object *o);
 
@@ -29,11 +32,16 @@ struct bench_pct {
 /* Sorts @samples. */
 void bench_percentiles(uint64_t *samples, size_t n, struct bench_pct *out);
 
+/* What the limits measure (the "mechanism" of their JSON rows). */
+#define BENCH_RING_MECHANISM "shared memory, both sides spinning"
+#define BENCH_WAKE_MECHANISM "eventfd into epoll_wait, futex back"
+
 struct bench_limits {
-	struct bench_pct ring, eventfd;
+	struct bench_pct ring, wake;
 };
 int bench_measure_limits(struct bench_limits *l);
-void bench_print_limits(const struct bench_limits *l);
+/* Text lines, or JSON rows: limit (ring|wake), mechanism, median_ns, p99_ns, cores. */
+void bench_print_limits(const struct bench_limits *l, bool json);
 
 /* bench_daemon.c: a kvpoold of the benchmark's own. */
 struct bench_daemon {
@@ -52,5 +60,7 @@ int bench_attend(int argc, char **argv);
 int bench_overhead(int argc, char **argv);
 int bench_limits(int argc, char **argv);
 int bench_rtt(int argc, char **argv);
+int bench_capacity(int argc, char **argv);
+int bench_load(int argc, char **argv);
 
 #endif

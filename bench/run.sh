@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# make bench: the standard set of figures, each with the command that made it
+# (bench/README.md keeps them). About 8 minutes on 2 cores; nothing else should
+# run meanwhile (the figures are wall-clock). CI runs only smoke versions.
+#   bench/run.sh [NAME...]   only those: limits core rtt attend capacity load
+#                            overhead python engine
+set -u
+cd "$(dirname "$0")/.." || exit 1
+kvbench=${KVBENCH:-tools/kvbench}
+py=$(test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
+failed=0
+
+run() {
+	echo
+	echo "\$ $*"
+	"$@" || { echo "(exit $?)"; failed=$((failed + 1)); }
+}
+
+wanted() {
+	[ ${#names[@]} -eq 0 ] && return 0
+	for n in "${names[@]}"; do [ "$n" = "$1" ] && return 0; done
+	return 1
+}
+
+names=("$@")
+wanted limits && run "$kvbench" limits
+wanted core && run "$kvbench" core
+wanted rtt && run "$kvbench" rtt
+wanted attend && run "$kvbench" attend
+wanted capacity && run "$kvbench" capacity
+if wanted load; then
+	for workload in decode shared-prefix long-context; do
+		for wait in spin sleep; do
+			run "$kvbench" load --workload "$workload" --wait "$wait"
+		done
+	done
+fi
+if wanted overhead; then
+	if [ "$(id -u)" = 0 ]; then
+		run "$kvbench" overhead
+	else
+		echo; echo "# kvbench overhead: skipped (BPF: root only)"
+	fi
+fi
+wanted python && run "$py" bench/python_step.py
+if wanted engine; then
+	if "$py" -c 'import torch' 2>/dev/null; then
+		run bench/engine.sh 1
+	else
+		echo; echo "# bench/engine.sh: skipped (no torch)"
+	fi
+fi
+exit $((failed > 0))
