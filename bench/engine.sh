@@ -15,7 +15,7 @@ shift || true
 py=${PYTHON:-/usr/bin/python3}
 daemon=${KVPOOLD:-daemon/kvpoold}
 dir=$(mktemp -d)
-trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 pid=
 # Namespace bench lets this uid map the pool that --attend local creates.
 printf '[namespace.bench]\nuids = %s\n' "$(id -u)" > "$dir/kvpool.conf"

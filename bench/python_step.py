@@ -66,7 +66,7 @@ def main():
         tmp = tempfile.mkdtemp(prefix="python_step.")
         sock = os.path.join(tmp, "kvpool.sock")
         binary = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
-        daemon = subprocess.Popen([binary, "--socket", sock, "--spin-us", str(args.spin_us)])
+        daemon = subprocess.Popen([binary, "-q", "--socket", sock, "--spin-us", str(args.spin_us)])
         while True:  # ready once it accepts (the path appears at bind, before listen)
             with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
                 if probe.connect_ex(sock) == 0:

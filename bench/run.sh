@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: the standard set of figures, each with the command that made it
-# (bench/README.md keeps them). About 8 minutes on 2 cores; nothing else should
+# (bench/README.md keeps them). About 2 minutes on 2 cores; nothing else should
 # run meanwhile (the figures are wall-clock). CI runs only smoke versions.
 #   bench/run.sh [NAME...]   only those: limits core rtt attend capacity load
 #                            overhead python engine
