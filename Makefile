@@ -274,7 +274,7 @@ demo: deps
 	$(MAKE) --no-print-directory all
 	tools/demo.sh
 
-# The standard figures (bench/README.md), about 8 minutes: bench/run.sh.
+# The standard figures (bench/README.md), about 2 minutes on 2 cores: bench/run.sh.
 bench: deps
 	$(MAKE) --no-print-directory all
 	bench/run.sh

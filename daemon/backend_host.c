@@ -52,11 +52,20 @@ static int host_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 {
 	size_t bytes = l->total_bytes;
 	size_t huge_bytes = (bytes + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 	void *m;
 
-	(void)device, (void)why, (void)why_len; /* checked 0; errno says enough */
+	(void)device; /* checked 0 */
 	if (huge_bytes < bytes)
 		return -EOVERFLOW;
+	/*
+	 * A memfd is sparse: a pool larger than the machine would be created, and
+	 * then killed by the OOM killer when its blocks fill. Its limit: the RAM.
+	 */
+	if (bytes > ram)
+		return kvpd_refuse(why, why_len, -ENOMEM, "KV memory of %.1f GiB: more than this "
+				   "machine's %.1f GiB of RAM", bytes / 1073741824.0,
+				   ram / 1073741824.0);
 	/*
 	 * Explicit huge pages only when the admin reserved enough; the mapping is rounded
 	 * up to whole pages (under 2 MiB more), which costs less than a TLB miss on every

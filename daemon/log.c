@@ -3,17 +3,15 @@
  * The daemon's log line and its clock: kept out of main.c so that what links
  * the daemon without its main (the fuzzers) logs and tells time as it does.
  *
- * Lines go to stderr. Started by systemd (JOURNAL_STREAM names stderr), each
- * line starts with its syslog priority, "<6>", which the journal strips and
- * files the line under; the "kvpoold: " a terminal needs the journal already
- * says.
+ * Lines go to stderr. Started by systemd (JOURNAL_STREAM set), each line
+ * starts with its syslog priority, "<6>", which the journal strips and files
+ * the line under; the "kvpoold: " a terminal needs the journal already says.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "kvpoold.h"
@@ -40,19 +38,15 @@ const char *kvpd_log_level_name(int level)
 }
 
 /*
- * JOURNAL_STREAM is "DEV:INODE" of the stream systemd connected; it is the
- * journal only while stderr is still that stream (a child's stderr redirected
- * to a file inherits the variable, not the stream).
+ * systemd sets JOURNAL_STREAM ("DEV:INODE" of the stream) for a service whose
+ * stderr goes to the journal. Its presence is the sign, as sd-daemon(3)'s
+ * SD_* prefixes expect; a unit that sends stderr elsewhere does not set it.
  */
 bool kvpd_log_to_journal(void)
 {
 	const char *env = getenv("JOURNAL_STREAM");
-	unsigned long long dev, ino;
-	struct stat st;
 
-	if (!env || sscanf(env, "%llu:%llu", &dev, &ino) != 2 || fstat(2, &st))
-		return false;
-	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+	return env && *env;
 }
 
 /* @log NULL: what a daemon not yet configured logs (the fuzzers' courier). */

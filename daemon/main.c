@@ -88,7 +88,7 @@ static const char usage[] =
 	"epoll (io_uring unavailable: REASON)\"; kvctl stats shows it too) at notice,\n"
 	"a line per client connect, disconnect and kill (pid, uid, namespace, pool)\n"
 	"and per pool created or destroyed at info, kvctl's connections at debug;\n"
-	"nothing per request. Started by systemd (JOURNAL_STREAM names stderr), a\n"
+	"nothing per request. Started by systemd (JOURNAL_STREAM set), a\n"
 	"line starts with its syslog priority, \"<6>\", for the journal.\n"
 	"\n"
 	"It holds SOCKET.lock (flock) beside the socket while it runs: a socket whose\n"

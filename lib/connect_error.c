@@ -106,8 +106,7 @@ const char *kvp_connect_error(const struct kvp_connect_opts *o, int err, char *b
 	case -ENODEV:
 		/* The daemon's "no pool 'NAME'" says no more than this; another reason is its own. */
 		if (!*why || starts_with(why, "no pool '"))
-			put(buf, len, "pool '%s' not found on %s (kvctl pool create %s ...)", pool, path,
-			    pool);
+			put(buf, len, "pool '%s' not found on %s (kvctl pool create ...)", pool, path);
 		else
 			put(buf, len, "pool '%s' refused on %s: %s", pool, path, why);
 		break;

@@ -67,7 +67,7 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out);
  * socket, the pool or the namespace that could not be had, with the daemon's
  * reason (opts->why) where it gave one and what to do where that is known:
  * "no kvpoold at PATH (is it running? kvpoold -s PATH)", "pool 'p' not found
- * on PATH (kvctl pool create p ...)", "namespace 'x' refused on PATH: uid
+ * on PATH (kvctl pool create ...)", "namespace 'x' refused on PATH: uid
  * 1000 is not granted it (config [namespace.x] uids)", "PATH: permission
  * denied (the socket is mode 0660, group kvpool)". Into @buf (cut to @len,
  * NUL-terminated); returns @buf. Print it after "PROGRAM: ".
@@ -454,5 +454,12 @@ void kvp_pool_params_v2_init(struct kvp_pool_params_v2 *p, const char *name);
 /* The groups in the config's words, "full swa:128", into @buf (cut to @len, NUL-terminated). */
 void kvp_pool_params_groups(const struct kvp_pool_params *p, char *buf, size_t len);
 int kvp_pool_params_v2_set(struct kvp_pool_params_v2 *p, const char *key, const char *value);
+/*
+ * kvp_pool_param_help - what key @key of kvp_pool_params_v2_set takes, in words
+ * for a message after a refusal ("2..16777216", "on|off", ...): the limits the
+ * daemon checks, not only those the parser does. @key NULL: every key, comma
+ * separated. NULL for an unknown key.
+ */
+const char *kvp_pool_param_help(const char *key);
 
 #endif

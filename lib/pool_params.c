@@ -173,3 +173,39 @@ int kvp_pool_params_v2_set(struct kvp_pool_params_v2 *p, const char *key, const 
 	}
 	return kvp_pool_params_set(&p->v1, key, value);
 }
+
+/* The limits of uapi/kvpool.h's struct kvp_pool_params(_v2), in kvp_pool_params_v2_set's words. */
+static const struct {
+	const char *key, *help;
+} param_help[] = {
+	{ "blocks", "2..16777216" },
+	{ "block_size", "1..1073741824" },
+	{ "groups", "1..16 of full, swa:W (W 2..1073741824), rswa:W, cyclic:W (W 1..1073741824), "
+		    "chunked:C (C 1..1073741824)" },
+	{ "caching", "on|off" },
+	{ "free_order", "split|append" },
+	{ "publish", "commit|alloc" },
+	{ "max_len", "1..4294967295" },
+	{ "max_step_tokens", "1..1073741824" },
+	{ "kv_heads", "1..1024" },
+	{ "head_dim", "1..1024" },
+	{ "layers_per_group", "1..1024" },
+	{ "dtype", "f32|f16|bf16" },
+	{ "backend", "host|cuda" },
+	{ "device", "a CUDA device ordinal (0 for host)" },
+	{ "layout", "default|block|layer" },
+	{ "namespace", "a name of 1..31 bytes, or empty" },
+};
+
+const char *kvp_pool_param_help(const char *key)
+{
+	/* A literal, not built from the table: callers may be on any thread. */
+	if (!key)
+		return "blocks, block_size, groups, caching, free_order, publish, max_len, "
+		       "max_step_tokens, kv_heads, head_dim, layers_per_group, dtype, backend, "
+		       "device, layout, namespace";
+	for (size_t i = 0; i < sizeof(param_help) / sizeof(param_help[0]); i++)
+		if (!strcmp(key, param_help[i].key))
+			return param_help[i].help;
+	return NULL;
+}

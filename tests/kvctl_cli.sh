@@ -69,6 +69,20 @@ for args in "stats -s $sock" "-s $sock stats" "stats --json -s $sock" "stats -s 
 	"$kvctl" $args >/dev/null || fail "kvctl $args: exit $?"
 done
 KVPOOL_SOCKET=$sock "$kvctl" stats >/dev/null || fail "KVPOOL_SOCKET=... kvctl stats: exit $?"
+# A command's options before it too: "kvctl --json stats" is "kvctl stats --json".
+for args in "--json stats" "--prometheus stats" "--json clients" "--count 1 --json top" \
+	"--interval 100 --count 1 --json top" "--interval=100 --count=1 --json top"; do
+	# shellcheck disable=SC2086
+	before=$(first_line "$kvctl" -s "$sock" $args | cut -c1-6)
+	# shellcheck disable=SC2086
+	set -- $args
+	after=$(first_line "$kvctl" -s "$sock" "${@: -1}" "${@:1:$#-1}" | cut -c1-6)
+	[ -n "$before" ] && [ "$before" = "$after" ] || fail "kvctl $args: '$before', not '$after'"
+done
+set --
+[ "$(first_line "$kvctl" --json -s "$sock" stats | cut -c1)" = "{" ] || fail "kvctl --json -s S stats: not JSON"
+[ "$(first_line "$kvctl" -s "$sock" --prometheus stats | cut -c1-7)" = "# HELP " ] ||
+	fail "kvctl -s S --prometheus stats: not Prometheus"
 
 # pool create / destroy: one line each way; a refusal gives the daemon's reason.
 expect 1 "kvctl: pool create p: a pool named p exists" \
@@ -90,9 +104,9 @@ grep -qx "clients: 1 connected, 0 disconnected, 0 killed with sequences open; mo
 	fail "kvctl stats: no totals line with monitors: 1"$'\n'"$out"
 grep -qx "CACHED: blocks holding a prefix-cache entry, counted in FREE (evictable) or USED; not a third part" \
 	<<<"$out" || fail "kvctl stats: no CACHED note"
-grep -qE "^OPERATION +COUNT +ERRORS +P50<= +P99<=$" <<<"$out" || fail "kvctl stats: no P50<= P99<= header"
-grep -qx "P50<=, P99<=: upper bounds of the power-of-two latency buckets holding them" <<<"$out" ||
-	fail "kvctl stats: no note on P50<= and P99<="
+grep -qE "^OPERATION +COUNT +ERRORS +p50<= +p99<=$" <<<"$out" || fail "kvctl stats: no p50<= p99<= header"
+grep -qx "p50<=, p99<=: upper bounds of the power-of-two latency buckets holding them" <<<"$out" ||
+	fail "kvctl stats: no note on p50<= and p99<="
 # The engine holds 11 tokens: full, 3 blocks (12 slots); swa:8, the 2 its window still reads.
 grep -qx "  0     full           0         3            0            12            11   8.3%" <<<"$out" ||
 	fail "kvctl stats: full group's fragmentation"$'\n'"$out"
@@ -140,9 +154,45 @@ expect 2 "kvctl: version: unexpected argument 'extra'
 Try 'kvctl version --help' for more information." "$kvctl" version extra
 expect 2 "kvctl: unknown command 'frob'
 Try 'kvctl --help' for more information." "$kvctl" frob
+# Before the command, an option it does not take is still its usage error.
+expect 2 "kvctl: clients: unknown option '--prometheus'
+Try 'kvctl clients --help' for more information." "$kvctl" --prometheus clients
+expect 2 "kvctl: version: unknown option '--json'
+Try 'kvctl version --help' for more information." "$kvctl" --json version
+expect 2 "kvctl: stats: unknown option '--x'
+Try 'kvctl stats --help' for more information." "$kvctl" --x stats -s "$sock"
+expect 2 "kvctl: pool create: unknown option '--json'
+Try 'kvctl pool create --help' for more information." "$kvctl" --json pool create q blocks=2
+expect 2 "kvctl: stats: unknown option '--pid'
+Try 'kvctl stats --help' for more information." "$kvctl" --pid 1 stats
+expect 2 "kvctl: top: bad value for --interval: '0' (milliseconds, at least 1)
+Try 'kvctl top --help' for more information." "$kvctl" --interval 0 top
+expect 2 "kvctl: option '--interval' needs a value
+Try 'kvctl --help' for more information." "$kvctl" --interval
+expect 2 "kvctl: unknown option '--x'
+Try 'kvctl --help' for more information." "$kvctl" --x
+expect 2 "kvctl: no command
+Try 'kvctl --help' for more information." "$kvctl" --json
+# A bad pool setting names what the key takes, or the keys.
+expect 2 "kvctl: pool create: blocks=1: blocks is 2..16777216
+Try 'kvctl pool create --help' for more information." "$kvctl" pool create q blocks=1
+expect 2 "kvctl: pool create: blocks=abc: blocks is 2..16777216
+Try 'kvctl pool create --help' for more information." "$kvctl" pool create q blocks=abc
+groups="1..16 of full, swa:W (W 2..1073741824), rswa:W, cyclic:W (W 1..1073741824), chunked:C (C 1..1073741824)"
+expect 2 "kvctl: pool create: groups=swa:1: groups is $groups
+Try 'kvctl pool create --help' for more information." "$kvctl" pool create q groups=swa:1
+expect 2 "kvctl: pool create: groups=$(printf 'full,%.0s' {1..16})full: groups is $groups
+Try 'kvctl pool create --help' for more information." \
+	"$kvctl" pool create q "groups=$(printf 'full,%.0s' {1..16})full"
+expect 2 "kvctl: pool create: caching=yes: caching is on|off
+Try 'kvctl pool create --help' for more information." "$kvctl" pool create q caching=yes
+expect 2 "kvctl: pool create: bogus=1: unknown key (keys: blocks, block_size, groups, caching, \
+free_order, publish, max_len, max_step_tokens, kv_heads, head_dim, layers_per_group, dtype, backend, \
+device, layout, namespace)
+Try 'kvctl pool create --help' for more information." "$kvctl" pool create q bogus=1
 
 # Refusals that name what could not be had.
-expect 1 "kvengine: pool 'nope' not found on $sock (kvctl pool create nope ...)" \
+expect 1 "kvengine: pool 'nope' not found on $sock (kvctl pool create ...)" \
 	"$kvengine" -s "$sock" --pool nope
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 	cp "$kvctl" "$kvengine" "$dir/" && chmod 755 "$dir"

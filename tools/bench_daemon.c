@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +37,7 @@ void bench_default_daemon(char *out, size_t len)
 int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
 		       const char *event_loop, int cpu)
 {
+	pid_t parent;
 	char spin[16];
 
 	strcpy(d->dir, "/tmp/kvbench-XXXXXX");
@@ -43,10 +45,14 @@ int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us
 		return -errno;
 	snprintf(d->socket, sizeof(d->socket), "%s/kvpool.sock", d->dir);
 	snprintf(spin, sizeof(spin), "%u", spin_us);
+	parent = getpid();
 	d->pid = fork();
 	if (d->pid == 0) {
 		cpu_set_t set;
 
+		/* A kvbench killed (a SIGPIPE from `| head`) takes its daemon with it. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent)
+			_exit(1);
 		CPU_ZERO(&set);
 		if (cpu >= 0) {
 			CPU_SET(cpu, &set);

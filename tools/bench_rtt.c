@@ -344,7 +344,8 @@ static void print_row(const struct rtt_opts *o, const char *loop, const char *mo
 	json_object_object_add(j, "median_ns", json_object_new_int64((int64_t)p->median));
 	json_object_object_add(j, "p99_ns", json_object_new_int64((int64_t)p->p99));
 	json_object_object_add(j, "batched_ns_per_op", bench_json_fixed(batched, 1));
-	json_object_object_add(j, "in_process_ns", in_process > 0 ? bench_json_fixed(in_process, 1) : NULL);
+	if (in_process > 0) /* ALLOC rows only: a NOP has no in-process counterpart */
+		json_object_object_add(j, "in_process_ns", bench_json_fixed(in_process, 1));
 	bench_json_line(j);
 }
 

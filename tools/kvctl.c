@@ -81,7 +81,7 @@ static const char stats_help[] =
 	"(clients since the daemon started; monitors, such as kvctl, connected now).\n"
 	"\n"
 	"CACHED blocks hold a prefix-cache entry: each is counted in FREE (evictable)\n"
-	"or in USED, CACHED is not a third part. P50<= and P99<= are upper bounds: the\n"
+	"or in USED, CACHED is not a third part. p50<= and p99<= are upper bounds: the\n"
 	"upper edge of the power-of-two bucket holding that percentile (a 300 ns\n"
 	"request counts as 512 ns).\n"
 	"\n"
@@ -423,15 +423,21 @@ static int pool_settings(const char *cmd, struct cmd_opts *o, struct kvp_pool_pa
 	kvp_pool_params_v2_init(params, o->args[1]);
 	for (int i = 2; i < o->nargs; i++) {
 		char *eq = strchr(o->args[i], '=');
+		const char *help;
 		int ret;
 
 		if (!eq)
 			return usage_error(cmd, "bad pool setting '%s': not KEY=VALUE", o->args[i]);
 		*eq = '\0';
 		ret = kvp_pool_params_v2_set(params, o->args[i], eq + 1);
+		help = kvp_pool_param_help(o->args[i]);
 		*eq = '=';
+		if (ret && help)
+			return usage_error(cmd, "%s: %.*s is %s", o->args[i], (int)(eq - o->args[i]),
+					   o->args[i], help);
 		if (ret)
-			return usage_error(cmd, "bad pool setting '%s'", o->args[i]);
+			return usage_error(cmd, "%s: unknown key (keys: %s)", o->args[i],
+					   kvp_pool_param_help(NULL));
 	}
 	if (!params->v1.num_blocks || !params->v1.block_size || !params->v1.num_groups)
 		return usage_error(cmd, "blocks=, block_size= and groups= are required");
@@ -502,52 +508,46 @@ static int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	return ret ? 1 : 0;
 }
 
-/*
- * @argv less the -s/--socket options that kvctl takes after acct too (acct's own
- * parser knows only its own). Returns the new argc, or -1 for a missing value.
- */
-static int strip_socket(int argc, char **argv, const char **socket)
-{
-	int n = 1;
-
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--")) {
-			while (i < argc)
-				argv[n++] = argv[i++];
-			break;
-		}
-		if (!strcmp(argv[i], "-s") || !strcmp(argv[i], "--socket")) {
-			if (++i == argc)
-				return -1;
-			*socket = argv[i];
-		} else if (!strncmp(argv[i], "--socket=", 9)) {
-			*socket = argv[i] + 9;
-		} else if (!strncmp(argv[i], "-s", 2)) {
-			*socket = argv[i] + 2;
-		} else {
-			argv[n++] = argv[i];
-		}
-	}
-	argv[n] = NULL;
-	return n;
-}
-
 int main(int argc, char **argv)
 {
+	enum { PASS_ON = 1 };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		/* The commands' own: handed on, the command says whether it takes them. */
+		{ "json", no_argument, NULL, PASS_ON },
+		{ "prometheus", no_argument, NULL, PASS_ON },
+		{ "interval", required_argument, NULL, PASS_ON },
+		{ "count", required_argument, NULL, PASS_ON },
+		{ "pid", required_argument, NULL, PASS_ON },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cmd_opts o = { 0 };
-	const char *socket = NULL;
-	int c, ret;
+	const char *socket = NULL, *unknown = NULL;
+	char **cmdv;
+	int c, ret, cmdc = 1, prev = optind;
 
+	/*
+	 * The command's argv: its name, then the options given before it, then the
+	 * words after it; so "kvctl --json stats" is "kvctl stats --json".
+	 */
+	cmdv = calloc((size_t)argc + 1, sizeof(*cmdv));
+	o.args = calloc((size_t)argc + 1, sizeof(*o.args));
+	if (!cmdv || !o.args) {
+		fputs("kvctl: out of memory\n", stderr);
+		return 1;
+	}
 	opterr = 0;
-	/* '+': the command's own options are parsed by the command. */
+	/* '+': stop at the command; the words after it are the command's. */
 	while ((c = getopt_long(argc, argv, "+:s:hV", opts, NULL)) != -1) {
-		if (c == 's') {
+		/* An unknown word too: the command names itself in the refusal. */
+		if (c == PASS_ON || (c == '?' && optind > prev)) {
+			if (c == '?' && !unknown)
+				unknown = argv[prev];
+			while (prev < optind)
+				cmdv[cmdc++] = argv[prev++];
+		} else if (c == 's') {
 			socket = optarg;
 		} else if (c == 'V') {
 			puts("kvctl " KVPOOL_VERSION);
@@ -557,20 +557,23 @@ int main(int argc, char **argv)
 			return 0;
 		} else if (c == ':') {
 			return usage_error("", "option '%s' needs a value", argv[optind - 1]);
+		} else if (optopt > 0 && optopt < 128 && argv[prev][1] != '-') {
+			/* Inside "-xs P": the word is not the option. */
+			return usage_error("", "unknown option '-%c'", optopt);
 		} else {
-			return usage_error("", "unknown option '%s'", argv[optind - 1]);
+			return usage_error("", "unknown option '%s'", argv[prev]);
 		}
+		prev = optind;
 	}
-	argc -= optind;
-	argv += optind;
-	if (!argc)
-		return usage_error("", "no command");
+	if (optind == argc)
+		return unknown ? usage_error("", "unknown option '%s'", unknown) :
+				 usage_error("", "no command");
+	cmdv[0] = argv[optind];
+	while (++optind < argc)
+		cmdv[cmdc++] = argv[optind];
+	argc = cmdc;
+	argv = cmdv;
 	o.socket = socket;
-	o.args = calloc((size_t)argc + 1, sizeof(*o.args));
-	if (!o.args) {
-		fputs("kvctl: out of memory\n", stderr);
-		return 1;
-	}
 	if (!strcmp(argv[0], "stats"))
 		ret = parse_cmd("stats", stats_help, TAKES(OPT_JSON) | TAKES(OPT_PROM), argc, argv, &o) ?:
 		      cmd_view("stats", &o);
@@ -587,11 +590,10 @@ int main(int argc, char **argv)
 	else if (!strcmp(argv[0], "pool"))
 		ret = cmd_pool(argc, argv, &o);
 	else if (!strcmp(argv[0], "acct"))
-		ret = (argc = strip_socket(argc, argv, &socket)) < 0 ?
-		      usage_error("acct", "option '%s' needs a value", "--socket") :
-		      kvctl_acct(argc, argv, socket);
+		ret = kvctl_acct(argc, argv, socket); /* it parses its options, -s too */
 	else
 		ret = usage_error("", "unknown command '%s'", argv[0]);
 	free(o.args);
+	free(cmdv);
 	return ret == HELP_SHOWN ? 0 : ret;
 }

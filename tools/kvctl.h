@@ -25,6 +25,7 @@ void print_tenants_table(const struct kvp_stats_view *s);
 void print_tenants_prometheus(const struct kvp_stats_view *s);
 
 int kvctl_top(struct kvp_client *c, bool json, unsigned interval_ms, unsigned count);
+/* kvctl acct: @argv from "acct" on; a -s/--socket there overrides @socket_path. */
 int kvctl_acct(int argc, char **argv, const char *socket_path);
 
 #endif

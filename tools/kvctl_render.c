@@ -60,7 +60,7 @@ void print_stats_table(const struct kvp_stats_view *s)
 	printf("\n");
 	print_clients_table(s);
 	print_tenants_table(s);
-	printf("\n%-14s %12s %8s %10s %10s\n", "OPERATION", "COUNT", "ERRORS", "P50<=", "P99<=");
+	printf("\n%-14s %12s %8s %10s %10s\n", "OPERATION", "COUNT", "ERRORS", "p50<=", "p99<=");
 	for (unsigned o = 0; o < KVP_STATS_OPS; o++) {
 		const struct kvp_stats_op *op = &s->ops[o];
 
@@ -71,7 +71,7 @@ void print_stats_table(const struct kvp_stats_view *s)
 		       (unsigned long long)kvp_hist_percentile(op->hist, KVP_HIST_BUCKETS, 0.5),
 		       (unsigned long long)kvp_hist_percentile(op->hist, KVP_HIST_BUCKETS, 0.99));
 	}
-	printf("P50<=, P99<=: upper bounds of the power-of-two latency buckets holding them\n");
+	printf("p50<=, p99<=: upper bounds of the power-of-two latency buckets holding them\n");
 	printf("\nclients: %llu connected, %llu disconnected, %llu killed with sequences open; "
 	       "monitors: %u\n", (unsigned long long)pg->clients_connected,
 	       (unsigned long long)pg->clients_disconnected, (unsigned long long)pg->clients_killed,

@@ -13,7 +13,7 @@ static void print_rates(const struct kvp_stats_view *now, const struct kvp_stats
 {
 	double secs = (double)(now->taken_ns - prev->taken_ns) / 1e9;
 
-	printf("\n%-14s %12s %10s %10s\n", "OPERATION", "PER SECOND", "P50<=", "P99<=");
+	printf("\n%-14s %12s %10s %10s\n", "OPERATION", "PER SECOND", "p50<=", "p99<=");
 	for (unsigned o = 0; o < KVP_STATS_OPS; o++) {
 		uint64_t n = now->ops[o].count - prev->ops[o].count;
 

@@ -52,6 +52,7 @@ struct replay {
 	const char *path;
 	struct trace_parser parser;
 	struct trace_target *target;
+	bool daemon; /* target: kvpoold at --socket */
 	struct kvc_pool_config pool;
 	bool pool_created;
 	struct trace_out out;
@@ -92,6 +93,9 @@ static int create_pool(struct replay *r)
 {
 	int ret = r->target->create_pool(r->target, &r->pool);
 
+	/* kvpoold's target said why already, in the daemon's words. */
+	if (ret && r->daemon)
+		return 1;
 	if (ret)
 		return fail(r, 1, "cannot create the pool: %s", strerror(-ret));
 	r->pool_created = true;
@@ -202,6 +206,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvtrace: %s: %s\n", r.path, strerror(errno));
 		return 2;
 	}
+	r.daemon = socket != NULL;
 	ret = socket ? trace_daemon_target(socket, &r.target) : trace_core_target(&r.target);
 	if (ret) {
 		fprintf(stderr, "kvtrace: %s\n", strerror(-ret));

@@ -294,12 +294,20 @@ static int daemon_exec(struct trace_target *base, const struct trace_cmd *cmd,
 	}
 }
 
+/*
+ * Says why on stderr itself, naming the socket and the daemon's reason: the
+ * target interface carries only an errno, which would say "No such file or
+ * directory" for a daemon that is not there.
+ */
 static int daemon_create_pool(struct trace_target *base, const struct kvc_pool_config *cfg)
 {
 	struct daemon_target *t = (struct daemon_target *)base;
+	char why[KVP_REASON_MAX] = "", msg[2 * KVP_REASON_MAX];
 	struct kvp_connect_opts opts = {
 		.socket_path = t->socket, .arena_bytes = ARENA_BYTES, .admin = true,
+		.why = why, .why_len = sizeof(why),
 	};
+	struct kvp_pool_params_v2 params;
 	static unsigned seq;
 	char name[KVP_NAME_MAX];
 	int ret;
@@ -320,14 +328,27 @@ static int daemon_create_pool(struct trace_target *base, const struct kvc_pool_c
 		t->params.group_param[g] = cfg->groups[g].param;
 	}
 	ret = kvp_connect(&opts, &t->client);
-	if (ret)
+	if (ret) {
+		fprintf(stderr, "kvtrace: cannot create the pool: %s\n",
+			kvp_connect_error(&opts, ret, msg, sizeof(msg)));
 		return ret;
+	}
 	/* Owned: a replay killed half way leaves no pool behind. */
-	ret = kvp_pool_create_owned(t->client, &t->params);
-	if (ret)
+	memset(&params, 0, sizeof(params));
+	params.v1 = t->params;
+	why[0] = '\0';
+	ret = kvp_pool_create_v2(t->client, &params, KVP_POOL_OWNED, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "kvtrace: kvpoold at %s refused pool %s: %s\n", t->socket, name,
+			*why ? why : strerror(-ret));
 		return ret;
+	}
 	t->pool_created = true;
-	return kvp_attach(t->client, name);
+	ret = kvp_attach(t->client, name);
+	if (ret)
+		fprintf(stderr, "kvtrace: cannot attach pool %s on kvpoold at %s: %s\n", name,
+			t->socket, strerror(-ret));
+	return ret;
 }
 
 static void daemon_destroy(struct trace_target *base)

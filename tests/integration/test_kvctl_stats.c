@@ -17,7 +17,7 @@
  *     3, which the window of the query at 10, 3..10, still reads), 7 needed.
  *     Both: full 20/15 (25.0%), swa 20/12 (40.0%); B alone: 12/10 (16.7%),
  *     12/7 (41.7%); none: 0/0 (0.0%);
- *   - kvctl stats' text: the CACHED note, P50<= and P99<= with their note,
+ *   - kvctl stats' text: the CACHED note, p50<= and p99<= with their note,
  *     "clients: N connected, ...; monitors: 1".
  * Usage: KVPOOLD=... KVCTL=... test_kvctl_stats.
  */
@@ -29,7 +29,7 @@
 
 #define CACHED_NOTE "CACHED: blocks holding a prefix-cache entry, counted in FREE (evictable) " \
 		    "or USED; not a third part\n"
-#define LATENCY_NOTE "P50<=, P99<=: upper bounds of the power-of-two latency buckets " \
+#define LATENCY_NOTE "p50<=, p99<=: upper bounds of the power-of-two latency buckets " \
 		     "holding them\n"
 
 static const struct daemon *dmn;
@@ -212,7 +212,7 @@ int main(void)
 	out = kvctl("stats");
 	HAS(out, "USAGE CLIENTS  SEQS\nf                         4        32");
 	HAS(out, "    0.0%       1     0\n" CACHED_NOTE "\npool f:");
-	HAS(out, "\nOPERATION             COUNT   ERRORS      P50<=      P99<=\n");
+	HAS(out, "\nOPERATION             COUNT   ERRORS      p50<=      p99<=\n");
 	/* Connected: the harness's check that the daemon accepts, the pool's creator, e. */
 	HAS(out, " ns\n" LATENCY_NOTE "\nclients: 3 connected, 2 disconnected, 0 killed with "
 		 "sequences open; monitors: 1\n");

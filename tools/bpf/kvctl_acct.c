@@ -36,7 +36,11 @@ static const char acct_usage[] =
 	"      --pid PID       the daemon's pid (default: the one its stats page gives)\n"
 	"      --interval SEC  seconds between reports (default 1)\n"
 	"      --count N       stop after N reports (default: until SIGINT)\n"
-	"  -h, --help          show this help and exit\n";
+	"  -s, --socket PATH   the daemon's socket (default $KVPOOL_SOCKET, else\n"
+	"                      " KVP_DEFAULT_SOCKET ")\n"
+	"  -h, --help          show this help and exit\n"
+	"\n"
+	"p50<=, p99<=: upper bounds of the power-of-two latency buckets holding them.\n";
 
 /*
  * The daemon's pid, from its stats page: a connection's peer credentials
@@ -114,7 +118,7 @@ static void print_table(pid_t pid, double elapsed, const struct kvacct_client *r
 	printf("kvpoold pid %d, %.1f s attached, %d client%s\n", (int)pid, elapsed, n,
 	       n == 1 ? "" : "s");
 	printf("%8s %8s %8s %12s %10s %8s %8s %9s %9s %9s\n", "CLIENT", "PID", "BLOCKS",
-	       "BLOCK-SEC", "OPS", "P50", "P99", "EV-REUSE", "EV-EVICT", "EV-RESET");
+	       "BLOCK-SEC", "OPS", "p50<=", "p99<=", "EV-REUSE", "EV-EVICT", "EV-RESET");
 	for (int i = 0; i < n; i++) {
 		const struct kvacct_client *r = &rows[i];
 		char p50[16], p99[16], pidbuf[16];
@@ -164,7 +168,8 @@ static void print_json(pid_t pid, double elapsed, __u64 missed, const struct kva
 	       (unsigned long long)missed);
 }
 
-static int parse_args(int argc, char **argv, bool *json, long *pid, double *interval, long *count)
+static int parse_args(int argc, char **argv, bool *json, long *pid, double *interval, long *count,
+		      const char **socket)
 {
 	enum { OPT_JSON = 256, OPT_PID, OPT_INTERVAL, OPT_COUNT };
 	static const struct option opts[] = {
@@ -172,6 +177,7 @@ static int parse_args(int argc, char **argv, bool *json, long *pid, double *inte
 		{ "pid", required_argument, NULL, OPT_PID },
 		{ "interval", required_argument, NULL, OPT_INTERVAL },
 		{ "count", required_argument, NULL, OPT_COUNT },
+		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -179,7 +185,7 @@ static int parse_args(int argc, char **argv, bool *json, long *pid, double *inte
 
 	optind = 0; /* kvctl's own getopt ran before: start afresh, argv[0] is "acct" */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:s:h", opts, NULL)) != -1) {
 		char *end = NULL;
 
 		errno = 0;
@@ -201,6 +207,9 @@ static int parse_args(int argc, char **argv, bool *json, long *pid, double *inte
 			*count = strtol(optarg, &end, 10);
 			if (errno || *end || *count <= 0)
 				goto bad;
+			break;
+		case 's':
+			*socket = optarg;
 			break;
 		case 'h':
 			fputs(acct_usage, stdout);
@@ -236,7 +245,7 @@ int kvctl_acct(int argc, char **argv, const char *socket_path)
 	char why[512] = "";
 	int ret;
 
-	ret = parse_args(argc, argv, &json, &pid, &interval, &count);
+	ret = parse_args(argc, argv, &json, &pid, &interval, &count, &socket_path);
 	if (ret)
 		return ret == 1 ? 0 : ret;
 	/* Before the socket: a user without the rights should hear why, not a socket error. */
