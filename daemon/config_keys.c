@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,18 +122,6 @@ _Static_assert(ARRAY_SIZE(pool_keys) <= KVPD_CONF_MAX_KEYS, "KVPD_CONF_MAX_KEYS"
 _Static_assert(ARRAY_SIZE(daemon_keys) <= KVPD_CONF_MAX_KEYS, "KVPD_CONF_MAX_KEYS");
 _Static_assert(ARRAY_SIZE(namespace_keys) <= KVPD_CONF_MAX_KEYS, "KVPD_CONF_MAX_KEYS");
 
-static int problem(char *why, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int problem(char *why, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, len, fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
-
 /* Decimal digits only: no sign, no blank, no base prefix. -ERANGE past 2^64 - 1. */
 static int parse_number(const char *s, size_t len, uint64_t *out)
 {
@@ -215,23 +202,23 @@ static int check_groups(const char *spec, char *why, size_t len)
 			if (strlen(kinds[k]) == klen && !strncmp(s, kinds[k], klen))
 				break;
 		if (k == ARRAY_SIZE(kinds))
-			return problem(why, len, "unknown kind '%.*s' (%s)", (int)klen, s, kinds_help);
+			return kvpd_refuse(why, len, -EINVAL, "unknown kind '%.*s' (%s)", (int)klen, s, kinds_help);
 		if (++n > KVP_MAX_GROUPS)
-			return problem(why, len, "more than %u groups (%s)", KVP_MAX_GROUPS, kinds_help);
+			return kvpd_refuse(why, len, -EINVAL, "more than %u groups (%s)", KVP_MAX_GROUPS, kinds_help);
 		what = k == KVP_KIND_CHUNKED ? "chunk size" : "window";
 		if (k == KVP_KIND_FULL && colon)
-			return problem(why, len, "'%.*s': full takes no parameter (%s)", tl, s, kinds_help);
+			return kvpd_refuse(why, len, -EINVAL, "'%.*s': full takes no parameter (%s)", tl, s, kinds_help);
 		if (k != KVP_KIND_FULL && !colon)
-			return problem(why, len, "'%.*s': needs a %s (%s)", tl, s, what, kinds_help);
+			return kvpd_refuse(why, len, -EINVAL, "'%.*s': needs a %s (%s)", tl, s, what, kinds_help);
 		if (colon) {
 			bad = range_problem(colon + 1, (size_t)(s + tl - colon - 1), min_param[k],
 					    KVC_MAX_TOKENS, &param, range, sizeof(range));
 			if (bad)
-				return problem(why, len, "'%.*s': %s %s (%s)", tl, s, what, bad, kinds_help);
+				return kvpd_refuse(why, len, -EINVAL, "'%.*s': %s %s (%s)", tl, s, what, bad, kinds_help);
 		}
 		s += tl;
 	}
-	return n ? 0 : problem(why, len, "no group (%s)", kinds_help);
+	return n ? 0 : kvpd_refuse(why, len, -EINVAL, "no group (%s)", kinds_help);
 }
 
 /* A list of at most KVPD_MAX_NS_UIDS uids, blank or comma separated; "" is none. */
@@ -247,12 +234,12 @@ static int parse_uids(const struct cfg_key *key, const char *s, struct kvpd_name
 		int ret = parse_number(s, (size_t)tl, &uid);
 
 		if (ret == -EINVAL)
-			return problem(why, len, "not a list of uids (numbers): '%.*s'", tl, s);
+			return kvpd_refuse(why, len, -EINVAL, "not a list of uids (numbers): '%.*s'", tl, s);
 		if (ret || uid > key->max)
-			return problem(why, len, "uid %.*s out of range (0..%llu)", tl, s,
+			return kvpd_refuse(why, len, -EINVAL, "uid %.*s out of range (0..%llu)", tl, s,
 				       (unsigned long long)key->max);
 		if (n == KVPD_MAX_NS_UIDS)
-			return problem(why, len, "more than %u uids", KVPD_MAX_NS_UIDS);
+			return kvpd_refuse(why, len, -EINVAL, "more than %u uids", KVPD_MAX_NS_UIDS);
 		uids[n++] = (uid_t)uid;
 		s += tl;
 	}
@@ -309,7 +296,7 @@ static int check_value(const struct cfg_key *key, const char *value, uint64_t *n
 	switch (key->type) {
 	case KEY_NUMBER:
 		bad = range_problem(value, strlen(value), key->min, key->max, num, range, sizeof(range));
-		return bad ? problem(why, len, "%s", bad) : 0;
+		return bad ? kvpd_refuse(why, len, -EINVAL, "%s", bad) : 0;
 	case KEY_CHOICE:
 		*choice = choice_index(key->choices, value);
 		if (*choice >= 0)
@@ -320,14 +307,14 @@ static int check_value(const struct cfg_key *key, const char *value, uint64_t *n
 		return -EINVAL;
 	case KEY_STRING:
 		if (!*value)
-			return problem(why, len, "empty (%s)", key->help);
+			return kvpd_refuse(why, len, -EINVAL, "empty (%s)", key->help);
 		if (key->max && strlen(value) > key->max)
-			return problem(why, len, "too long (at most %llu bytes)",
+			return kvpd_refuse(why, len, -EINVAL, "too long (at most %llu bytes)",
 				       (unsigned long long)key->max);
 		return 0;
 	case KEY_NAME:
 		bad = *value ? kvpd_conf_name_problem(value) : NULL;
-		return bad ? problem(why, len, "%s", bad) : 0;
+		return bad ? kvpd_refuse(why, len, -EINVAL, "%s", bad) : 0;
 	case KEY_GROUPS:
 		return check_groups(value, why, len);
 	case KEY_QUOTA:
@@ -336,7 +323,7 @@ static int check_value(const struct cfg_key *key, const char *value, uint64_t *n
 			return 0;
 		}
 		return parse_number(value, strlen(value), num) ?
-			       problem(why, len, "not a number or unlimited") : 0;
+			       kvpd_refuse(why, len, -EINVAL, "not a number or unlimited") : 0;
 	case KEY_UIDS:
 		return 0; /* parsed where they are stored */
 	}
@@ -376,7 +363,7 @@ int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *ob
 	case KVPD_CONF_POOL:
 		/* In range here, so refused there only if the two parsers disagree. */
 		ret = kvp_pool_params_v2_set(obj, key->name, value);
-		return ret ? problem(why, why_len, "refused by kvp_pool_params_v2_set") : 0;
+		return ret ? kvpd_refuse(why, why_len, -EINVAL, "refused by kvp_pool_params_v2_set") : 0;
 	case KVPD_CONF_NAMESPACE:
 		if (idx != NS_UIDS) {
 			ns->quota.limit[idx] = num;

@@ -3,6 +3,7 @@
 #ifndef KVPOOLD_H
 #define KVPOOLD_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -263,7 +264,6 @@ void kvpd_logf(const struct kvpd_log *log, int prio, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* "error", "warning", "notice", "info" or "debug"; -EINVAL for anything else. */
 int kvpd_parse_log_level(const char *s, int *out);
-const char *kvpd_log_level_name(int level);
 bool kvpd_log_to_journal(void);
 uint64_t kvpd_now_ns(void);
 
@@ -419,6 +419,8 @@ void kvpd_stats_tenant(struct kvpd *d, struct kvpd_tenant *t);
 void kvpd_stats_tenant_remove(struct kvpd *d, struct kvpd_tenant *t);
 
 /* loop.c */
+/* The signals the loop reads from its signalfd (SIGTERM, SIGINT, SIGHUP), into @set. */
+void kvpd_signal_set(sigset_t *set);
 /* Picks the implementation (logging which, and why), watches the daemon's descriptors. */
 int kvpd_loop_init(struct kvpd *d);
 int kvpd_loop_run(struct kvpd *d);

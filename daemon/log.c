@@ -32,11 +32,6 @@ int kvpd_parse_log_level(const char *s, int *out)
 	return -EINVAL;
 }
 
-const char *kvpd_log_level_name(int level)
-{
-	return level >= KVPD_LOG_ERR && level <= KVPD_LOG_DEBUG ? level_names[level] : "?";
-}
-
 /*
  * systemd sets JOURNAL_STREAM ("DEV:INODE" of the stream) for a service whose
  * stderr goes to the journal. Its presence is the sign, as sd-daemon(3)'s

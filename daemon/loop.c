@@ -77,6 +77,14 @@ static int choose_evloop(struct kvpd *d)
 	return 0;
 }
 
+void kvpd_signal_set(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+}
+
 int kvpd_loop_init(struct kvpd *d)
 {
 	struct itimerspec tick = { { 0, TICK_NS }, { 0, TICK_NS } };
@@ -87,10 +95,7 @@ int kvpd_loop_init(struct kvpd *d)
 	if (ret)
 		return ret;
 	d->stats.page->event_loop = d->ev->kind;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
+	kvpd_signal_set(&mask);
 	if (sigprocmask(SIG_BLOCK, &mask, NULL)) {
 		ret = -errno;
 		goto err_fini;

@@ -493,10 +493,7 @@ int main(int argc, char **argv)
 	 * runs: a SIGTERM the moment the socket appears must not kill the daemon
 	 * half set up, leaving its socket and lock behind.
 	 */
-	sigemptyset(&stop);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGINT);
-	sigaddset(&stop, SIGHUP);
+	kvpd_signal_set(&stop);
 	sigprocmask(SIG_BLOCK, &stop, NULL);
 	kvpd_config_defaults(&d.cfg);
 	ret = parse_args(&d, argc, argv);

@@ -237,12 +237,9 @@ static void print_limit(const struct cap_model *m, const struct cap_opts *o,
 static int parse_u32_opt(const char *opt, const char *arg, uint32_t min, uint32_t max,
 			 uint32_t *out)
 {
-	char *end;
-	unsigned long long v;
+	uint64_t v;
 
-	errno = 0;
-	v = strtoull(arg, &end, 10);
-	if (arg[0] < '0' || arg[0] > '9' || *end || errno || v < min || v > max) {
+	if (bench_parse_u64(arg, min, max, &v)) {
 		fprintf(stderr, "kvbench capacity: %s: a number from %u to %u, not '%s'\n", opt, min,
 			max, arg);
 		return -EINVAL;
@@ -276,13 +273,9 @@ static int parse_contexts(const char *arg, uint32_t *ctx, unsigned *n)
 		goto bad;
 	snprintf(buf, sizeof(buf), "%s", arg);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *end;
-		unsigned long long v;
+		uint64_t v;
 
-		errno = 0;
-		v = strtoull(tok, &end, 10);
-		if (*n == MAX_CONTEXTS || tok[0] < '0' || tok[0] > '9' || *end || errno || !v ||
-		    v > KVC_MAX_TOKENS)
+		if (*n == MAX_CONTEXTS || bench_parse_u64(tok, 1, KVC_MAX_TOKENS, &v))
 			goto bad;
 		ctx[(*n)++] = (uint32_t)v;
 	}

@@ -249,21 +249,6 @@ static void print_header(const struct load_opts *o, const struct ld_workload *ws
 
 static const char usage_hint[] = "Try 'kvbench --help' for more information.\n";
 
-static int parse_u(const char *s, unsigned long min, unsigned long max, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static int pick(const char *s, const char *const *names, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -293,15 +278,15 @@ static int parse_args(int argc, char **argv, struct load_opts *o)
 		if (!v) {
 			ok = 0;
 		} else if (!strcmp(a, "--engines")) {
-			ok = !parse_u(v, 1, 64, &n) && (o->engines = (unsigned)n);
+			ok = !bench_parse_u64(v, 1, 64, &n) && (o->engines = (unsigned)n);
 		} else if (!strcmp(a, "--seqs")) {
-			ok = !parse_u(v, 1, 1024, &n) && (o->seqs = (uint32_t)n);
+			ok = !bench_parse_u64(v, 1, 1024, &n) && (o->seqs = (uint32_t)n);
 		} else if (!strcmp(a, "--requests")) {
-			ok = !parse_u(v, 1, 1u << 20, &n) && (o->requests = (uint32_t)n);
+			ok = !bench_parse_u64(v, 1, 1u << 20, &n) && (o->requests = (uint32_t)n);
 		} else if (!strcmp(a, "--steps")) {
-			ok = !parse_u(v, 1, 65536, &n) && (o->steps = (uint32_t)n);
+			ok = !bench_parse_u64(v, 1, 65536, &n) && (o->steps = (uint32_t)n);
 		} else if (!strcmp(a, "--seed")) {
-			ok = !parse_u(v, 0, UINT32_MAX, &o->seed);
+			ok = !bench_parse_u64(v, 0, UINT32_MAX, &o->seed);
 		} else if (!strcmp(a, "--workload")) {
 			o->workload = pick(v, workloads, 4);
 			ok = o->workload >= 0;

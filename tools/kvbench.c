@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* kvbench: the project's benchmarks; every one prints figures, none asserts them. */
 #include <json-c/json.h>
-#include <stdio.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -127,6 +128,21 @@ json_object *bench_json_fixed(double v, int decimals)
 
 	snprintf(text, sizeof(text), "%.*f", decimals, v);
 	return json_object_new_double_s(v, text);
+}
+
+int bench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
 }
 
 json_object *bench_json_row(void)

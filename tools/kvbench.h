@@ -18,6 +18,8 @@ static inline uint64_t bench_now_ns(void)
 
 /* A figure rounded to @decimals places, printed as such (json-c would print all 17 digits). */
 json_object *bench_json_fixed(double v, int decimals);
+/* A decimal @s (digits only: no sign, blank or base) in [min, max]: 0, else -EINVAL. */
+int bench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* A JSON row with what every row carries: "cores", the online cores. */
 json_object *bench_json_row(void);
 /* Prints @o as one line of JSON and drops it. */
