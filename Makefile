@@ -11,6 +11,10 @@ CC ?= cc
 ifeq ($(origin CC),default)
 CC := cc
 endif
+# C++ only for the CPU emulation of the CUDA kernels (gpu/emu/), which their test runs.
+ifeq ($(origin CXX),default)
+CXX := g++
+endif
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 # The release, from VERSION: in the flags, so a new one rebuilds every object. The code is
@@ -30,10 +34,12 @@ BIN := $(BUILD)/bin
 OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DKVCORE_DEBUG
 else ifeq ($(VARIANT),clang)
 CC := clang
+CXX := clang++
 BUILD := build/clang
 BIN := $(BUILD)/bin
 else ifeq ($(VARIANT),tsan)
 CC := clang
+CXX := clang++
 BUILD := build/tsan
 BIN := $(BUILD)/bin
 OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer
@@ -80,11 +86,13 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
 	     tools/trace_daemon.c tools/name_map.c
 BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c \
-	     tools/bench_daemon.c tools/bench_attend.c tools/dtype_store.c \
+	     tools/bench_daemon.c tools/bench_attend.c tools/bench_attend_cuda.c tools/bench_cuda.c \
+	     tools/dtype_store.c \
 	     $(wildcard tools/bench_capacity*.c) $(wildcard tools/bench_load*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
-INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c
+INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c tests/integration/cudatest.c \
+		 tests/integration/map_shared.c
 INTEG_SRC := $(filter-out $(INTEG_LIB_SRC),$(wildcard tests/integration/*.c))
 INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
@@ -100,13 +108,27 @@ NVCC_GENCODE := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,cod
 # No sanitizers: the plugin is plain driver calls, and their runtimes would have to be linked in.
 NVCC_FLAGS := -ccbin $(CC) $(NVCC_GENCODE) -D_GNU_SOURCE -Idaemon/core \
 	      $(addprefix -Xcompiler ,-std=gnu11 $(WARN) -O2 -g -fPIC -fvisibility=hidden)
-GPU_SRC := $(wildcard gpu/*.c)
+GPU_SRC := $(filter-out gpu/cuda_probe.c,$(wildcard gpu/*.c))
 # Kernels: each gpu/X.cu a fatbin, embedded as kvpool_fatbin_X (gpu/kernels_embed.S) and loaded
 # by the plugin with cuModuleLoadData.
 GPU_CU := $(wildcard gpu/*.cu)
 GPU_C_OBJ := $(GPU_SRC:%.c=$(BUILD)/%.o)
 GPU_OBJ := $(GPU_C_OBJ) $(GPU_CU:%.cu=$(BUILD)/%.fatbin.o)
+# A fatbin depends on nvcc's flags alone, not a variant's: one for all, in build/gpu/ (the
+# attention kernels take minutes to build).
+FATBIN_DIR := build/gpu
 CUDA_PLUGIN := $(if $(VARIANT),$(BUILD)/gpu,gpu)/libkvpool_cuda.so
+# What a machine (a sandbox) lets the GPU pool do, beside the plugin: the GPU tests run it.
+CUDA_PROBE := $(dir $(CUDA_PLUGIN))cuda_probe
+
+# What the kernels include (nvcc builds fatbins without dependency files).
+GPU_DEV_HDR := $(wildcard gpu/*.cuh gpu/*.h) daemon/kvmask.h daemon/attn/attend.h daemon/core/kvcore.h
+
+# The kernels of gpu/kv_attend.cu on the CPU (gpu/emu/), for tests/unit/test_gpu_attend.c: built
+# with every variant's compiler and sanitizers, nvcc or not. -fno-sanitize=vptr: no RTTI here.
+GPU_EMU_OBJ := $(BUILD)/gpu/emu/emu.o $(BUILD)/gpu/emu/attend_emu.o
+CXXFLAGS_EMU := -std=gnu++17 -Wall -Wextra -Werror -g -D_GNU_SOURCE -Idaemon/core -fno-exceptions \
+		-fno-rtti $(OPT) $(if $(findstring sanitize=undefined,$(OPT)),-fno-sanitize=vptr) -MMD -MP
 
 # Runs a program where io_uring is refused (a seccomp filter): the epoll fallback's test.
 NO_IO_URING := $(BUILD)/tests/no_io_uring
@@ -150,11 +172,16 @@ $(GPU_C_OBJ): $(BUILD)/gpu/%.o: gpu/%.c $(GPU_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -x c -MMD -MP -c $< -o $@
 
-$(BUILD)/gpu/%.fatbin: gpu/%.cu $(GPU_STAMP)
+FATBIN_STAMP := build/.nvccflags
+$(FATBIN_STAMP): FORCE
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_GENCODE) -O3 -Werror all-warnings -fatbin $< -o $@
+	@echo '$(NVCC) $(NVCC_GENCODE)' | cmp -s - $@ || echo '$(NVCC) $(NVCC_GENCODE)' > $@
 
-$(BUILD)/gpu/%.fatbin.o: $(BUILD)/gpu/%.fatbin gpu/kernels_embed.S
+$(FATBIN_DIR)/%.fatbin: gpu/%.cu $(GPU_DEV_HDR) $(FATBIN_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_GENCODE) -O3 -Werror all-warnings -Idaemon/core -fatbin $< -o $@
+
+$(BUILD)/gpu/%.fatbin.o: $(FATBIN_DIR)/%.fatbin gpu/kernels_embed.S
 	$(CC) -c -DKERNELS_FATBIN='"$<"' -DKERNELS_SYMBOL=kvpool_fatbin_$(subst -,_,$*) \
 		gpu/kernels_embed.S -o $@
 
@@ -164,7 +191,14 @@ $(CUDA_PLUGIN): $(GPU_OBJ)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -shared -cudart none -Xlinker -z,defs $^ -o $@
 
-cuda-backend: $(CUDA_PLUGIN)
+$(BUILD)/gpu/cuda_probe.o: gpu/cuda_probe.c $(GPU_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -x c -MMD -MP -c $< -o $@
+
+$(CUDA_PROBE): $(BUILD)/gpu/cuda_probe.o
+	$(CC) $(ALL_LDFLAGS) $< -o $@
+
+cuda-backend: $(CUDA_PLUGIN) $(CUDA_PROBE)
 	@echo "CUDA backend: built"
 else
 cuda-backend:
@@ -238,6 +272,20 @@ $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -lm -lpthread -o $@
+
+# The CUDA kernels' test: the plan (built here as C, for the variant) and the emulated kernels.
+$(GPU_EMU_OBJ): $(BUILD)/gpu/emu/%.o: gpu/emu/%.cc $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
+
+$(BUILD)/tests/gpu/attend_plan.o: gpu/attend_plan.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/tests/test_gpu_attend: $(BUILD)/tests/unit/test_gpu_attend.o \
+		$(BUILD)/tests/gpu/attend_plan.o $(GPU_EMU_OBJ) $(CORE_LIB) $(ATTN_OBJ)
+	@mkdir -p $(@D)
+	$(CXX) $(ALL_LDFLAGS) $^ -lcmocka -lm -lpthread -o $@
 
 # The worker pool's test links the pool itself, with a fake backend; the sizes' test, them.
 $(BUILD)/tests/test_workers: $(BUILD)/daemon/workers.o
@@ -347,7 +395,7 @@ uninstall:
 		echo "kept $(D)$(SYSCONFDIR)/kvpool/kvpool.conf (remove it by hand)"
 
 clean:
-	rm -rf build $(TOOLS) daemon/kvpoold gpu/libkvpool_cuda.so lib/python/kvpool/_kvpool.abi3.so
+	rm -rf build $(TOOLS) daemon/kvpoold gpu/libkvpool_cuda.so gpu/cuda_probe lib/python/kvpool/_kvpool.abi3.so
 
 .PHONY: FORCE
 # Objects of test and tool binaries are not throwaway intermediates: keep them for incremental builds.

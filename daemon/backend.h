@@ -9,6 +9,7 @@
 #define KVPOOLD_BACKEND_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,7 +95,7 @@ kvpd_refuse(char *why, size_t why_len, int err, const char *fmt, ...)
 }
 
 /* Version of struct kvpd_backend_ops a plugin must be built against. */
-#define KVPD_BACKEND_ABI 2
+#define KVPD_BACKEND_ABI 3
 
 struct kvpd_backend_ops {
 	const char *name;
@@ -114,6 +115,12 @@ struct kvpd_backend_ops {
 	int (*export_fds)(const struct kvpd_kv_layout *l, void *mem, int *fds, unsigned max);
 	/* The memory's pieces (KVP_MEM_*, their count and sizes) as POOL_LAYOUT reports them. */
 	uint32_t mem_kind;
+	/*
+	 * ATTEND comes as one task that the backend plans itself (a GPU's launch
+	 * covers the whole request); false: the daemon's tasks, a (sequence,
+	 * kv head) or a split part of one each, as the host backend runs them.
+	 */
+	bool whole_attend;
 	/*
 	 * Runs task @task of @job; called on worker threads, tasks of a job in
 	 * parallel. Returns 0 when done, or KVPD_TASK_LATER when the work

@@ -143,6 +143,7 @@ struct kvpd_job {
 	uint32_t tasks_left;       /* atomic */
 	int error;                 /* atomic: 0, or a failed task's -errno (a device error),
 				    * the first one: the completion's res */
+	uint64_t aux;              /* the completion's aux: a GPU ATTEND's kernel time, ns */
 	struct kvpd_workers *workers;              /* set by kvpd_workers_submit */
 	void (*task_done)(struct kvpd_job *job);   /* for a task that returned KVPD_TASK_LATER */
 	uint32_t *pinned;

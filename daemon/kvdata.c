@@ -391,13 +391,14 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 	struct kvpd_job *job;
 	size_t q_row, total_ids = 0, scratch = 0, bytes;
 	struct attend_budget left = { KVP_ATTEND_MAX_KEYS, KVP_ATTEND_MAX_QUERIES };
+	/* A backend that plans a request itself (a GPU's one launch) gets it as one task. */
+	bool whole = c->pool->backend->whole_attend;
 	uint64_t tasks;
 	int ret = 0;
 
 	if (!src || sqe->len < sizeof(head))
 		return -EINVAL;
-	/* The CUDA backend has no attention kernels yet (#22). */
-	if (!c->pool->layout.slot_bytes || c->pool->backend != &kvpd_host_backend)
+	if (!c->pool->layout.slot_bytes)
 		return -EOPNOTSUPP;
 	/* The header first, once: how many entries there are bounds the copy below. */
 	memcpy(&head, src, sizeof(head));
@@ -426,7 +427,7 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 
 		ret = attend_unit(c, a, &a->seqs[s], q_row, &u, NULL, &n, &left);
 		total_ids += n;
-		if (!ret)
+		if (!ret && !whole)
 			attend_split(&u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
 	}
 	if (!ret && total_ids > KVPD_MAX_ATTEND_IDS)
@@ -449,8 +450,8 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		ret = attend_unit(c, a, &a->seqs[s], q_row, u, job->pinned + job->npinned, &n,
 				  &left);
 		job->npinned += n;
-		if (ret)
-			break;
+		if (ret || whole)
+			continue;
 		u->split = attend_split(u, l, a->q_heads, tasks, d->workers.nthreads, &scratch);
 		if (u->split == 1)
 			attend_cut(u, a->q_heads / l->kv_heads, l->head_dim);
@@ -465,6 +466,8 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		free(job);
 		goto out_free;
 	}
+	if (whole)
+		job->ntasks = 1;
 	job->group = a->group;
 	job->layer = a->layer;
 	job->nunits = a->num_seqs;
@@ -475,7 +478,8 @@ int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe
 		.softcap = a->softcap,
 		.q_dtype = a->flags & KVP_ATTEND_Q_F32 ? ATTN_F32 : l->dtype,
 	};
-	job->short_tasks = true;
+	/* a whole request's task holds a worker through its device time: never the loop */
+	job->short_tasks = !whole;
 	for (uint32_t s = 0; s < a->num_seqs; s++) {
 		const struct kvpd_attend_unit *u = &job->units[s];
 
@@ -526,6 +530,8 @@ void kvpd_jobs_complete(struct kvpd *d)
 			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);
 
 			cqe.res = __atomic_load_n(&job->error, __ATOMIC_ACQUIRE);
+			if (!cqe.res)
+				cqe.aux = job->aux;
 			if (!cqe.res && job->type == KVPD_JOB_WRITE && slot && slot->kv &&
 			    slot->epoch == job->epoch) {
 				struct kvc_seq_info info;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The attention masks: which key positions the query at position i sees in a
- * group of each kind. Shared by request validation (event loop) and the
- * workers, so what is checked is exactly what is read.
+ * group of each kind. Shared by request validation (event loop), the workers
+ * and the GPU kernels (gpu/), so what is checked is exactly what is read.
  *
  *   full       j <= i
  *   swa W      i - W < j <= i
@@ -17,6 +17,13 @@
 
 #include "kvcore.h"
 
+/* Callable from CUDA kernels too (gpu/attend_dev.cuh compiles this header). */
+#ifdef __CUDACC__
+#define KVMASK_FN static inline __host__ __device__
+#else
+#define KVMASK_FN static inline
+#endif
+
 struct kvpd_mask {
 	enum kvc_kind kind;
 	uint32_t param;  /* W or C */
@@ -24,7 +31,7 @@ struct kvpd_mask {
 };
 
 /* Writes [lo, hi) ranges, ascending and disjoint; returns how many (1 or 2). */
-static inline uint32_t kvpd_mask_ranges(const struct kvpd_mask *m, uint32_t i, uint32_t lo[2],
+KVMASK_FN uint32_t kvpd_mask_ranges(const struct kvpd_mask *m, uint32_t i, uint32_t lo[2],
 					uint32_t hi[2])
 {
 	uint32_t window_lo = i + 1 > m->param ? i + 1 - m->param : 0;
@@ -67,7 +74,7 @@ static inline uint32_t kvpd_mask_ranges(const struct kvpd_mask *m, uint32_t i, u
  * masks' windows only move forward with i, so the union is the first query's
  * range starts and the last query's range ends.
  */
-static inline uint32_t kvpd_mask_union(const struct kvpd_mask *m, uint32_t first, uint32_t last,
+KVMASK_FN uint32_t kvpd_mask_union(const struct kvpd_mask *m, uint32_t first, uint32_t last,
 				       uint32_t lo[2], uint32_t hi[2])
 {
 	uint32_t flo[2], fhi[2], llo[2], lhi[2];

@@ -21,6 +21,7 @@
 #include <cuda.h>
 
 #include "cuda_pool.h"
+#include "../daemon/jobs.h"
 #include "../daemon/plugin.h"
 #include "../uapi/kvpool.h"
 
@@ -45,6 +46,14 @@ static int cu_open(struct cu_api *cu, char *why, size_t why_len)
 	}
 	CU_CALLS(CU_SYM)
 #undef CU_SYM
+	*(void **)&cu->elapsed = dlsym(cu->lib, "cuEventElapsedTime_v2");
+	if (!cu->elapsed)
+		*(void **)&cu->elapsed = dlsym(cu->lib, "cuEventElapsedTime");
+	if (!cu->elapsed) {
+		dlclose(cu->lib);
+		return kvpd_refuse(why, why_len, -ENOSYS, CUDA_LIB " has no cuEventElapsedTime: "
+				   "driver too old");
+	}
 	return 0;
 }
 
@@ -261,9 +270,17 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 	err = map_memory(pool, why, why_len);
 	if (err)
 		goto pop_ctx;
+	err = cuda_lanes_init(pool);
+	if (err) {
+		kvpd_refuse(why, why_len, err, "pthread_mutex_init failed");
+		goto unmap_memory;
+	}
 	err = cuda_copy_init(pool, why, why_len);
 	if (err)
-		goto unmap_memory;
+		goto fini_lanes;
+	err = cuda_attend_init(pool, why, why_len);
+	if (err)
+		goto fini_copy;
 	pool->cu.cuCtxPopCurrent(&popped);
 
 	l->map_bytes = pool->bytes;
@@ -273,6 +290,10 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 	*mem = pool;
 	return 0;
 
+fini_copy:
+	cuda_copy_fini(pool);
+fini_lanes:
+	cuda_lanes_fini(pool);
 unmap_memory:
 	drop_pieces(pool, pool->npieces);
 	pool->cu.cuMemAddressFree(pool->ptr, pool->bytes);
@@ -303,7 +324,9 @@ static void cuda_pool_fini(const struct kvpd_kv_layout *l, void *mem)
 	 * handles: the release here drops only the daemon's reference.
 	 */
 	if (cu->cuCtxPushCurrent(pool->ctx) == CUDA_SUCCESS) {
+		cuda_attend_fini(pool);
 		cuda_copy_fini(pool);
+		cuda_lanes_fini(pool);
 		drop_pieces(pool, pool->npieces);
 		cu->cuMemAddressFree(pool->ptr, pool->bytes);
 		cu->cuCtxPopCurrent(&popped);
@@ -349,13 +372,19 @@ static int cuda_export_fds(const struct kvpd_kv_layout *l, void *mem, int *fds, 
 	return (int)pool->npieces;
 }
 
+static int cuda_run_task(struct kvpd_job *job, uint32_t task)
+{
+	return job->type == KVPD_JOB_ATTEND ? cuda_attend_task(job) : cuda_copy_task(job, task);
+}
+
 static const struct kvpd_backend_ops cuda_backend = {
 	.name = "cuda",
 	.pool_init = cuda_pool_init,
 	.pool_fini = cuda_pool_fini,
 	.export_fds = cuda_export_fds,
 	.mem_kind = KVP_MEM_CUDA,
-	.run_task = cuda_copy_task,
+	.whole_attend = true,
+	.run_task = cuda_run_task,
 };
 
 /*

@@ -4,8 +4,7 @@
  * clients without a mapping. The request's K and V lie in the client's arena
  * (host memory); a task copies them through a pinned staging buffer to device
  * scratch and scatters them by block table in a kernel (gpu/kv_copy.cu), or
- * gathers and copies back. Each worker thread takes a lane of its own: a
- * stream, its staging buffer and its scratch, grown on demand and kept.
+ * gathers and copies back, on a lane of the worker's (cuda_lane.c).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -17,14 +16,6 @@
 
 /* The kernels' fatbin, embedded by gpu/kernels_embed.S. */
 extern const unsigned char kvpool_fatbin_kv_copy[];
-
-struct cuda_lane {
-	struct cuda_lane *next_free, *next;
-	CUstream stream;
-	void *host;          /* pinned: what the DMA engine reads and writes */
-	CUdeviceptr dev;     /* device scratch: the rows, then the offsets */
-	size_t bytes;        /* of each */
-};
 
 static const char *const copy_names[3] = { "kvpool_copy16", "kvpool_copy4", "kvpool_copy2" };
 static const unsigned unit_bytes[3] = { 16, 4, 2 };
@@ -43,84 +34,12 @@ int cuda_copy_init(struct cuda_pool *pool, char *why, size_t why_len)
 			return cu_refuse(cu, res, cu_errno(res), "cuModuleGetFunction", why, why_len);
 		}
 	}
-	pthread_mutex_init(&pool->lanes_lock, NULL);
 	return 0;
 }
 
-/* The caller has the pool's context current. */
 void cuda_copy_fini(struct cuda_pool *pool)
 {
-	const struct cu_api *cu = &pool->cu;
-
-	while (pool->lanes) {
-		struct cuda_lane *lane = pool->lanes;
-
-		pool->lanes = lane->next;
-		if (lane->host)
-			cu->cuMemFreeHost(lane->host);
-		if (lane->dev)
-			cu->cuMemFree(lane->dev);
-		cu->cuStreamDestroy(lane->stream);
-		free(lane);
-	}
-	cu->cuModuleUnload(pool->module);
-	pthread_mutex_destroy(&pool->lanes_lock);
-}
-
-/* An idle lane, or a new one; NULL when a stream cannot be made. */
-static struct cuda_lane *take_lane(struct cuda_pool *pool)
-{
-	struct cuda_lane *lane;
-
-	pthread_mutex_lock(&pool->lanes_lock);
-	lane = pool->free_lanes;
-	if (lane)
-		pool->free_lanes = lane->next_free;
-	pthread_mutex_unlock(&pool->lanes_lock);
-	if (lane)
-		return lane;
-	lane = calloc(1, sizeof(*lane));
-	if (!lane)
-		return NULL;
-	if (pool->cu.cuStreamCreate(&lane->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-		free(lane);
-		return NULL;
-	}
-	pthread_mutex_lock(&pool->lanes_lock);
-	lane->next = pool->lanes;
-	pool->lanes = lane;
-	pthread_mutex_unlock(&pool->lanes_lock);
-	return lane;
-}
-
-static void put_lane(struct cuda_pool *pool, struct cuda_lane *lane)
-{
-	pthread_mutex_lock(&pool->lanes_lock);
-	lane->next_free = pool->free_lanes;
-	pool->free_lanes = lane;
-	pthread_mutex_unlock(&pool->lanes_lock);
-}
-
-/* Staging and scratch of at least @bytes each. */
-static CUresult lane_room(const struct cu_api *cu, struct cuda_lane *lane, size_t bytes)
-{
-	CUresult res;
-
-	if (lane->bytes >= bytes)
-		return CUDA_SUCCESS;
-	if (lane->host)
-		cu->cuMemFreeHost(lane->host);
-	if (lane->dev)
-		cu->cuMemFree(lane->dev);
-	lane->host = NULL;
-	lane->dev = 0;
-	lane->bytes = 0;
-	res = cu->cuMemAllocHost(&lane->host, bytes);
-	if (res == CUDA_SUCCESS)
-		res = cu->cuMemAlloc(&lane->dev, bytes);
-	if (res == CUDA_SUCCESS)
-		lane->bytes = bytes;
-	return res;
+	pool->cu.cuModuleUnload(pool->module);
 }
 
 /*
@@ -149,7 +68,7 @@ static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
 	int unit = row % 16 == 0 ? 0 : row % 4 == 0 ? 1 : 2;
 	uint64_t units = 2ull * n * heads * (row / unit_bytes[unit]);
 	unsigned grid = (unsigned)((units + 255) / 256 < 65535 ? (units + 255) / 256 : 65535);
-	CUresult res = lane_room(cu, lane, bytes);
+	CUresult res = cuda_lane_room(cu, lane, bytes, bytes);
 
 	if (res != CUDA_SUCCESS)
 		return res;
@@ -181,34 +100,27 @@ static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
 	return res;
 }
 
+struct chunk {
+	uint32_t t0, t1;
+};
+
+static CUresult move(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd_job *job,
+		     void *arg)
+{
+	const struct chunk *c = arg;
+
+	return move_chunk(pool, lane, job, c->t0, c->t1);
+}
+
 int cuda_copy_task(struct kvpd_job *job, uint32_t task)
 {
-	struct cuda_pool *pool = (struct cuda_pool *)job->mem;
 	const struct kvpd_kv_layout *l = job->layout;
-	uint32_t t0 = task / l->kv_heads * job->chunk_tokens, t1 = t0 + job->chunk_tokens;
-	struct cuda_lane *lane;
-	CUcontext popped;
-	CUresult res;
+	struct chunk c = { task / l->kv_heads * job->chunk_tokens, 0 };
 
 	/* The host's tasks are (chunk, kv head); here one per chunk moves every head. */
-	if (task % l->kv_heads || job->type == KVPD_JOB_ATTEND)
+	if (task % l->kv_heads)
 		return 0;
-	if (t1 > job->count)
-		t1 = job->count;
-	res = pool->cu.cuCtxPushCurrent(pool->ctx);
-	if (res != CUDA_SUCCESS)
-		goto failed;
-	lane = take_lane(pool);
-	res = lane ? move_chunk(pool, lane, job, t0, t1) : CUDA_ERROR_OUT_OF_MEMORY;
-	if (lane)
-		put_lane(pool, lane);
-	pool->cu.cuCtxPopCurrent(&popped);
-	if (res == CUDA_SUCCESS)
-		return 0;
-failed:;
-	int expected = 0;
-
-	__atomic_compare_exchange_n(&job->error, &expected, cu_errno(res), false, __ATOMIC_RELEASE,
-				    __ATOMIC_RELAXED);
+	c.t1 = c.t0 + job->chunk_tokens < job->count ? c.t0 + job->chunk_tokens : job->count;
+	cuda_lane_run(job, move, &c);
 	return 0;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CUDA plugin's own: the driver calls it makes (loaded with dlopen, see
- * backend_cuda.c) and a pool's state, shared by the memory (backend_cuda.c)
- * and the data path (cuda_copy.c).
+ * backend_cuda.c) and a pool's state, shared by the memory (backend_cuda.c),
+ * the workers' lanes (cuda_lane.c) and the data path (cuda_copy.c,
+ * cuda_attend.c).
  */
 #ifndef KVPOOL_GPU_CUDA_POOL_H
 #define KVPOOL_GPU_CUDA_POOL_H
@@ -13,6 +14,7 @@
 
 #include <cuda.h>
 
+#include "attend_plan.h"
 #include "../daemon/backend.h"
 
 #define CUDA_LIB "libcuda.so.1"
@@ -26,8 +28,10 @@
 	X(cuMemExportToShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree)         \
 	X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8) X(cuMemGetInfo)           \
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)     \
+	X(cuFuncSetAttribute)     \
 	X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAllocHost)      \
-	X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)
+	X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) \
+	X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)
 
 #define CU_STR_(sym) #sym
 #define CU_STR(sym) CU_STR_(sym) /* the macro's expansion: cuMemsetD8 -> "cuMemsetD8_v2" */
@@ -39,6 +43,8 @@ struct cu_api {
 #define CU_PTR(fn) __typeof__(&fn) fn;
 	CU_CALLS(CU_PTR)
 #undef CU_PTR
+	/* cuEventElapsedTime_v2 (drivers of CUDA 12.8 on), else the first version: same call */
+	CUresult (*elapsed)(float *ms, CUevent start, CUevent end);
 };
 
 /*
@@ -60,8 +66,11 @@ struct cuda_pool {
 	CUdevice dev;
 	CUcontext ctx;                       /* the device's primary context, retained */
 	struct cu_api cu;                    /* per pool: the plugin keeps no state of its own */
-	CUmodule module;                     /* the kernels (gpu/kv_copy.cu) */
+	CUmodule module;                     /* the copy kernels (gpu/kv_copy.cu) */
 	CUfunction copy[3];                  /* kvpool_copy16, 4, 2: by the rows' alignment */
+	CUmodule attend_module;              /* the attention kernels (gpu/kv_attend.cu) */
+	CUfunction attend[KVG_NKERNELS];     /* by attend_plan.h's KVG_K_* */
+	unsigned sms;                        /* the device's multiprocessors: ATTEND's plans */
 	pthread_mutex_t lanes_lock;
 	struct cuda_lane *free_lanes;        /* idle */
 	struct cuda_lane *lanes;             /* all, to free */
@@ -102,10 +111,49 @@ static inline int cu_refuse(const struct cu_api *cu, CUresult res, int err, cons
 		      (int)res);
 }
 
-/* The data path's (cuda_copy.c): its kernels loaded, its lanes freed. */
+/*
+ * A worker's lane (cuda_lane.c): a stream, a pinned staging buffer and device
+ * scratch, grown on demand and kept, and two events to time kernels with.
+ * A task takes one for its run and puts it back.
+ */
+struct cuda_lane {
+	struct cuda_lane *next_free, *next;
+	CUstream stream;
+	CUevent start, end;
+	void *host;          /* pinned: what the DMA engine reads and writes */
+	CUdeviceptr dev;
+	size_t host_bytes, dev_bytes;
+};
+
+/* The caller has the pool's context current for each of these. */
+int cuda_lanes_init(struct cuda_pool *pool);
+void cuda_lanes_fini(struct cuda_pool *pool);
+/* An idle lane, or a new one; NULL when a stream cannot be made. */
+struct cuda_lane *cuda_lane_take(struct cuda_pool *pool);
+void cuda_lane_put(struct cuda_pool *pool, struct cuda_lane *lane);
+/* Staging of at least @host_bytes, scratch of at least @dev_bytes. */
+CUresult cuda_lane_room(const struct cu_api *cu, struct cuda_lane *lane, size_t host_bytes,
+			size_t dev_bytes);
+/* A task's failure (-errno), the first one: the request's result. */
+void cuda_job_error(struct kvpd_job *job, int err);
+/*
+ * Runs @fn on a lane of @job's pool with the pool's context current (pushed,
+ * then popped: the worker's own is left as it was); a failure goes to
+ * job->error.
+ */
+typedef CUresult cuda_lane_fn(struct cuda_pool *pool, struct cuda_lane *lane,
+			      struct kvpd_job *job, void *arg);
+void cuda_lane_run(struct kvpd_job *job, cuda_lane_fn *fn, void *arg);
+
+/* The copy path (cuda_copy.c): its kernels loaded and dropped. */
 int cuda_copy_init(struct cuda_pool *pool, char *why, size_t why_len);
 void cuda_copy_fini(struct cuda_pool *pool);
 /* WRITE_KV and READ_KV: task chunk * kv_heads moves the chunk, every head; the others nothing. */
 int cuda_copy_task(struct kvpd_job *job, uint32_t task);
+
+/* ATTEND (cuda_attend.c): its kernels loaded and dropped; a request's one task runs it all. */
+int cuda_attend_init(struct cuda_pool *pool, char *why, size_t why_len);
+void cuda_attend_fini(struct cuda_pool *pool);
+int cuda_attend_task(struct kvpd_job *job);
 
 #endif

@@ -316,9 +316,8 @@ static int print_json_row(const struct row *r, long cores)
 	return bench_json_line(o);
 }
 
-/* The value of a row filter: one of the table's values. */
-static int pick_value(const char *opt, const char *arg, const unsigned *allowed, unsigned n,
-		      unsigned *out)
+int bench_pick(const char *opt, const char *arg, const unsigned *allowed, unsigned n,
+	       const char *note, unsigned *out)
 {
 	char *end;
 	unsigned long v = strtoul(arg, &end, 10);
@@ -332,7 +331,7 @@ static int pick_value(const char *opt, const char *arg, const unsigned *allowed,
 	fprintf(stderr, "kvbench attend: %s: one of", opt);
 	for (unsigned i = 0; i < n; i++)
 		fprintf(stderr, " %u", allowed[i]);
-	fprintf(stderr, ", not '%s'\n", arg);
+	fprintf(stderr, "%s, not '%s'\n", note, arg);
 	return -EINVAL;
 }
 
@@ -346,9 +345,21 @@ int bench_attend(int argc, char **argv)
 	uint64_t *bw_buf;
 	int ret = 0;
 
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--backend")) {
+			if (!strcmp(argv[i + 1], "cuda"))
+				return bench_attend_cuda(argc, argv);
+			if (strcmp(argv[i + 1], "host")) {
+				fprintf(stderr, "kvbench attend: --backend: host or cuda, not '%s'\n",
+					argv[i + 1]);
+				return 2;
+			}
+		}
 	bench_default_daemon(o.daemon, sizeof(o.daemon));
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
+		if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+			i++; /* host */
+		} else if (!strcmp(argv[i], "--json")) {
 			o.json = true;
 		} else if (!strcmp(argv[i], "--quick")) {
 			o.quick = true;
@@ -361,15 +372,15 @@ int bench_attend(int argc, char **argv)
 				return 2;
 			}
 		} else if (!strcmp(argv[i], "--context") && i + 1 < argc) {
-			if (pick_value(argv[i], argv[i + 1], contexts, 5, &o.context))
+			if (bench_pick(argv[i], argv[i + 1], contexts, 5, "", &o.context))
 				return 2;
 			i++;
 		} else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) {
-			if (pick_value(argv[i], argv[i + 1], seq_counts, 3, &o.seqs))
+			if (bench_pick(argv[i], argv[i + 1], seq_counts, 3, "", &o.seqs))
 				return 2;
 			i++;
 		} else if (!strcmp(argv[i], "--gqa") && i + 1 < argc) {
-			if (pick_value(argv[i], argv[i + 1], gqas, 2, &o.gqa))
+			if (bench_pick(argv[i], argv[i + 1], gqas, 2, "", &o.gqa))
 				return 2;
 			i++;
 		} else {

@@ -59,6 +59,11 @@ void bench_daemon_stop(struct bench_daemon *d);
 
 int bench_core(int argc, char **argv);
 int bench_attend(int argc, char **argv);
+/* A row filter's value @arg of option @opt: one of @allowed, else -EINVAL, said with @note. */
+int bench_pick(const char *opt, const char *arg, const unsigned *allowed, unsigned n,
+	       const char *note, unsigned *out);
+/* attend --backend cuda (bench_attend_cuda.c) */
+int bench_attend_cuda(int argc, char **argv);
 int bench_overhead(int argc, char **argv);
 int bench_limits(int argc, char **argv);
 int bench_rtt(int argc, char **argv);

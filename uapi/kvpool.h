@@ -189,7 +189,8 @@ enum kvp_opcode {
 			       * Only positions >= computed (-EPERM) and < allocated slots (-EINVAL) */
 	KVP_OP_READ_KV,       /* as WRITE_KV, out_addr: K then V. -ENODATA: a position not present */
 	KVP_OP_ATTEND,        /* addr: struct kvp_attend (len bytes). -ENODATA: the mask needs a
-			       * position that was dropped or never written */
+			       * position that was dropped or never written. cqe.aux: on a
+			       * cuda pool, its kernels' device time in ns; else 0 */
 	KVP_OP_POOL_LAYOUT,   /* out: struct kvp_kv_layout, its layers, its pieces' sizes, of the
 			       * attached pool. res and cqe.aux: its bytes (-EOVERFLOW: aux is
 			       * what out_len must be); -EOPNOTSUPP for a pool without KV */

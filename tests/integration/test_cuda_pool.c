@@ -16,13 +16,13 @@
  *     bit, and each row where the layout's strides put it (read through the
  *     mapping): the staged copy and the scatter and gather kernels.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cudatest.h"
 #include "harness.h"
 
 /* bf16, 8 kv heads of 128, 16 tokens a block, 2 layers: 128 KiB a block; 9000 blocks > 1 GiB. */
@@ -30,88 +30,7 @@
 #define GEOMETRY "blocks=" BLOCKS, "block_size=16", "groups=full", "kv_heads=8", \
 		 "head_dim=128", "dtype=bf16", "layers_per_group=2", "backend=cuda"
 
-struct cu {
-	void *lib;
-	int (*init)(unsigned);
-	int (*error_string)(int, const char **);
-	int (*device_get)(int *, int);
-	int (*ctx_retain)(void **, int);
-	int (*ctx_push)(void *);
-	int (*htod)(unsigned long long, const void *, size_t);
-	int (*dtoh)(void *, unsigned long long, size_t);
-};
-
 static struct daemon dmn;
-static struct cu cu;
-
-static void skip(const char *why)
-{
-	printf("test_cuda_pool: skipped: %s\n", why);
-	exit(77);
-}
-
-/* The plugin beside the daemon, a driver that loads and initialises: else 77, saying which. */
-static void need_gpu(void)
-{
-	char dir[PATH_MAX], why[PATH_MAX + 128];
-	const char *s = NULL;
-	int res, fds[2];
-	ssize_t n;
-	pid_t pid;
-
-	if (!daemon_plugin_dir(dir, sizeof(dir))) {
-		snprintf(why, sizeof(why),
-			 "the CUDA plugin is not built (no %s/libkvpool_cuda.so: nvcc not found)",
-			 dir);
-		skip(why);
-	}
-	cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!cu.lib) {
-		snprintf(why, sizeof(why), "libcuda.so.1 not loadable: %s", dlerror());
-		skip(why);
-	}
-	*(void **)&cu.init = dlsym(cu.lib, "cuInit");
-	*(void **)&cu.error_string = dlsym(cu.lib, "cuGetErrorString");
-	*(void **)&cu.device_get = dlsym(cu.lib, "cuDeviceGet");
-	*(void **)&cu.ctx_retain = dlsym(cu.lib, "cuDevicePrimaryCtxRetain");
-	*(void **)&cu.ctx_push = dlsym(cu.lib, "cuCtxPushCurrent_v2");
-	*(void **)&cu.htod = dlsym(cu.lib, "cuMemcpyHtoD_v2");
-	*(void **)&cu.dtoh = dlsym(cu.lib, "cuMemcpyDtoH_v2");
-	CHECK(cu.init && cu.error_string && cu.device_get && cu.ctx_retain && cu.ctx_push &&
-	      cu.htod && cu.dtoh);
-	/* CUDA does not survive a fork: cuInit is tried in a child, the processes fork after. */
-	CHECK_EQ(pipe(fds), 0);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		res = cu.init(0);
-		if (res) {
-			cu.error_string(res, &s);
-			dprintf(fds[1], "cuInit failed: %s (CUresult %d)", s ? s : "?", res);
-		}
-		_exit(0);
-	}
-	close(fds[1]);
-	n = read(fds[0], why, sizeof(why) - 1);
-	close(fds[0]);
-	CHECK_EQ(wait_child(pid), 0);
-	if (n > 0) {
-		why[n] = '\0';
-		skip(why);
-	}
-}
-
-/* This process's current context: the device's primary one, where kvp_map_pool maps. */
-static void use_device(void)
-{
-	void *ctx;
-	int dev;
-
-	CHECK_EQ(cu.init(0), 0);
-	CHECK_EQ(cu.device_get(&dev, 0), 0);
-	CHECK_EQ(cu.ctx_retain(&ctx, dev), 0);
-	CHECK_EQ(cu.ctx_push(ctx), 0);
-}
 
 static struct kvp_client *connect_map(const char *ns)
 {
@@ -195,7 +114,7 @@ static int writer(void *arg)
 	struct kvp_pool_map m;
 
 	(void)arg;
-	use_device();
+	cuda_use_device();
 	CHECK_EQ(kvp_map_pool(c, &m), 0);
 	check_layout(&m);
 	write_marks(&m);
@@ -298,13 +217,13 @@ int main(void)
 	pid_t a;
 
 	watchdog_start("test_cuda_pool", 120);
-	need_gpu();
+	cuda_need_mapping("test_cuda_pool");
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
 	watchdog_watch(&dmn);
 	create_pool_or_die(&dmn, "g", restricted);
 
 	a = fork_child_ready(writer, NULL);
-	use_device();
+	cuda_use_device();
 	b = connect_map("ns1");
 	CHECK_EQ(kvp_map_pool(b, &m), 0);
 	check_layout(&m);

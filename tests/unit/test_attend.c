@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "../../daemon/attn/attend_internal.h"
+#include "attn_values.h"
 
 #define TOL_ACC 1e-5
 #define TOL_SCORE 0x1p-20
@@ -52,44 +53,6 @@ static double tol_out(enum attn_dtype t)
 static const char *dt_name(enum attn_dtype t)
 {
 	return t == ATTN_F32 ? "f32" : t == ATTN_F16 ? "f16" : "bf16";
-}
-
-/* ---- random numbers (xorshift64*) ---- */
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-static float frand(void) /* [-1, 1) */
-{
-	return (float)((double)(rnd() >> 11) * 0x1p-52 - 1.0);
-}
-
-/* ---- storage ---- */
-
-static double ld(const void *base, enum attn_dtype t, size_t i)
-{
-	if (t == ATTN_F32)
-		return ((const float *)base)[i];
-	if (t == ATTN_F16)
-		return attn_f16_to_f32(((const uint16_t *)base)[i]);
-	return attn_bf16_to_f32(((const uint16_t *)base)[i]);
-}
-
-static void st(void *base, enum attn_dtype t, size_t i, float v)
-{
-	if (t == ATTN_F32)
-		((float *)base)[i] = v;
-	else if (t == ATTN_F16)
-		((uint16_t *)base)[i] = attn_f32_to_f16(v);
-	else
-		((uint16_t *)base)[i] = attn_f32_to_bf16(v);
 }
 
 /* ---- one case ---- */
