@@ -14,7 +14,9 @@
  *   - A killed while mapped: the daemon serves on and B's mapping still reads;
  *   - WRITE_KV then READ_KV over every block of a pool, every layer, bit for
  *     bit, and each row where the layout's strides put it (read through the
- *     mapping): the staged copy and the scatter and gather kernels.
+ *     mapping): the staged copy and the scatter and gather kernels;
+ *   - the daemon killed: B's mapping still reads the marks (CUDA keeps the
+ *     memory while it is mapped) and B's next request fails -ECONNRESET.
  */
 #include <errno.h>
 #include <limits.h>
@@ -235,10 +237,14 @@ int main(void)
 	read_marks(&m);
 	refusals();
 	round_trip();
-	kvp_unmap_pool(&m);
-	kvp_close(b);
 
 	watchdog_watch(NULL);
-	CHECK_EQ(daemon_stop(&dmn), 0);
+	CHECK_EQ(kill(dmn.pid, SIGKILL), 0);
+	CHECK_EQ(wait_child(dmn.pid), 128 + SIGKILL);
+	read_marks(&m);
+	CHECK_EQ(kvp_nop(b), -ECONNRESET);
+	read_marks(&m);
+	kvp_unmap_pool(&m);
+	kvp_close(b);
 	return 0;
 }
