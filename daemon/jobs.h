@@ -18,6 +18,8 @@
 
 enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND };
 
+#define KVPD_JOB_WHY 128
+
 /*
  * How big a task may be: every task of a long request leaves a worker after
  * about this much work, and another client's task waits for one at most.
@@ -143,6 +145,9 @@ struct kvpd_job {
 	uint32_t tasks_left;       /* atomic */
 	int error;                 /* atomic: 0, or a failed task's -errno (a device error),
 				    * the first one: the completion's res */
+	char why[KVPD_JOB_WHY];    /* that failure's reason, when its backend gives one (the
+				    * call and the driver's words): logged with the completion;
+				    * written by the task whose error was the first only */
 	uint64_t aux;              /* the completion's aux: a GPU ATTEND's kernel time, ns */
 	struct kvpd_workers *workers;              /* set by kvpd_workers_submit */
 	void (*task_done)(struct kvpd_job *job);   /* for a task that returned KVPD_TASK_LATER */

@@ -532,6 +532,12 @@ void kvpd_jobs_complete(struct kvpd *d)
 			cqe.res = __atomic_load_n(&job->error, __ATOMIC_ACQUIRE);
 			if (!cqe.res)
 				cqe.aux = job->aux;
+			else if (job->why[0])
+				kvpd_log(d, KVPD_LOG_WARNING, "client %u pool '%s': %s failed on its %s "
+					 "backend: %s", c->gen, job->pool->name,
+					 job->type == KVPD_JOB_WRITE ? "WRITE_KV" :
+					 job->type == KVPD_JOB_READ ? "READ_KV" : "ATTEND",
+					 job->pool->backend->name, job->why);
 			if (!cqe.res && job->type == KVPD_JOB_WRITE && slot && slot->kv &&
 			    slot->epoch == job->epoch) {
 				struct kvc_seq_info info;

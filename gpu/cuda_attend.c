@@ -57,8 +57,13 @@ void cuda_attend_fini(struct cuda_pool *pool)
 	pool->cu.cuModuleUnload(pool->attend_module);
 }
 
-/* The request on @lane's stream, from staging to outputs; job->aux: the kernels' time. */
-static CUresult run(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd_job *job, void *arg)
+/*
+ * The request on @lane's stream, from staging to outputs; job->aux: the kernels' time.
+ * *call: the driver call that failed (CUDA's asynchronous errors surface at the
+ * synchronization, so a kernel's fault is named there).
+ */
+static CUresult run(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd_job *job, void *arg,
+		    const char **call)
 {
 	const struct cu_api *cu = &pool->cu;
 	struct kvg_plan *plan = arg;
@@ -66,28 +71,38 @@ static CUresult run(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd_
 	float ms = 0;
 	CUresult res;
 
+	*call = "staging (cuMemAllocHost, cuMemAlloc)";
 	res = cuda_lane_room(cu, lane, plan->host_bytes, plan->dev_bytes);
 	if (res != CUDA_SUCCESS)
 		return res;
 	kvg_plan_fill(job, plan, lane->host);
 	kvg_plan_bind(plan, (uintptr_t)lane->dev, (uintptr_t)pool->ptr);
+	*call = "cuMemcpyHtoDAsync";
 	res = cu->cuMemcpyHtoDAsync(lane->dev, lane->host, plan->in_bytes, lane->stream);
 	if (res == CUDA_SUCCESS)
 		res = cu->cuEventRecord(lane->start, lane->stream);
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS) {
+		*call = kvg_kernel_names[plan->kernel];
 		res = cu->cuLaunchKernel(pool->attend[plan->kernel], plan->grid, 1, 1, plan->block, 1,
 					 1, plan->smem, lane->stream, args, NULL);
-	if (res == CUDA_SUCCESS && plan->merge_items)
+	}
+	if (res == CUDA_SUCCESS && plan->merge_items) {
+		*call = kvg_kernel_names[KVG_K_MERGE];
 		res = cu->cuLaunchKernel(pool->attend[KVG_K_MERGE], plan->merge_grid, 1, 1,
 					 plan->merge_block, 1, 1, 0, lane->stream, args, NULL);
+	}
 	if (res == CUDA_SUCCESS)
 		res = cu->cuEventRecord(lane->end, lane->stream);
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS) {
+		*call = "cuMemcpyDtoHAsync";
 		res = cu->cuMemcpyDtoHAsync((uint8_t *)lane->host + plan->out_at,
 					    lane->dev + plan->out_at, plan->out_bytes, lane->stream);
+	}
 	/* The completion waits for the kernels: the blocks stay pinned until they are done. */
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS) {
+		*call = "cuStreamSynchronize after the attention kernels";
 		res = cu->cuStreamSynchronize(lane->stream);
+	}
 	if (res != CUDA_SUCCESS)
 		return res;
 	kvg_plan_collect(job, plan, lane->host);
@@ -103,7 +118,7 @@ int cuda_attend_task(struct kvpd_job *job)
 	int err = kvg_plan_attend(job, pool->sms, &plan);
 
 	if (err)
-		cuda_job_error(job, err);
+		cuda_job_error(job, err, "no plan for the request: %s", strerror(-err));
 	else
 		cuda_lane_run(job, run, &plan);
 	return 0;

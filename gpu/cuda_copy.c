@@ -48,7 +48,7 @@ void cuda_copy_fini(struct cuda_pool *pool)
  * offset of token t's K row of head 0 in the pool, after them.
  */
 static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
-			   const struct kvpd_job *job, uint32_t t0, uint32_t t1)
+			   const struct kvpd_job *job, uint32_t t0, uint32_t t1, const char **call)
 {
 	const struct cu_api *cu = &pool->cu;
 	const struct kvpd_kv_layout *l = job->layout;
@@ -68,8 +68,10 @@ static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
 	int unit = row % 16 == 0 ? 0 : row % 4 == 0 ? 1 : 2;
 	uint64_t units = 2ull * n * heads * (row / unit_bytes[unit]);
 	unsigned grid = (unsigned)((units + 255) / 256 < 65535 ? (units + 255) / 256 : 65535);
-	CUresult res = cuda_lane_room(cu, lane, bytes, bytes);
+	CUresult res;
 
+	*call = "staging (cuMemAllocHost, cuMemAlloc)";
+	res = cuda_lane_room(cu, lane, bytes, bytes);
 	if (res != CUDA_SUCCESS)
 		return res;
 	stage = lane->dev;
@@ -78,6 +80,7 @@ static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
 	for (uint32_t t = 0; t < n; t++)
 		off[t] = kvpd_row_off(l, &job->map, job->first_pos + t0 + t,
 				      kvpd_k_off(l, job->layer, 0));
+	*call = "cuMemcpyHtoDAsync";
 	if (to_pool) {
 		memcpy(lane->host, k, half);
 		memcpy((uint8_t *)lane->host + half, v, half);
@@ -85,14 +88,20 @@ static CUresult move_chunk(struct cuda_pool *pool, struct cuda_lane *lane,
 	} else {
 		res = cu->cuMemcpyHtoDAsync(offs, off, n * sizeof(uint64_t), lane->stream);
 	}
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS) {
+		*call = copy_names[unit];
 		res = cu->cuLaunchKernel(pool->copy[unit], grid, 1, 1, 256, 1, 1, 0, lane->stream,
 					 args, NULL);
-	if (res == CUDA_SUCCESS && !to_pool)
+	}
+	if (res == CUDA_SUCCESS && !to_pool) {
+		*call = "cuMemcpyDtoHAsync";
 		res = cu->cuMemcpyDtoHAsync(lane->host, lane->dev, off_at, lane->stream);
+	}
 	/* The completion waits for the copy: the arena is read or written only now. */
-	if (res == CUDA_SUCCESS)
+	if (res == CUDA_SUCCESS) {
+		*call = "cuStreamSynchronize after the copy kernel";
 		res = cu->cuStreamSynchronize(lane->stream);
+	}
 	if (res == CUDA_SUCCESS && !to_pool) {
 		memcpy(k, lane->host, half);
 		memcpy(v, (uint8_t *)lane->host + half, half);
@@ -105,11 +114,11 @@ struct chunk {
 };
 
 static CUresult move(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd_job *job,
-		     void *arg)
+		     void *arg, const char **call)
 {
 	const struct chunk *c = arg;
 
-	return move_chunk(pool, lane, job, c->t0, c->t1);
+	return move_chunk(pool, lane, job, c->t0, c->t1, call);
 }
 
 int cuda_copy_task(struct kvpd_job *job, uint32_t task)

@@ -6,6 +6,8 @@
  * on streams of their own and a lane's buffers, once grown, are reused.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -111,28 +113,38 @@ CUresult cuda_lane_room(const struct cu_api *cu, struct cuda_lane *lane, size_t 
 void cuda_lane_run(struct kvpd_job *job, cuda_lane_fn *fn, void *arg)
 {
 	struct cuda_pool *pool = (struct cuda_pool *)job->mem;
+	const struct cu_api *cu = &pool->cu;
+	const char *call = "cuCtxPushCurrent";
 	struct cuda_lane *lane;
 	CUcontext popped;
 	CUresult res;
 
-	res = pool->cu.cuCtxPushCurrent(pool->ctx);
-	if (res != CUDA_SUCCESS) {
-		cuda_job_error(job, cu_errno(res));
-		return;
-	}
+	res = cu->cuCtxPushCurrent(pool->ctx);
+	if (res != CUDA_SUCCESS)
+		goto failed;
 	lane = cuda_lane_take(pool);
-	res = lane ? fn(pool, lane, job, arg) : CUDA_ERROR_OUT_OF_MEMORY;
+	call = "a new lane (cuStreamCreate, cuEventCreate)";
+	res = lane ? fn(pool, lane, job, arg, &call) : CUDA_ERROR_OUT_OF_MEMORY;
 	if (lane)
 		cuda_lane_put(pool, lane);
-	pool->cu.cuCtxPopCurrent(&popped);
-	if (res != CUDA_SUCCESS)
-		cuda_job_error(job, cu_errno(res));
+	cu->cuCtxPopCurrent(&popped);
+	if (res == CUDA_SUCCESS)
+		return;
+failed:
+	cuda_job_error(job, cu_errno(res), "%s failed: %s (CUresult %d)", call, cu_text(cu, res),
+		       (int)res);
 }
 
-void cuda_job_error(struct kvpd_job *job, int err)
+void cuda_job_error(struct kvpd_job *job, int err, const char *fmt, ...)
 {
 	int expected = 0;
+	va_list ap;
 
-	__atomic_compare_exchange_n(&job->error, &expected, err, false, __ATOMIC_RELEASE,
-				    __ATOMIC_RELAXED);
+	/* the first failure's task alone writes the reason; the loop reads it after the last */
+	if (!__atomic_compare_exchange_n(&job->error, &expected, err, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_RELAXED))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(job->why, sizeof(job->why), fmt, ap);
+	va_end(ap);
 }

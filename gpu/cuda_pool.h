@@ -134,15 +134,19 @@ void cuda_lane_put(struct cuda_pool *pool, struct cuda_lane *lane);
 /* Staging of at least @host_bytes, scratch of at least @dev_bytes. */
 CUresult cuda_lane_room(const struct cu_api *cu, struct cuda_lane *lane, size_t host_bytes,
 			size_t dev_bytes);
-/* A task's failure (-errno), the first one: the request's result. */
-void cuda_job_error(struct kvpd_job *job, int err);
+/*
+ * A task's failure (-errno) and its reason, when it is the first: the
+ * request's result, and the daemon's log line ("cuLaunchKernel failed: ...").
+ */
+void cuda_job_error(struct kvpd_job *job, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 /*
  * Runs @fn on a lane of @job's pool with the pool's context current (pushed,
  * then popped: the worker's own is left as it was); a failure goes to
- * job->error.
+ * job->error, the call that failed (*call, set by @fn) to its reason.
  */
 typedef CUresult cuda_lane_fn(struct cuda_pool *pool, struct cuda_lane *lane,
-			      struct kvpd_job *job, void *arg);
+			      struct kvpd_job *job, void *arg, const char **call);
 void cuda_lane_run(struct kvpd_job *job, cuda_lane_fn *fn, void *arg);
 
 /* The copy path (cuda_copy.c): its kernels loaded and dropped. */
