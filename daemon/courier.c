@@ -1,18 +1,29 @@
 /* SPDX-License-Identifier: MIT */
-/* The courier's thread: see courier.h for why it exists. */
+/* The courier's thread and process: see courier.h for why they exist. */
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "courier.h"
 #include "kvpoold.h"
 
-static void deliver(const struct kvpd_courier *k, const struct kvpd_parcel *p)
+/*
+ * The calls themselves. Also what the courier's process runs, a clone that
+ * copied the daemon's memory mid-use: system calls only, no allocation, no
+ * lock, no log. Returns 0, or the errno of a failed epoll_ctl, the one
+ * failure the daemon reports (the others are the client's).
+ */
+static int deliver_here(const struct kvpd_parcel *p)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * KVPD_PARCEL_FDS)];
@@ -20,14 +31,13 @@ static void deliver(const struct kvpd_courier *k, const struct kvpd_parcel *p)
 	} ctl;
 	struct iovec iov = { .iov_base = (void *)p->msg, .iov_len = p->len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	int err = 0;
 
 	if (p->epfd >= 0) {
 		struct epoll_event ev = { .events = p->ep_events, .data.u64 = p->ep_key };
 
-		/* Out of memory or of epoll watches: that client wakes the loop no more. */
 		if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->ep_fd, &ev))
-			kvpd_logf(k->log, KVPD_LOG_ERR, "a client's doorbell cannot be watched: %s",
-				strerror(errno));
+			err = errno;
 	}
 	for (unsigned i = 0; p->sock >= 0 && i < p->drain; i++) {
 		char sink;
@@ -57,11 +67,143 @@ static void deliver(const struct kvpd_courier *k, const struct kvpd_parcel *p)
 	}
 	for (unsigned i = 0; i < p->nclose; i++)
 		close(p->close[i]);
+	return err;
 }
 
-static void deliver_counted(struct kvpd_courier *k, const struct kvpd_parcel *p)
+/*
+ * The process's life: a parcel in, its calls, its result out. A message of
+ * no bytes (or the socketpair's failure) ends it; so does the daemon's
+ * death (PR_SET_PDEATHSIG), as it shares the daemon's descriptors and would
+ * otherwise keep every one of them open.
+ */
+static void __attribute__((noreturn)) helper_main(struct kvpd_courier *k, pid_t parent)
 {
-	deliver(k, p);
+	struct kvpd_parcel p;
+	sigset_t all;
+
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		_exit(1);
+	prctl(PR_SET_NAME, "kvpoold-courier");
+	for (;;) {
+		ssize_t n = recv(k->helper_end, &p, sizeof(p), 0);
+		int err;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof(p))
+			_exit(n == 0 ? 0 : 1);
+		err = deliver_here(&p);
+		if (send(k->helper_end, &err, sizeof(err), MSG_NOSIGNAL) != sizeof(err))
+			_exit(1);
+	}
+}
+
+int kvpd_courier_spawn(struct kvpd_courier *k)
+{
+	pid_t self = getpid(), pid;
+	int sv[2], pidfd, ret;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+		return -errno;
+	k->helper_sock = sv[0];
+	k->helper_end = sv[1];
+	/* Raw clone: glibc's fork would not share the table; nothing runs atfork handlers here. */
+	pid = (pid_t)syscall(SYS_clone, CLONE_FILES | SIGCHLD, NULL, NULL, NULL, 0);
+	if (pid < 0) {
+		ret = -errno;
+		goto err_close_pair;
+	}
+	if (pid == 0)
+		helper_main(k, self);
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0) {
+		ret = -errno;
+		goto err_kill;
+	}
+	k->helper = pid;
+	k->helper_pidfd = pidfd;
+	return 0;
+
+err_kill:
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+err_close_pair:
+	close(sv[0]);
+	close(sv[1]);
+	return ret;
+}
+
+/* Reaps the process (killed first when @kill) and closes the pair: the thread delivers. */
+static void helper_reap(struct kvpd_courier *k, bool kill_it, const char *when)
+{
+	int status = 0;
+
+	if (kill_it)
+		kill(k->helper, SIGKILL);
+	waitpid(k->helper, &status, 0);
+	if (when)
+		kvpd_logf(k->log, KVPD_LOG_ERR, "the courier's process ended %s (%s %d); the "
+			  "courier's thread makes its calls from now on", when,
+			  WIFSIGNALED(status) ? "signal" : "status",
+			  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	close(k->helper_pidfd);
+	close(k->helper_sock);
+	close(k->helper_end);
+	k->helper = 0;
+}
+
+/*
+ * Hands @p to the process and waits for its result; false when the process
+ * is gone and @p not delivered. One that dies after taking @p off the pair
+ * has taken it for good: it may have made some of the calls, and closing
+ * twice could close a descriptor the loop has since reused.
+ */
+static bool deliver_there(struct kvpd_courier *k, const struct kvpd_parcel *p, int *err)
+{
+	struct pollfd on[2] = { { .fd = k->helper_sock, .events = POLLIN },
+				{ .fd = k->helper_pidfd, .events = POLLIN } };
+	struct kvpd_parcel unread;
+
+	if (send(k->helper_sock, p, sizeof(*p), MSG_NOSIGNAL) != sizeof(*p)) {
+		helper_reap(k, true, "when its socket refused a parcel");
+		return false;
+	}
+	for (;;) {
+		if (poll(on, 2, -1) < 0)
+			continue; /* EINTR; this thread blocks every signal */
+		if (recv(k->helper_sock, err, sizeof(*err), MSG_DONTWAIT) == sizeof(*err))
+			return true;
+		if (!on[1].revents)
+			continue;
+		/* Both ends are in the shared table: what it did not take is still there. */
+		if (recv(k->helper_end, &unread, sizeof(unread), MSG_DONTWAIT) == sizeof(unread)) {
+			helper_reap(k, false, "between parcels");
+			return false;
+		}
+		helper_reap(k, false, "with a parcel in hand, lost");
+		*err = 0;
+		return true;
+	}
+}
+
+static void deliver(struct kvpd_courier *k, const struct kvpd_parcel *p, bool there)
+{
+	int err;
+
+	if (!there || !k->helper || !deliver_there(k, p, &err))
+		err = deliver_here(p);
+	/* Out of memory or of epoll watches: that client wakes the loop no more. */
+	if (err)
+		kvpd_logf(k->log, KVPD_LOG_ERR, "a client's doorbell cannot be watched: %s",
+			  strerror(err));
+}
+
+/* @there: on the courier's thread, which alone talks to the process. */
+static void deliver_counted(struct kvpd_courier *k, const struct kvpd_parcel *p, bool there)
+{
+	deliver(k, p, there);
 	if (p->counted)
 		__atomic_fetch_sub(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
 	/*
@@ -94,7 +236,7 @@ static void *courier_main(void *arg)
 			k->tail = NULL;
 		k->busy = true;
 		pthread_mutex_unlock(&k->lock);
-		deliver_counted(k, p);
+		deliver_counted(k, p, true);
 		free(p);
 		pthread_mutex_lock(&k->lock);
 		k->busy = false;
@@ -131,19 +273,27 @@ int kvpd_courier_start(struct kvpd_courier *k)
 	return 0;
 }
 
+/* A message of no bytes: the process ends once it has delivered the ones before. */
+static void helper_stop(struct kvpd_courier *k)
+{
+	if (k->helper)
+		helper_reap(k, send(k->helper_sock, "", 0, MSG_NOSIGNAL) != 0, NULL);
+}
+
 void kvpd_courier_stop(struct kvpd_courier *k)
 {
-	if (!k->started)
-		return;
-	pthread_mutex_lock(&k->lock);
-	k->stop = true;
-	pthread_cond_signal(&k->wake);
-	pthread_mutex_unlock(&k->lock);
-	pthread_join(k->thread, NULL);
-	pthread_mutex_destroy(&k->lock);
-	pthread_cond_destroy(&k->wake);
-	pthread_cond_destroy(&k->idle);
-	k->started = false;
+	if (k->started) {
+		pthread_mutex_lock(&k->lock);
+		k->stop = true;
+		pthread_cond_signal(&k->wake);
+		pthread_mutex_unlock(&k->lock);
+		pthread_join(k->thread, NULL);
+		pthread_mutex_destroy(&k->lock);
+		pthread_cond_destroy(&k->wake);
+		pthread_cond_destroy(&k->idle);
+		k->started = false;
+	}
+	helper_stop(k);
 }
 
 uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
@@ -155,7 +305,7 @@ uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 	if (!k->started) {
 		here = *p;
 		here.seq = ++k->posted;
-		deliver_counted(k, &here);
+		deliver_counted(k, &here, false);
 		return here.seq;
 	}
 	copy = malloc(sizeof(*copy));
@@ -170,7 +320,7 @@ uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
 			pthread_cond_wait(&k->idle, &k->lock);
 		here.seq = ++k->posted;
 		pthread_mutex_unlock(&k->lock);
-		deliver_counted(k, &here);
+		deliver_counted(k, &here, false);
 		return here.seq;
 	}
 	*copy = *p;

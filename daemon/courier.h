@@ -8,6 +8,17 @@
  * writing, and waits for that write's pass), and adding a doorbell set to
  * the loop's epoll (it takes a lock every process's nested epoll shares).
  * Parcels are delivered in the order they were posted.
+ *
+ * The thread keeps the queue; the calls themselves run in a process of the
+ * courier's own (kvpd_courier_spawn): a clone of the daemon that shares its
+ * descriptor table (CLONE_FILES) but not its address space. A wake-up pass
+ * runs with interrupts off, and a core with interrupts off answers no
+ * TLB-shootdown IPI: when that core had the daemon's address space loaded,
+ * any thread of the daemon that unmapped or replaced a page (the loop's
+ * munmap of a client's rings, a copy-on-write fault) waited for the whole
+ * pass, 30-45 ms for a socket watched 100,000 times. The process's core
+ * holds another address space, which the daemon's flushes pass by. Without
+ * the process (clone refused), the thread makes the calls itself.
  */
 #ifndef KVPOOLD_COURIER_H
 #define KVPOOLD_COURIER_H
@@ -47,6 +58,10 @@ struct kvpd_parcel {
 
 struct kvpd_courier {
 	pthread_t thread;
+	pid_t helper;         /* the courier's process; 0: none, the thread delivers */
+	int helper_sock;      /* a socketpair: the thread's end, */
+	int helper_end;       /* the process's end (both in the shared table) */
+	int helper_pidfd;     /* readable once the process is gone */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;  /* a parcel was posted, or stop */
 	pthread_cond_t idle;  /* the queue is empty and nothing is being delivered */
@@ -63,8 +78,13 @@ struct kvpd_courier {
 	uint64_t delivered;   /* atomic: the seq of the last parcel delivered */
 };
 
+/*
+ * Clones the courier's process. Early, while the daemon's address space is
+ * small and holds no GPU mappings: the clone's copy of it is never used.
+ */
+int kvpd_courier_spawn(struct kvpd_courier *k);
 int kvpd_courier_start(struct kvpd_courier *k);
-/* Delivers what is posted, then joins the thread. */
+/* Delivers what is posted, joins the thread, then ends the process. */
 void kvpd_courier_stop(struct kvpd_courier *k);
 /*
  * Copies @p. Without memory it is delivered on the caller's thread once the

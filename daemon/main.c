@@ -136,11 +136,11 @@ static int parse_count(const char *s, unsigned max, unsigned *out)
 /*
  * Descriptors kept for everything but clients: the ones open now, the loop's
  * own (listening socket, lock, signalfd, timerfd, event loop, workers'
- * eventfd), and room for short-lived ones (a setup's memfd and doorbell
- * eventfd until the courier has sent them, a pool's memfd, a connection
- * accepted only to be refused).
+ * eventfd, the courier's socketpair and pidfd), and room for short-lived ones
+ * (a setup's memfd and doorbell eventfd until the courier has sent them, a
+ * pool's memfd, a connection accepted only to be refused).
  */
-#define FDS_RESERVED 16
+#define FDS_RESERVED 19
 #define FDS_PER_CLIENT 2 /* its socket and its doorbell set */
 
 static unsigned fds_open(void)
@@ -514,6 +514,11 @@ int main(int argc, char **argv)
 		ret = -ENOMEM;
 		goto out_config;
 	}
+	d.courier.log = &d.log;
+	ret = kvpd_courier_spawn(&d.courier);
+	if (ret)
+		kvpd_log(&d, KVPD_LOG_WARNING, "courier process: %s; its thread makes the calls, and "
+			 "a client's wake-ups can stall the loop's page-table changes", strerror(-ret));
 	ret = kvpd_statpage_init(&d);
 	if (ret) {
 		kvpd_log(&d, KVPD_LOG_ERR, "stats page: %s", strerror(-ret));
@@ -553,7 +558,6 @@ int main(int argc, char **argv)
 		kvpd_log(&d, KVPD_LOG_ERR, "worker threads: %s", strerror(-ret));
 		goto out_listen;
 	}
-	d.courier.log = &d.log;
 	ret = kvpd_courier_start(&d.courier);
 	if (ret) {
 		kvpd_log(&d, KVPD_LOG_ERR, "courier thread: %s", strerror(-ret));
@@ -584,6 +588,7 @@ out_pools:
 	kvpd_plugin_unload(&d.cuda); /* after every cuda pool's pool_fini */
 	kvpd_statpage_fini(&d);
 out_clients:
+	kvpd_courier_stop(&d.courier); /* the process, when the thread never started */
 	free(d.clients);
 	free(d.active);
 out_config:

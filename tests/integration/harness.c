@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -237,6 +238,48 @@ long daemon_rss_kib(const struct daemon *d)
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
 	return proc_field(path, "VmRSS: %ld kB");
+}
+
+long lines_with(const char *path, const char *text)
+{
+	char line[512];
+	long n = 0;
+	FILE *f = fopen(path, "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, text) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+pid_t daemon_child_named(const struct daemon *d, const char *name)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	if (!proc)
+		return 0;
+	while (!found && (e = readdir(proc))) {
+		char path[300], comm[32];
+		int ppid;
+		FILE *f;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		/* "PID (COMM) STATE PPID": the daemon's names have no space nor parenthesis. */
+		if (fscanf(f, "%*d (%31[^)]) %*c %d", comm, &ppid) == 2 && ppid == d->pid &&
+		    !strcmp(comm, name))
+			found = (pid_t)atoi(e->d_name);
+		fclose(f);
+	}
+	closedir(proc);
+	return found;
 }
 
 /* Read by the SIGALRM handler, hence volatile and the message built ahead. */

@@ -49,6 +49,13 @@ long proc_field(const char *path, const char *format);
 /* The daemon's resident set size in KiB (from /proc), or -1. */
 long daemon_rss_kib(const struct daemon *d);
 
+/* How many lines of the file at @path (a daemon's log) contain @text; 0 when there is none. */
+long lines_with(const char *path, const char *text);
+/*
+ * The daemon's child process named @name (its comm), or 0: scans /proc, as
+ * /proc/PID/task/TID/children is not on every kernel.
+ */
+pid_t daemon_child_named(const struct daemon *d, const char *name);
 /*
  * A test that fails (CHECK exits) or hangs must not leave its daemon running
  * behind it, and whoever reads the failure wants the daemon's log. Call

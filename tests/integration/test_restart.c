@@ -29,19 +29,6 @@ static bool exists(const char *path)
 	return lstat(path, &st) == 0;
 }
 
-static long count_in_file(const char *path, const char *text)
-{
-	char line[512];
-	long n = 0;
-	FILE *f = fopen(path, "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		n += strstr(line, text) != NULL;
-	if (f)
-		fclose(f);
-	return n;
-}
-
 /* kvpoold on @socket beside a live daemon: its exit status; it said why in @log. */
 static int beside(const char *socket, const char *log)
 {
@@ -73,7 +60,7 @@ static void lockless_listener(const char *dir)
 	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 8) == 0);
 	CHECK(lstat(sa.sun_path, &before) == 0);
 	CHECK_EQ(beside(sa.sun_path, log), 1);
-	CHECK_EQ(count_in_file(log, "another kvpoold is listening there"), 1);
+	CHECK_EQ(lines_with(log, "another kvpoold is listening there"), 1);
 	CHECK(lstat(sa.sun_path, &after) == 0);
 	CHECK_EQ(after.st_ino, before.st_ino);
 	close(fd);
@@ -98,7 +85,7 @@ int main(void)
 	t0 = test_now_ns();
 	CHECK_EQ(beside(d.socket, log), 1);
 	CHECK(test_now_ns() - t0 < 5000000000ull);
-	CHECK_EQ(count_in_file(log, "another kvpoold is listening there"), 1);
+	CHECK_EQ(lines_with(log, "another kvpoold is listening there"), 1);
 	unlink(log);
 	kvp_close(connect_or_die(&d, "", "", false));
 	lockless_listener(d.dir);
@@ -111,7 +98,7 @@ int main(void)
 		CHECK_EQ(wait_child(dying), 128 + SIGKILL);
 		kvp_close(connect_or_die(&d, "", "", false));
 	}
-	CHECK_EQ(count_in_file(d.log, "another kvpoold is listening there"), 0);
+	CHECK_EQ(lines_with(d.log, "another kvpoold is listening there"), 0);
 
 	/* A clean exit leaves nothing behind. */
 	watchdog_watch(NULL);

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The courier's process (daemon/courier.c): one child of the daemon, named
+ * kvpoold-courier, with the daemon's very descriptor table (the same numbers
+ * open on the same files); the signals an admin sends the process group do
+ * nothing to it; killed, the daemon says so once and its thread makes the
+ * calls (setups are answered, hang-ups closed); it ends with the daemon,
+ * reaped by a clean exit and killed with a killed one, whose clients then
+ * see the hang-up (they would wait forever if it kept the sockets open).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define LOST_LINE "the courier's process ended between parcels (signal 9); the courier's " \
+		  "thread makes its calls from now on"
+
+static struct daemon dmn;
+
+/* Every descriptor of @pid's, as "number -> target" lines, in @out; returns how many. */
+static unsigned fd_table(pid_t pid, char out[][96], unsigned max)
+{
+	char dir[64];
+	struct dirent *e;
+	unsigned n = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	CHECK(d);
+	while ((e = readdir(d))) {
+		char path[320], target[64];
+		ssize_t len;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len < 0)
+			continue; /* opendir's own, closed by now */
+		target[len] = '\0';
+		CHECK(n < max);
+		snprintf(out[n++], 96, "%.15s -> %.63s", e->d_name, target);
+	}
+	closedir(d);
+	return n;
+}
+
+static int cmp_line(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* The same descriptors, by number and by file: one table. */
+static void same_table(pid_t courier)
+{
+	static char ours[256][96], its[256][96];
+	unsigned n_ours = fd_table(dmn.pid, ours, 256), n_its = fd_table(courier, its, 256);
+
+	CHECK(n_ours >= 4); /* 0-2, the listening socket at least */
+	CHECK_EQ(n_its, n_ours);
+	qsort(ours, n_ours, sizeof(ours[0]), cmp_line);
+	qsort(its, n_its, sizeof(its[0]), cmp_line);
+	for (unsigned i = 0; i < n_ours; i++)
+		CHECK(!strcmp(ours[i], its[i]));
+}
+
+static char process_state(pid_t pid)
+{
+	char path[64], state = 'X';
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 'X';
+	if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
+		state = '?';
+	fclose(f);
+	return state;
+}
+
+static void nop_round(void)
+{
+	struct kvp_client *c = connect_or_die(&dmn, "", "", false);
+
+	CHECK_EQ(kvp_nop(c), 0);
+	kvp_close(c);
+}
+
+int main(void)
+{
+	struct kvp_client *held;
+	pid_t courier;
+	uint64_t t0;
+
+	watchdog_start("test_courier", 60);
+	CHECK_EQ(daemon_start(&dmn, NULL), 0);
+	watchdog_watch(&dmn);
+
+	courier = daemon_child_named(&dmn, "kvpoold-courier");
+	CHECK(courier > 0);
+	same_table(courier);
+
+	/* What a terminal or a unit's stop sends the group: the courier waits for the daemon's word. */
+	CHECK_EQ(kill(courier, SIGTERM), 0);
+	CHECK_EQ(kill(courier, SIGINT), 0);
+	CHECK_EQ(kill(courier, SIGHUP), 0);
+	usleep(100000);
+	CHECK(strchr("RS", process_state(courier)));
+	nop_round();
+	CHECK_EQ(lines_with(dmn.log, "courier's process"), 0);
+
+	/* Killed: the next parcel (a setup reply) finds it gone, unread; the thread delivers. */
+	CHECK_EQ(kill(courier, SIGKILL), 0);
+	usleep(100000);
+	nop_round();
+	nop_round();
+	CHECK_EQ(lines_with(dmn.log, LOST_LINE), 1);
+	CHECK_EQ(lines_with(dmn.log, "courier's process"), 1);
+	CHECK_EQ(daemon_child_named(&dmn, "kvpoold-courier"), 0); /* reaped */
+	watchdog_watch(NULL);
+	CHECK_EQ(daemon_stop(&dmn), 0);
+
+	/* A clean exit reaps it: no process of that number is left. */
+	CHECK_EQ(daemon_start(&dmn, NULL), 0);
+	watchdog_watch(&dmn);
+	courier = daemon_child_named(&dmn, "kvpoold-courier");
+	CHECK(courier > 0);
+	nop_round();
+	watchdog_watch(NULL);
+	CHECK_EQ(daemon_stop(&dmn), 0);
+	CHECK(kill(courier, 0) == -1 && errno == ESRCH);
+
+	/* A killed daemon takes it along, and with it the last hold on its clients' sockets. */
+	CHECK_EQ(daemon_start(&dmn, NULL), 0);
+	watchdog_watch(&dmn);
+	courier = daemon_child_named(&dmn, "kvpoold-courier");
+	CHECK(courier > 0);
+	held = connect_or_die(&dmn, "", "", false);
+	CHECK_EQ(kvp_nop(held), 0);
+	watchdog_watch(NULL);
+	CHECK_EQ(kill(dmn.pid, SIGKILL), 0);
+	CHECK_EQ(wait_child(dmn.pid), 128 + SIGKILL);
+	t0 = test_now_ns();
+	while (!strchr("ZX", process_state(courier)) && test_now_ns() - t0 < 2000000000ull)
+		usleep(1000);
+	CHECK(strchr("ZX", process_state(courier)));
+	CHECK_EQ(kvp_nop(held), -ECONNRESET);
+	kvp_close(held);
+	/* What a killed daemon leaves: its socket, lock file and log. */
+	char lock[160];
+
+	snprintf(lock, sizeof(lock), "%s.lock", dmn.socket);
+	CHECK_EQ(unlink(dmn.socket), 0);
+	CHECK_EQ(unlink(lock), 0);
+	CHECK_EQ(unlink(dmn.log), 0);
+	CHECK_EQ(rmdir(dmn.dir), 0);
+	return 0;
+}
