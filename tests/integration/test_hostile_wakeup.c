@@ -12,9 +12,10 @@
  * 2. Sockets watched 100,000 times each, set up (accepted or refused): the
  *    setup reply and the hang-up walk those watches, with interrupts off. That
  *    time is the courier process's; the event loop's stays near nothing (when
- *    the walks ran on a thread of the daemon's, a page-table change of the
+ *    the walks ran on a thread of the daemon's, any page-table change of the
  *    loop's, one copy-on-write fault of ASan's, waited out a whole walk for
- *    its TLB-shootdown IPI: 30-45 ms, one run in two under ASan).
+ *    its TLB-shootdown IPI: 30-45 ms, one run in two under ASan; now only the
+ *    flushes that IPI every core the daemon ran on do, see below).
  * 3. A client queues a second of loop work and rings its doorbell without
  *    pause: the loop still sees new connections (a flood of doorbell
  *    completions once overflowed io_uring's CQ, and the loop heard nothing
@@ -346,9 +347,17 @@ static void churn(pid_t *churner_pid)
 	fprintf(stderr, "%d watched sockets set up: event loop ran %llu ms, courier %llu ms\n",
 		SOCKETS, (unsigned long long)loop_ns / 1000000,
 		(unsigned long long)courier_ns / 1000000);
-	/* The walks happened (else this proves nothing), and not on the loop. */
+	/*
+	 * The walks happened (else this proves nothing), and not on the loop: on
+	 * it they would be the courier's time over again (18 walks: 12 replies,
+	 * 6 hang-ups). The loop may still wait out a walk or two for an IPI: a
+	 * core keeps its bit in the daemon's CPU mask after it last ran a thread
+	 * of the daemon's until an IPI clears it, and two kinds of TLB flush IPI
+	 * the whole mask (the trim, at most once a second; a munmap that frees
+	 * page tables).
+	 */
 	CHECK(courier_ns >= 100000000ull);
-	CHECK(loop_ns < 50000000ull);
+	CHECK(loop_ns < courier_ns / 6);
 }
 
 /*
