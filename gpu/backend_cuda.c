@@ -20,6 +20,7 @@
 
 #include <cuda.h>
 
+#include "cuda_alloc.h"
 #include "cuda_pool.h"
 #include "../daemon/jobs.h"
 #include "../daemon/plugin.h"
@@ -55,18 +56,6 @@ static int cu_open(struct cu_api *cu, char *why, size_t why_len)
 				   "driver too old");
 	}
 	return 0;
-}
-
-/* The allocation pool_init makes on @dev: pinned device memory a POSIX fd can share. */
-static CUmemAllocationProp alloc_prop(CUdevice dev)
-{
-	CUmemAllocationProp prop = {
-		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
-	};
-
-	return prop;
 }
 
 /* Refuses a device without VMM or fd export up front, with a reason that says so. */
@@ -124,7 +113,7 @@ static void drop_pieces(struct cuda_pool *pool, uint32_t n)
 static int map_pieces(struct cuda_pool *pool, char *why, size_t why_len)
 {
 	const struct cu_api *cu = &pool->cu;
-	CUmemAllocationProp prop = alloc_prop(pool->dev);
+	CUmemAllocationProp prop = cuda_alloc_prop(pool->dev);
 
 	for (uint32_t i = 0; i < pool->npieces; i++) {
 		CUresult res = cu->cuMemCreate(&pool->handles[i], piece_size(pool, i), &prop, 0);
@@ -244,7 +233,7 @@ static int cuda_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 		goto release_ctx;
 	}
 
-	prop = alloc_prop(pool->dev);
+	prop = cuda_alloc_prop(pool->dev);
 	res = pool->cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (res != CUDA_SUCCESS) {
 		err = cu_refuse(&pool->cu, res, cu_errno(res), "cuMemGetAllocationGranularity", why,

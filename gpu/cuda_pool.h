@@ -28,7 +28,7 @@
 	X(cuMemExportToShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree)         \
 	X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8) X(cuMemGetInfo)           \
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)     \
-	X(cuFuncSetAttribute)     \
+	X(cuFuncSetAttribute)                                                             \
 	X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAllocHost)      \
 	X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) \
 	X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)

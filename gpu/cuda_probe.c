@@ -24,6 +24,8 @@
 
 #include <cuda.h>
 
+#include "cuda_alloc.h"
+
 #define CU_STR_(sym) #sym
 #define CU_STR(sym) CU_STR_(sym)
 #define PROBE_CALLS(X)                                                                          \
@@ -88,17 +90,6 @@ static const char *device_context(CUdevice *dev)
 	TRY(cuDevicePrimaryCtxRetain, (&ctx, *dev));
 	TRY(cuCtxSetCurrent, (ctx));
 	return NULL;
-}
-
-static CUmemAllocationProp prop_of(CUdevice dev)
-{
-	CUmemAllocationProp p = {
-		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
-	};
-
-	return p;
 }
 
 /* Maps @h (of @bytes) into a new range, readable and writable: its address in *at. */
@@ -186,7 +177,7 @@ static const char *import_and_read(int sock)
 /* The exporter: memory created, written, exported and sent; the importer's verdict. */
 static const char *export_to(int sock, pid_t child, CUdevice dev, int *status)
 {
-	CUmemAllocationProp prop = prop_of(dev);
+	CUmemAllocationProp prop = cuda_alloc_prop(dev);
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr at;
 	size_t gran = 0;

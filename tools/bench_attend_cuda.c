@@ -80,13 +80,6 @@ static uint64_t blocks_of(const struct cuda_row *r)
 	return (uint64_t)r->sets * r->seqs * ((r->context + BLOCK_SIZE - 1) / BLOCK_SIZE);
 }
 
-static int by_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* Random small finite values in every 16-bit dtype through the mapping, K and V of layer 0. */
 static int fill(const struct bench_cu *cu, const struct kvp_pool_map *m, uint64_t blocks,
 		char *why, size_t why_len)
@@ -209,15 +202,17 @@ static int measure(struct kvp_client *c, const uint64_t *h, struct cuda_row *r)
 		steps += !ret;
 	}
 	if (!ret) {
-		qsort(rtt, steps, sizeof(*rtt), by_u64);
-		qsort(kern, steps, sizeof(*kern), by_u64);
-		r->rtt_us = (double)rtt[steps / 2] / 1e3;
-		r->kernel_us = (double)kern[steps / 2] / 1e3;
-		if (!kern[steps / 2])
+		struct bench_pct rtt_pct, kern_pct;
+
+		bench_percentiles(rtt, steps, &rtt_pct);
+		bench_percentiles(kern, steps, &kern_pct);
+		r->rtt_us = (double)rtt_pct.median / 1e3;
+		r->kernel_us = (double)kern_pct.median / 1e3;
+		if (!kern_pct.median)
 			ret = -EPROTO; /* a daemon that does not report its kernels' time */
 		else
 			r->kv_gbps = (double)r->seqs * r->context * token_bytes(r->dtype) /
-				     (double)kern[steps / 2];
+				     (double)kern_pct.median;
 	}
 	free(rtt);
 	free(kern);
