@@ -21,7 +21,7 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 # what the setup reply carries, KVP_VERSION_CODE(major, minor, patch).
 VERSION := $(shell cat VERSION)
 VERSION_CODE := $(shell echo '$(VERSION)' | awk -F. '{ print $$1 * 65536 + $$2 * 256 + $$3 }')
-CFLAGS_BASE := -std=gnu11 $(WARN) -g -D_GNU_SOURCE -Idaemon/core -Itools \
+CFLAGS_BASE := -std=gnu11 $(WARN) -g -D_GNU_SOURCE -Idaemon -Idaemon/core -Itools \
 	       -DKVPOOL_VERSION=\"$(VERSION)\" -DKVPOOL_VERSION_CODE=$(VERSION_CODE)
 OPT := -O2
 
@@ -80,7 +80,9 @@ PY_EXT := $(if $(VARIANT),,$(if $(wildcard $(PY_INCLUDE)/Python.h),lib/python/kv
 
 ATTN_SRC ?= $(filter-out daemon/attn/bench_kernel.c,$(wildcard daemon/attn/*.c))
 ATTN_OBJ := $(ATTN_SRC:%.c=$(BUILD)/%.o)
-DAEMON_SRC := $(wildcard daemon/*.c)
+# The daemon's rooms, top first (daemon/ROOMS ranks them; tests/rooms.sh checks the includes).
+DAEMON_ROOMS := requests data session pools tenants observe loop config
+DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
 TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
@@ -106,7 +108,7 @@ NVCC := $(shell command -v nvcc 2>/dev/null || \
 endif
 NVCC_GENCODE := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 # No sanitizers: the plugin is plain driver calls, and their runtimes would have to be linked in.
-NVCC_FLAGS := -ccbin $(CC) $(NVCC_GENCODE) -D_GNU_SOURCE -Idaemon/core \
+NVCC_FLAGS := -ccbin $(CC) $(NVCC_GENCODE) -D_GNU_SOURCE -Idaemon -Idaemon/core \
 	      $(addprefix -Xcompiler ,-std=gnu11 $(WARN) -O2 -g -fPIC -fvisibility=hidden)
 GPU_SRC := $(filter-out gpu/cuda_probe.c,$(wildcard gpu/*.c))
 # Kernels: each gpu/X.cu a fatbin, embedded as kvpool_fatbin_X (gpu/kernels_embed.S) and loaded
@@ -122,12 +124,12 @@ CUDA_PLUGIN := $(if $(VARIANT),$(BUILD)/gpu,gpu)/libkvpool_cuda.so
 CUDA_PROBE := $(dir $(CUDA_PLUGIN))cuda_probe
 
 # What the kernels include (nvcc builds fatbins without dependency files).
-GPU_DEV_HDR := $(wildcard gpu/*.cuh gpu/*.h) daemon/kvmask.h daemon/attn/attend.h daemon/core/kvcore.h
+GPU_DEV_HDR := $(wildcard gpu/*.cuh gpu/*.h) daemon/attn/kvmask.h daemon/attn/attend.h daemon/core/kvcore.h
 
 # The kernels of gpu/kv_attend.cu on the CPU (gpu/emu/), for tests/unit/test_gpu_attend.c: built
 # with every variant's compiler and sanitizers, nvcc or not. -fno-sanitize=vptr: no RTTI here.
 GPU_EMU_OBJ := $(BUILD)/gpu/emu/emu.o $(BUILD)/gpu/emu/attend_emu.o
-CXXFLAGS_EMU := -std=gnu++17 -Wall -Wextra -Werror -g -D_GNU_SOURCE -Idaemon/core -fno-exceptions \
+CXXFLAGS_EMU := -std=gnu++17 -Wall -Wextra -Werror -g -D_GNU_SOURCE -Idaemon -Idaemon/core -fno-exceptions \
 		-fno-rtti $(OPT) $(if $(findstring sanitize=undefined,$(OPT)),-fno-sanitize=vptr) -MMD -MP
 
 # Runs a program where io_uring is refused (a seccomp filter): the epoll fallback's test.
@@ -157,7 +159,7 @@ $(PLUGIN_DIR_STAMP): FORCE
 	@mkdir -p $(@D)
 	@echo '$(LIBDIR)/kvpool' | cmp -s - $@ || echo '$(LIBDIR)/kvpool' > $@
 
-$(BUILD)/daemon/plugin.o: daemon/plugin.c $(FLAGS_STAMP) $(PLUGIN_DIR_STAMP)
+$(BUILD)/daemon/pools/plugin.o: daemon/pools/plugin.c $(FLAGS_STAMP) $(PLUGIN_DIR_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DKVPOOL_PLUGIN_DIR='"$(LIBDIR)/kvpool"' -c $< -o $@
 
@@ -179,7 +181,7 @@ $(FATBIN_STAMP): FORCE
 
 $(FATBIN_DIR)/%.fatbin: gpu/%.cu $(GPU_DEV_HDR) $(FATBIN_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_GENCODE) -O3 -Werror all-warnings -Idaemon/core -fatbin $< -o $@
+	$(NVCC) $(NVCC_GENCODE) -O3 -Werror all-warnings -Idaemon -Idaemon/core -fatbin $< -o $@
 
 $(BUILD)/gpu/%.fatbin.o: $(FATBIN_DIR)/%.fatbin gpu/kernels_embed.S
 	$(CC) -c -DKERNELS_FATBIN='"$<"' -DKERNELS_SYMBOL=kvpool_fatbin_$(subst -,_,$*) \
@@ -288,8 +290,8 @@ $(BUILD)/tests/test_gpu_attend: $(BUILD)/tests/unit/test_gpu_attend.o \
 	$(CXX) $(ALL_LDFLAGS) $^ -lcmocka -lm -lpthread -o $@
 
 # The worker pool's test links the pool itself, with a fake backend; the sizes' test, them.
-$(BUILD)/tests/test_workers: $(BUILD)/daemon/workers.o
-$(BUILD)/tests/test_sizes: $(BUILD)/daemon/sizes.o
+$(BUILD)/tests/test_workers: $(BUILD)/daemon/pools/workers.o
+$(BUILD)/tests/test_sizes: $(BUILD)/daemon/session/sizes.o
 
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
 		$(INTEG_LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_A)

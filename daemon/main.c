@@ -18,7 +18,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "kvpoold.h"
+#include "serve.h"
+#include "pools/pools.h"
 
 #ifndef SO_PASSRIGHTS
 #define SO_PASSRIGHTS 83 /* Linux 6.16 */
@@ -480,9 +481,14 @@ usage:
 
 int main(int argc, char **argv)
 {
+	/* The rooms' state that the context only points to (kvpoold.h). */
+	struct kvpd_workers workers = { 0 };
+	struct kvpd_plugin cuda = { 0 };
+	struct kvpd_statpage stats = { .fd = -1 };
 	struct kvpd d = {
 		.log = { .level = KVPD_LOG_DEFAULT, .journal = kvpd_log_to_journal() },
-		.listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1, .stats.fd = -1,
+		.listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1,
+		.workers = &workers, .cuda = &cuda, .stats = &stats,
 	};
 	char why[KVP_REASON_MAX];
 	sigset_t stop;
@@ -519,7 +525,7 @@ int main(int argc, char **argv)
 	if (ret)
 		kvpd_log(&d, KVPD_LOG_WARNING, "courier process: %s; its thread makes the calls, and "
 			 "a client's wake-ups can stall the loop's page-table changes", strerror(-ret));
-	ret = kvpd_statpage_init(&d);
+	ret = kvpd_statpage_init(&d, &kvpd_stats_hooks);
 	if (ret) {
 		kvpd_log(&d, KVPD_LOG_ERR, "stats page: %s", strerror(-ret));
 		goto out_clients;
@@ -553,7 +559,7 @@ int main(int argc, char **argv)
 				 d.cli.socket, d.cfg.socket_path);
 		ret = 0;
 	}
-	ret = kvpd_workers_start(&d.workers, d.cfg.threads, d.cfg.spin_us, kvpd_job_run);
+	ret = kvpd_workers_start(d.workers, d.cfg.threads, d.cfg.spin_us, kvpd_job_run);
 	if (ret) {
 		kvpd_log(&d, KVPD_LOG_ERR, "worker threads: %s", strerror(-ret));
 		goto out_listen;
@@ -576,7 +582,7 @@ int main(int argc, char **argv)
 out_courier:
 	kvpd_courier_stop(&d.courier);
 out_workers:
-	kvpd_workers_stop(&d.workers);
+	kvpd_workers_stop(d.workers);
 out_listen:
 	close(d.listen_fd);
 	if (!d.inherited_path) { /* else the path is systemd's, as is the socket */
@@ -585,7 +591,7 @@ out_listen:
 	}
 out_pools:
 	kvpd_pools_release(&d);
-	kvpd_plugin_unload(&d.cuda); /* after every cuda pool's pool_fini */
+	kvpd_plugin_unload(d.cuda); /* after every cuda pool's pool_fini */
 	kvpd_statpage_fini(&d);
 out_clients:
 	kvpd_courier_stop(&d.courier); /* the process, when the thread never started */

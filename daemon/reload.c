@@ -13,29 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvpoold.h"
-
-void kvpd_cli_apply(struct kvpd_config *cfg, const struct kvpd_cli *cli)
-{
-	if (cli->socket)
-		cfg->socket_path = cli->socket;
-	if (cli->group)
-		cfg->socket_group = cli->group;
-	if (cli->plugin_dir)
-		cfg->plugin_dir = cli->plugin_dir;
-	if (cli->spin_us != ~0u)
-		cfg->spin_us = cli->spin_us;
-	if (cli->budget)
-		cfg->budget = cli->budget;
-	if (cli->max_clients)
-		cfg->max_clients = cli->max_clients;
-	if (cli->threads)
-		cfg->threads = cli->threads;
-	if (cli->event_loop >= 0)
-		cfg->event_loop = (enum kvpd_evloop_choice)cli->event_loop;
-	if (cli->log_level)
-		cfg->log_level = cli->log_level;
-}
+#include "serve.h"
+#include "pools/pools.h"
+#include "tenants/tenants.h"
 
 static bool same_string(const char *a, const char *b)
 {

@@ -2,7 +2,7 @@
 //
 // What the attention kernels share: conversions, the tensor-core instruction,
 // where a key's row lies, which keys a tile of rows reads and which of them
-// each row sees (daemon/kvmask.h, the same code the daemon checks requests
+// each row sees (daemon/attn/kvmask.h, the same code the daemon checks requests
 // with). Built by nvcc for the device, and by the host compiler for the CPU
 // emulation (KVG_EMU, gpu/emu/cuda_emu.h), whose tests run these kernels.
 #ifndef KVPOOL_GPU_ATTEND_DEV_CUH
@@ -19,7 +19,7 @@
 #endif
 
 #include "attend_abi.h"
-#include "../daemon/kvmask.h"
+#include "../daemon/attn/kvmask.h"
 
 #define KVG_FN static __device__ __forceinline__
 

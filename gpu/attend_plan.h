@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "attend_abi.h"
-#include "../daemon/jobs.h"
+#include "../daemon/pools/jobs.h"
 
 /* Items that keep one multiprocessor's loads in flight: fewer, and long contexts are split. */
 #define KVG_WARPS_PER_SM 16

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The CUDA backend, built into libkvpool_cuda.so and loaded by kvpoold only
- * when a pool asks for it (daemon/plugin.c). Pool memory is a CUDA VMM
+ * when a pool asks for it (daemon/pools/plugin.c). Pool memory is a CUDA VMM
  * allocation, exportable as a POSIX fd so that engines map the same blocks.
  *
  * The driver API is loaded at runtime, not linked: the plugin must load, and
@@ -22,8 +22,8 @@
 
 #include "cuda_alloc.h"
 #include "cuda_pool.h"
-#include "../daemon/jobs.h"
-#include "../daemon/plugin.h"
+#include "../daemon/pools/jobs.h"
+#include "../daemon/pools/plugin.h"
 #include "../uapi/kvpool.h"
 
 #define CUDA_LIB "libcuda.so.1"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cuda_pool.h"
-#include "../daemon/jobs.h"
+#include "../daemon/pools/jobs.h"
 
 /* The kernels' fatbin, embedded by gpu/kernels_embed.S. */
 extern const unsigned char kvpool_fatbin_kv_attend[];

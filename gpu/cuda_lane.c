@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "cuda_pool.h"
-#include "../daemon/jobs.h"
+#include "../daemon/pools/jobs.h"
 
 int cuda_lanes_init(struct cuda_pool *pool)
 {

@@ -15,7 +15,7 @@
 #include <cuda.h>
 
 #include "attend_plan.h"
-#include "../daemon/backend.h"
+#include "../daemon/pools/backend.h"
 
 #define CUDA_LIB "libcuda.so.1"
 

@@ -11,6 +11,9 @@
  * One call computes, for one query position and the g query heads sharing one
  * kv head (GQA), softmax(scale * q.K^T [soft-capped]) V over the key positions
  * of up to two ranges, accumulating in f32 whatever the storage dtype.
+ *
+ * The attn room (these kernels, and the masks of kvmask.h that the GPU kernels
+ * share) may use the core and nothing else of the daemon.
  */
 #ifndef KVPOOL_ATTEND_H
 #define KVPOOL_ATTEND_H

@@ -10,6 +10,8 @@
  * The library does no I/O and takes no locks: the caller serialises access to a
  * pool. Every function returns 0 (or a count) on success and a negative errno on
  * failure, and changes nothing when it fails, unless its comment says otherwise.
+ *
+ * The core room, the daemon's lowest: it uses nothing of the daemon's.
  */
 #ifndef KVCORE_H
 #define KVCORE_H

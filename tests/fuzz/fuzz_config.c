@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target: the config file (daemon/config.c, read with inih) as
+ * libFuzzer target: the config file (daemon/config/config.c, read with inih) as
  * kvpoold reads it at start. The input is the file; it is handed over as
  * /proc/self/fd/N of a memfd, since kvpd_config_load takes a path (and inih
  * opens it). A config that loads must be one the daemon can start from: what

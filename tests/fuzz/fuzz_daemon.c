@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "fuzz_daemon.h"
-#include "probes.h"
+#include "observe/probes.h"
 #include "../../lib/libkvpool.h"
 
 bool fz_fail_client_watch, fz_fail_doorbell_watch;
@@ -97,23 +97,23 @@ static void ev_accept_stop(struct kvpd *d)
 	(void)d;
 }
 
-static int ev_client_watch(struct kvpd *d, struct kvpd_client *c)
+static int ev_client_watch(struct kvpd *d, struct kvpd_conn *conn)
 {
-	(void)d, (void)c;
+	(void)d, (void)conn;
 	return fz_fail_client_watch ? -ENOMEM : 0;
 }
 
-static int ev_doorbell_watch(struct kvpd *d, struct kvpd_client *c)
+static int ev_doorbell_watch(struct kvpd *d, struct kvpd_conn *conn)
 {
-	(void)d, (void)c;
+	(void)d, (void)conn;
 	return fz_fail_doorbell_watch ? -ENOMEM : 0;
 }
 
-static void ev_client_release(struct kvpd *d, struct kvpd_client *c)
+static void ev_client_release(struct kvpd *d, struct kvpd_conn *conn)
 {
-	kvpd_courier_close(&d->courier, c->sock);
-	kvpd_courier_close(&d->courier, c->bell);
-	c->sock = c->bell = -1;
+	kvpd_courier_close(&d->courier, conn->sock);
+	kvpd_courier_close(&d->courier, conn->bell);
+	conn->sock = conn->bell = -1;
 }
 
 static int ev_wait(struct kvpd *d, int timeout_ms, kvpd_event_fn *fn)
@@ -190,8 +190,11 @@ static void configure(struct kvpd_config *cfg)
 
 struct kvpd *fz_daemon(void)
 {
+	static struct kvpd_workers workers;
+	static struct kvpd_plugin cuda;
+	static struct kvpd_statpage stats = { .fd = -1 };
 	static struct kvpd d = { .listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1,
-				 .stats.fd = -1 };
+				 .workers = &workers, .cuda = &cuda, .stats = &stats };
 	static bool made;
 	int ret;
 
@@ -206,12 +209,12 @@ struct kvpd *fz_daemon(void)
 	d.active = calloc(d.cfg.max_clients, sizeof(*d.active));
 	if (!d.clients || !d.active)
 		fz_fail("out of memory");
-	ret = kvpd_statpage_init(&d);
+	ret = kvpd_statpage_init(&d, &kvpd_stats_hooks);
 	if (ret)
 		fz_fail("stats page: %s", strerror(-ret));
-	d.stats.page->event_loop = d.ev->kind;
+	d.stats->page->event_loop = d.ev->kind;
 	/* Threads, as in kvpoold: split-K and the loop's help only happen with two or more. */
-	ret = kvpd_workers_start(&d.workers, d.cfg.threads, 0, kvpd_job_run);
+	ret = kvpd_workers_start(d.workers, d.cfg.threads, 0, kvpd_job_run);
 	if (ret)
 		fz_fail("workers: %s", strerror(-ret));
 	made = true;
@@ -311,7 +314,7 @@ void fz_drain(struct kvpd *d)
 		kvpd_jobs_complete(d);
 		if (!d->jobs_inflight)
 			break;
-		if (!kvpd_workers_help(&d->workers))
+		if (!kvpd_workers_help(d->workers))
 			sched_yield();
 		if (kvpd_now_ns() > deadline)
 			fz_fail("%u jobs still in flight after 5 s", d->jobs_inflight);
@@ -337,15 +340,15 @@ void fz_teardown(struct kvpd *d)
 
 	fz_drain(d);
 	if (d->nclients || d->nactive || d->tenants || d->stat_views || d->batch_pending ||
-	    d->stats.depth)
+	    d->stats->depth)
 		fz_fail("not back to idle: %u clients, %u active, tenants %p, views %p, depth %u",
 			d->nclients, d->nactive, (void *)d->tenants, (void *)d->stat_views,
-			d->stats.depth);
+			d->stats->depth);
 	kvpd_pools_reap(d);
 	for (unsigned i = 0; i < d->npools; i++)
 		check_pool(d->pools[i]);
 	while (d->npools) {
-		int ret = kvpd_pool_destroy(d, d->pools[d->npools - 1]->name, NULL);
+		int ret = kvpd_pool_destroy(d, d->pools[d->npools - 1]->name);
 
 		if (ret)
 			fz_fail("pool %s cannot be destroyed: %s", d->pools[d->npools - 1]->name,

@@ -11,7 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kvpoold.h"
+#include "serve.h"
+#include "data/data.h"
+#include "requests/requests.h"
 
 /* The client's side of one session: its end of the socket and its own mapping of the memfd. */
 struct fz_client {

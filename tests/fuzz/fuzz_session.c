@@ -142,7 +142,7 @@ static void poll_action(struct kvpd *d, struct kvpd_client *c, uint8_t bits)
 	if (bits & 1)
 		kvpd_jobs_complete(d);
 	if (bits & 2)
-		kvpd_workers_help(&d->workers);
+		kvpd_workers_help(d->workers);
 	if (c && (bits & 4)) {
 		bool sleeping = bits & 8;
 
@@ -205,7 +205,7 @@ static void step(struct kvpd *d, struct fz_client *clients, unsigned *connects, 
 		if (!c)
 			return;
 		clamp_pending(d, c, fc);
-		kvpd_ring_process(d, c, budget); /* -EPROTO: the daemon closed it */
+		kvpd_ring_process(d, c, budget, kvpd_dispatch); /* -EPROTO: the daemon closed it */
 		fz_scan_cqes(fc);
 		return;
 	}

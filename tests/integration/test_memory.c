@@ -6,7 +6,7 @@
  * left the daemon 536 MB bigger after they closed, and arenas were faulted in
  * by the daemon. Now: SEQ_OPEN of more than max_len tokens and APPEND past it
  * are -EINVAL, the daemon touches no more of an arena than the requests name,
- * and it trims its heap once many sequences have closed (loop.c).
+ * and it trims its heap once many sequences have closed (serve.c).
  *
  * 1. Arena: a root client with a 256 MiB arena connects: the daemon's RSS in
  *    the client mappings grows < 1 MiB before any request. After 100 NOPs, 64

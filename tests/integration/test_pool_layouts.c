@@ -6,7 +6,7 @@
  * every byte the daemon writes where those numbers put it. For f32, f16 and
  * bf16, in both layouts, 2 groups x 2 layers, 2 kv heads, blocks of 4 tokens:
  *   a. POOL_LAYOUT: the header, and each layer's piece, offsets and strides
- *      equal daemon/pools.c's rule (set_strides, written out again below);
+ *      equal daemon/pools/pools.c's rule (set_strides, written out again below);
  *      the one memfd piece is the KV rounded up to whole 2 MiB pages (the
  *      host backend's mapping, huge pages or not); a buffer one byte short
  *      (or none) gets the size needed and is left untouched;
@@ -99,7 +99,7 @@ static uint64_t kv_bytes(const struct dtype_case *dc)
 	return 2 * LAYERS * BLOCKS * array_bytes(dc);
 }
 
-/* set_strides (daemon/pools.c) and the layouts' shapes in uapi/kvpool.h, from first principles. */
+/* set_strides (daemon/pools/pools.c) and the layouts' shapes in uapi/kvpool.h, from first principles. */
 static struct kvp_kv_layer_layout expected_layer(const struct dtype_case *dc, uint32_t layout,
 						 uint32_t l)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The checked sizes of daemon/sizes.c, each at the values where the plain
+ * The checked sizes of daemon/session/sizes.c, each at the values where the plain
  * product wraps: ABI 1 computed an ATTEND entry's bytes as count * q_heads *
  * q_row with q_heads any u32, and a wrapped size passed the arena check.
  */
@@ -12,7 +12,7 @@
 
 #include <errno.h>
 
-#include "../../daemon/sizes.h"
+#include "../../daemon/session/sizes.h"
 
 static void test_attend_q_bytes(void **state)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The worker pool (daemon/workers.c) with a fake backend whose tasks sleep a
+ * The worker pool (daemon/pools/workers.c) with a fake backend whose tasks sleep a
  * little and record how many run at once: every task runs exactly once, never
  * more than --threads at a time counting the event loop's own (played here by
  * the test thread calling kvpd_workers_help), the loop takes only short tasks,
@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../daemon/jobs.h"
+#include "../../daemon/pools/jobs.h"
 
 #define MAX_TASKS 64
 

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The config room: the config file (kvpool.conf(5), config.c), each
+ * section's keys with their parsers and ranges (config_keys.c), and the checks
+ * a pool's parameters pass wherever they come from, the file or POOL_CREATE
+ * (pool_check.c). It owns the settings (struct kvpd_config) every room reads,
+ * and the vocabulary they share: names, quotas, namespaces.
+ *
+ * The lowest of the daemon's rooms: it may use the core, the uapi, lib's pool
+ * parameter parser and the shared log.h; nothing of any other room.
+ */
+#ifndef KVPOOLD_CONFIG_H
+#define KVPOOLD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "log.h"
+#include "refuse.h"
+#include "core/kvcore.h"
+#include "../uapi/kvpool.h"
+
+#define KVPD_MAX_POOLS 64
+#define KVPD_MAX_NAMESPACES 64
+#define KVPD_MAX_NS_UIDS 16
+
+/* A limit per key; KVP_QUOTA_UNLIMITED for none. */
+struct kvpd_quota {
+	uint64_t limit[KVP_QUOTA_KEYS];
+};
+
+struct kvpd_namespace {
+	char name[KVP_NAME_MAX];
+	uid_t uids[KVPD_MAX_NS_UIDS];
+	uint32_t nuids;
+	struct kvpd_quota quota; /* its clients together; unset keys: no limit */
+};
+
+/* A [uid.N] section: the keys it sets (bit k: KVP_QUOTA_k) replace [quota]'s. */
+struct kvpd_uid_quota {
+	uid_t uid;
+	unsigned set;
+	struct kvpd_quota quota;
+};
+
+enum kvpd_evloop_choice { KVPD_EVLOOP_AUTO, KVPD_EVLOOP_IO_URING, KVPD_EVLOOP_EPOLL };
+
+/* The most [daemon] (and the command line) takes; the least is 1, spin_us's 0. */
+#define KVPD_SPIN_US_MAX 1000000
+#define KVPD_BUDGET_MAX (1u << 20)
+#define KVPD_MAX_CLIENTS_MAX (1u << 16)
+#define KVPD_THREADS_MAX 1024
+
+struct kvpd_config {
+	const char *socket_path;
+	const char *socket_group; /* NULL: the daemon's group */
+	unsigned spin_us;
+	unsigned budget;          /* entries per client per loop iteration */
+	unsigned max_clients;
+	unsigned threads;         /* data-path workers; 0: the online cores */
+	enum kvpd_evloop_choice event_loop;
+	int log_level;            /* KVPD_LOG_*; 0: not set */
+	const char *plugin_dir;   /* --plugin-dir: where libkvpool_cuda.so is; NULL: the default */
+	struct kvp_pool_params_v2 pools[KVPD_MAX_POOLS];
+	unsigned npools;
+	struct kvpd_namespace namespaces[KVPD_MAX_NAMESPACES];
+	unsigned nnamespaces;
+	struct kvpd_quota quota;  /* [quota]: every uid's, over the built-in defaults */
+	struct kvpd_uid_quota *uid_quotas;
+	unsigned nuid_quotas;
+	char *strings;            /* storage for the config file's strings */
+};
+
+/*
+ * What the command line set: it wins over the config file's [daemon], at
+ * start and at every reload. NULL, 0 (~0u for spin_us, -1 for event_loop): not set.
+ */
+struct kvpd_cli {
+	const char *socket, *group, *plugin_dir;
+	unsigned spin_us, budget, max_clients, threads;
+	int event_loop;
+	int log_level;
+};
+
+/* The command line's settings over @cfg's (they win over the file's). */
+void kvpd_cli_apply(struct kvpd_config *cfg, const struct kvpd_cli *cli);
+
+/* config.c */
+/* Before a load: the built-in settings (socket, spin 50 us, budget 64, 128 clients, quotas). */
+void kvpd_config_defaults(struct kvpd_config *cfg);
+/*
+ * Errors, one a line "FILE:LINE: ...", every one in the file, go to @log;
+ * then -EINVAL. Nothing is logged on success. Whatever it returns, the
+ * config is released with kvpd_config_release.
+ */
+int kvpd_config_load(struct kvpd_config *cfg, const char *path, const struct kvpd_log *log);
+/* The built-in quota defaults: 32 clients a uid, 65536 sequences, 2^24 tokens, 256 MiB of arenas. */
+void kvpd_quota_defaults(struct kvpd_quota *q);
+void kvpd_config_release(struct kvpd_config *cfg);
+/* Whether a client of @uid may join namespace @ns ("": the shared one, open to all). */
+bool kvpd_namespace_allowed(const struct kvpd_config *cfg, const char *ns, uid_t uid);
+
+/* config_keys.c: each section's keys, their parsers and ranges. */
+enum kvpd_conf_section {
+	KVPD_CONF_DAEMON, KVPD_CONF_POOL, KVPD_CONF_NAMESPACE, KVPD_CONF_QUOTA, KVPD_CONF_UID
+};
+#define KVPD_CONF_MAX_KEYS 16 /* the most keys a section has ([pool.NAME]'s) */
+/* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
+int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
+/* Key @name's index in a section of @kind; -ENOENT when it has no such key. */
+int kvpd_conf_key(enum kvpd_conf_section kind, const char *name);
+/* "a, b, c": the keys of a section of @kind. */
+void kvpd_conf_keys(enum kvpd_conf_section kind, char *buf, size_t len);
+/*
+ * Key @idx of a section of @kind, from @value, into @obj: @cfg's [daemon] or
+ * the section's struct kvp_pool_params_v2, kvpd_namespace, kvpd_quota or
+ * kvpd_uid_quota. -EINVAL with @why saying what is wrong and what would do
+ * (nothing stored); -ENOMEM.
+ */
+int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *obj, int idx,
+		  const char *value, char *why, size_t why_len);
+/* What is wrong with a pool or namespace name; NULL when nothing is. */
+const char *kvpd_conf_name_problem(const char *name);
+/* Pool and namespace names: 1 to KVP_NAME_MAX - 1 printable ASCII bytes, no blanks. */
+bool kvpd_name_valid(const char *name);
+
+/* pool_check.c: every parameter in its range; -EINVAL naming the first that is not. */
+int kvpd_pool_params_check(const struct kvp_pool_params_v2 *p, char *why, size_t why_len);
+
+#endif

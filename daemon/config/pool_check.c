@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * POOL_CREATE's parameters checked one by one, each refusal naming the
+ * parameter and its limit: what kvpoold prints for a config pool and what
+ * the client reads in its output buffer. The core checks the same limits
+ * again (it trusts no caller); these are the ones a person reads.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "config/config.h"
+
+static bool all_zero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+static int check_groups(const struct kvp_pool_params *p, char *why, size_t len)
+{
+	static const char *const kinds[] = { "full", "swa", "rswa", "chunked", "cyclic" };
+
+	if (p->num_groups == 0 || p->num_groups > KVP_MAX_GROUPS)
+		return kvpd_refuse(why, len, -EINVAL, "num_groups %u: must be 1..%u", p->num_groups,
+			      KVP_MAX_GROUPS);
+	for (unsigned g = 0; g < p->num_groups; g++) {
+		uint32_t kind = p->group_kind[g], param = p->group_param[g];
+		uint32_t min = kind == KVP_KIND_FULL ? 0 : kind == KVP_KIND_SWA ? 2 : 1;
+
+		if (kind > KVP_KIND_CYCLIC)
+			return kvpd_refuse(why, len, -EINVAL, "group %u: kind %u: must be 0..%u", g, kind,
+				      KVP_KIND_CYCLIC);
+		if (kind != KVP_KIND_FULL && (param < min || param > KVC_MAX_TOKENS))
+			return kvpd_refuse(why, len, -EINVAL, "group %u (%s): %s %u: must be %u..%u", g,
+				      kinds[kind], kind == KVP_KIND_CHUNKED ? "chunk" : "window",
+				      param, min, KVC_MAX_TOKENS);
+	}
+	return 0;
+}
+
+static int check_kv(const struct kvp_pool_params *p, char *why, size_t len)
+{
+	bool none = !p->kv_heads && !p->head_dim && !p->layers_per_group;
+
+	if (p->dtype > KVP_DTYPE_BF16)
+		return kvpd_refuse(why, len, -EINVAL, "dtype %u: must be 0 (f32), 1 (f16) or 2 (bf16)", p->dtype);
+	if (none)
+		return 0;
+	if (!p->kv_heads || p->kv_heads > 1024)
+		return kvpd_refuse(why, len, -EINVAL, "kv_heads %u: must be 1..1024 (or kv_heads, head_dim and "
+			      "layers_per_group all 0)", p->kv_heads);
+	if (!p->head_dim || p->head_dim > 1024)
+		return kvpd_refuse(why, len, -EINVAL, "head_dim %u: must be 1..1024", p->head_dim);
+	if (!p->layers_per_group || p->layers_per_group > 1024)
+		return kvpd_refuse(why, len, -EINVAL, "layers_per_group %u: must be 1..1024", p->layers_per_group);
+	/* Another sequence could hit blocks whose KV is not written yet. */
+	if (p->publish)
+		return kvpd_refuse(why, len, -EINVAL, "publish alloc: must be commit for a pool with KV");
+	return 0;
+}
+
+int kvpd_pool_params_check(const struct kvp_pool_params_v2 *v2, char *why, size_t len)
+{
+	const struct kvp_pool_params *p = &v2->v1;
+	int ret;
+
+	if (!memchr(p->name, '\0', sizeof(p->name)) || !kvpd_name_valid(p->name))
+		return kvpd_refuse(why, len, -EINVAL, "name: must be 1..%u printable characters without blanks",
+			      KVP_NAME_MAX - 1);
+	if (p->num_blocks < 2 || p->num_blocks > KVC_MAX_BLOCKS)
+		return kvpd_refuse(why, len, -EINVAL, "num_blocks %u: must be 2..%u", p->num_blocks,
+			      KVC_MAX_BLOCKS);
+	if (p->block_size == 0 || p->block_size > KVC_MAX_TOKENS)
+		return kvpd_refuse(why, len, -EINVAL, "block_size %u: must be 1..%u", p->block_size,
+			      KVC_MAX_TOKENS);
+	if (p->caching > 1)
+		return kvpd_refuse(why, len, -EINVAL, "caching %u: must be 0 or 1", p->caching);
+	if (p->free_order > 1)
+		return kvpd_refuse(why, len, -EINVAL, "free_order %u: must be 0 (split) or 1 (append)",
+			      p->free_order);
+	if (p->publish > 1)
+		return kvpd_refuse(why, len, -EINVAL, "publish %u: must be 0 (commit) or 1 (alloc)", p->publish);
+	if (p->max_len == 0)
+		return kvpd_refuse(why, len, -EINVAL, "max_len 0: must be at least 1");
+	if (p->max_step_tokens == 0 || p->max_step_tokens > KVC_MAX_TOKENS)
+		return kvpd_refuse(why, len, -EINVAL, "max_step_tokens %u: must be 1..%u", p->max_step_tokens,
+			      KVC_MAX_TOKENS);
+	ret = check_groups(p, why, len) ?: check_kv(p, why, len);
+	if (ret)
+		return ret;
+	if (p->resv0 || p->resv[0] || p->resv[1] || v2->resv0 || !all_zero(v2->resv, sizeof(v2->resv)))
+		return kvpd_refuse(why, len, -EINVAL, "reserved fields: must be zero");
+	if (v2->backend > KVP_BACKEND_CUDA)
+		return kvpd_refuse(why, len, -EINVAL, "backend %u: must be 0 (host) or 1 (cuda)", v2->backend);
+	if (v2->backend == KVP_BACKEND_HOST && v2->device)
+		return kvpd_refuse(why, len, -EINVAL, "device %u: must be 0 for a host pool", v2->device);
+	/* GPU memory is what a cuda pool is for: one without KV would hold none. */
+	if (v2->backend == KVP_BACKEND_CUDA && !p->kv_heads)
+		return kvpd_refuse(why, len, -EINVAL, "backend cuda: needs KV (kv_heads, head_dim, "
+			      "layers_per_group)");
+	if (v2->layout > KVP_LAYOUT_LAYER)
+		return kvpd_refuse(why, len, -EINVAL, "layout %u: must be 0 (default), 1 (block) or 2 (layer)",
+			      v2->layout);
+	if (!memchr(v2->namespace_, '\0', sizeof(v2->namespace_)) ||
+	    (*v2->namespace_ && !kvpd_name_valid(v2->namespace_)))
+		return kvpd_refuse(why, len, -EINVAL, "namespace: must be \"\" or 1..%u printable characters "
+			      "without blanks", KVP_NAME_MAX - 1);
+	return 0;
+}

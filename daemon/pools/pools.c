@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* The daemon's named pools: each wraps one kvcore pool. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pools/pools.h"
+#include "tenants/tenants.h"
+#include "../../lib/libkvpool.h"
+
+/* From parameters kvpd_pool_params_check passed; the core checks its limits again. */
+static void to_core_config(const struct kvp_pool_params *p, struct kvc_pool_config *cfg)
+{
+	static const enum kvc_kind kinds[] = {
+		[KVP_KIND_FULL] = KVC_FULL,       [KVP_KIND_SWA] = KVC_SWA,
+		[KVP_KIND_RSWA] = KVC_RSWA,       [KVP_KIND_CHUNKED] = KVC_CHUNKED,
+		[KVP_KIND_CYCLIC] = KVC_CYCLIC,
+	};
+
+	kvc_pool_config_init(cfg, p->num_blocks, p->block_size);
+	cfg->caching = p->caching;
+	cfg->free_order = p->free_order ? KVC_FREE_APPEND : KVC_FREE_SPLIT;
+	cfg->publish = p->publish ? KVC_PUBLISH_ALLOC : KVC_PUBLISH_COMMIT;
+	cfg->max_len = p->max_len;
+	cfg->max_step_tokens = p->max_step_tokens;
+	cfg->num_groups = p->num_groups;
+	for (unsigned g = 0; g < p->num_groups; g++)
+		cfg->groups[g] = (struct kvc_group_spec){ kinds[p->group_kind[g]], p->group_param[g] };
+}
+
+/* The strides of @kind (kvpd_kv_layout); -EOVERFLOW when the pool does not fit a size_t. */
+static int set_strides(struct kvpd_kv_layout *l, uint32_t kind)
+{
+	size_t block_bytes; /* K (or V) of one layer of one block: every head, every token */
+
+	l->kind = kind;
+	l->row_bytes = (size_t)l->head_dim * attn_dtype_size(l->dtype);
+	block_bytes = l->block_size * l->row_bytes * l->kv_heads;
+	l->slot_bytes = 2 * l->layers * block_bytes;
+	if (__builtin_mul_overflow(l->slot_bytes, (size_t)l->num_blocks, &l->total_bytes))
+		return -EOVERFLOW;
+	if (kind == KVP_LAYOUT_BLOCK) {
+		l->head_stride = l->block_size * l->row_bytes;
+		l->token_stride = l->row_bytes;
+		l->v_delta = block_bytes;
+		l->layer_stride = 2 * block_bytes;
+		l->block_stride = l->slot_bytes;
+	} else {
+		l->head_stride = l->row_bytes;
+		l->token_stride = l->kv_heads * l->row_bytes;
+		l->block_stride = block_bytes;
+		l->v_delta = l->num_blocks * block_bytes;
+		l->layer_stride = 2 * l->v_delta;
+	}
+	return 0;
+}
+
+/* KV memory, when the pool has a geometry (kv_heads, head_dim and layers all set). */
+static int init_kv(struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p, char *why,
+		   size_t why_len)
+{
+	static const enum attn_dtype dtypes[] = { [KVP_DTYPE_F32] = ATTN_F32,
+						  [KVP_DTYPE_F16] = ATTN_F16,
+						  [KVP_DTYPE_BF16] = ATTN_BF16 };
+	struct kvpd_kv_layout *l = &pool->layout;
+	uint32_t kind = p->layout;
+	int ret;
+
+	l->mem_fd = -1;
+	if (!p->v1.kv_heads)
+		return 0;
+	if (kind == KVP_LAYOUT_DEFAULT)
+		kind = p->backend == KVP_BACKEND_CUDA ? KVP_LAYOUT_LAYER : KVP_LAYOUT_BLOCK;
+	l->num_blocks = p->v1.num_blocks;
+	l->block_size = p->v1.block_size;
+	l->layers = p->v1.layers_per_group;
+	l->kv_heads = p->v1.kv_heads;
+	l->head_dim = p->v1.head_dim;
+	l->dtype = dtypes[p->v1.dtype];
+	ret = set_strides(l, kind);
+	if (ret) {
+		snprintf(why, why_len, "KV memory: %u blocks of %zu bytes do not fit in memory",
+			 l->num_blocks, l->slot_bytes);
+		return ret;
+	}
+	ret = pool->backend->pool_init(l, p->device, &pool->mem, why, why_len);
+	if (ret && !*why)
+		snprintf(why, why_len, "%s backend: KV memory of %zu bytes: %s",
+			 pool->backend->name, l->total_bytes, strerror(-ret));
+	return ret;
+}
+
+/* The backend a pool asks for; the CUDA plugin is loaded by the first pool that wants it. */
+static int pick_backend(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p,
+			char *why, size_t why_len)
+{
+	int ret;
+
+	pool->device = p->device;
+	if (p->backend == KVP_BACKEND_HOST) {
+		pool->backend = &kvpd_host_backend;
+		return 0;
+	}
+	ret = kvpd_plugin_load(d->cuda, d->cfg.plugin_dir, why, why_len);
+	if (ret)
+		return ret;
+	pool->backend = d->cuda->ops;
+	return 0;
+}
+
+struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
+{
+	for (unsigned i = 0; i < d->npools; i++)
+		if (!strncmp(d->pools[i]->name, name, KVP_NAME_MAX))
+			return d->pools[i];
+	return NULL;
+}
+
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+		     const struct kvpd_pool_owner *owner, char *why, size_t why_len)
+{
+	const struct kvp_pool_params *p1 = &params->v1;
+	char groups[KVP_MAX_GROUPS * 20], kv[96];
+	struct kvc_pool_config cfg;
+	struct kvpd_pool *pool;
+	int ret;
+
+	*why = '\0';
+	ret = kvpd_pool_params_check(params, why, why_len);
+	if (ret)
+		return ret;
+	if (kvpd_pool_find(d, p1->name)) {
+		snprintf(why, why_len, "a pool named %s exists", p1->name);
+		return -EEXIST;
+	}
+	if (d->npools == KVPD_MAX_POOLS) {
+		snprintf(why, why_len, "the daemon has %u pools, its most", KVPD_MAX_POOLS);
+		return -ENOSPC;
+	}
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	to_core_config(p1, &cfg);
+	ret = kvc_pool_create(&cfg, &pool->core);
+	if (ret) {
+		snprintf(why, why_len, "the block manager refused it: %s", strerror(-ret));
+		goto err_free_pool;
+	}
+	ret = pick_backend(d, pool, params, why, why_len) ?: init_kv(pool, params, why, why_len);
+	if (ret)
+		goto err_destroy_core;
+	pool->params = *p1;
+	pool->spec = *params;
+	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
+	for (unsigned g = p1->num_groups; g < KVP_MAX_GROUPS; g++)
+		pool->params.group_kind[g] = pool->params.group_param[g] = 0;
+	memcpy(pool->namespace_, params->namespace_, KVP_NAME_MAX);
+	if (owner) {
+		pool->owned = true;
+		pool->owner = owner->id;
+		pool->owner_uid = owner->uid;
+	}
+	memcpy(pool->name, p1->name, KVP_NAME_MAX);
+	pool->name[KVP_NAME_MAX - 1] = '\0';
+	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
+	kvc_pool_set_admit_hook(pool->core, kvpd_tenants_admit);
+	d->pools[d->npools++] = pool;
+	kvpd_stats_pool_add(d, pool);
+	kvp_pool_params_groups(p1, groups, sizeof(groups));
+	if (pool->layout.map_bytes)
+		snprintf(kv, sizeof(kv), "%s KV %.1f MiB in %zu KiB pages", pool->backend->name,
+			 pool->layout.map_bytes / 1048576.0, pool->layout.page_bytes >> 10);
+	else
+		snprintf(kv, sizeof(kv), "no KV (allocation only)");
+	kvpd_log(d, KVPD_LOG_INFO, "pool %s created: %u blocks of %u tokens, groups %s, %s%s%s",
+		 pool->name, cfg.num_blocks, cfg.block_size, groups, kv,
+		 *pool->namespace_ ? ", namespace " : "", pool->namespace_);
+	return 0;
+
+err_destroy_core:
+	kvc_pool_destroy(pool->core);
+err_free_pool:
+	free(pool);
+	return ret;
+}
+
+static void pool_free(struct kvpd_pool *pool)
+{
+	if (pool->mem)
+		pool->backend->pool_fini(&pool->layout, pool->mem);
+	kvc_pool_destroy(pool->core);
+	free(pool);
+}
+
+bool kvpd_pool_busy(const struct kvpd_pool *pool, uint32_t own_attachments)
+{
+	return pool->sequences || pool->inflight || pool->clients > own_attachments;
+}
+
+int kvpd_pool_destroy(struct kvpd *d, const char *name)
+{
+	struct kvpd_pool *pool = kvpd_pool_find(d, name);
+	unsigned i;
+
+	if (!pool)
+		return -ENOENT;
+	if (kvpd_pool_busy(pool, 0))
+		return -EBUSY;
+	kvpd_stats_pool_remove(d, pool);
+	kvpd_tenants_pool_gone(d, pool->stat_idx);
+	for (i = 0; d->pools[i] != pool; i++)
+		;
+	d->pools[i] = d->pools[--d->npools];
+	kvpd_log(d, KVPD_LOG_INFO, "pool %s destroyed", pool->name);
+	pool_free(pool);
+	return 0;
+}
+
+/* Visits from the end: a destroy moves the last pool into the slot just visited. */
+void kvpd_pools_reap(struct kvpd *d)
+{
+	for (unsigned i = d->npools; i-- > 0;)
+		if (d->pools[i]->orphaned || d->pools[i]->removed)
+			kvpd_pool_destroy(d, d->pools[i]->name);
+}
+
+void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner)
+{
+	for (unsigned i = 0; i < d->npools; i++) {
+		if (d->pools[i]->owner != owner)
+			continue;
+		d->pools[i]->owner = 0;
+		d->pools[i]->orphaned = true;
+	}
+	kvpd_pools_reap(d);
+}
+
+void kvpd_pools_release(struct kvpd *d)
+{
+	while (d->npools)
+		pool_free(d->pools[--d->npools]);
+}
+
+int kvpd_job_run(struct kvpd_job *job, uint32_t task)
+{
+	return job->pool->backend->run_task(job, task);
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pools room: the daemon's named pools (pools.c: each wraps one kvcore
+ * pool), their KV layouts (pool_layout.c), their rows of the stats page
+ * (pool_stats.c), and where their memory is: the backend interface
+ * (backend.h, jobs.h: what a backend is given to run), the host backend, the
+ * CUDA plugin's loading (plugin.c), and the worker threads that run the jobs'
+ * tasks on a pool's backend (workers.c).
+ *
+ * It may use the tenants, observe, loop and config rooms, attn, the core and
+ * the shared headers. It knows nothing of clients: an owner is a client id and
+ * a uid, a job's client an opaque pointer.
+ */
+#ifndef KVPOOLD_POOLS_H
+#define KVPOOLD_POOLS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvpoold.h"
+#include "core/kvcore.h"
+#include "observe/statpage.h"
+#include "pools/backend.h"
+#include "pools/jobs.h"
+#include "pools/plugin.h"
+
+struct kvpd_pool {
+	char name[KVP_NAME_MAX];
+	struct kvc_pool *core;
+	struct kvp_pool_params params;
+	uint32_t clients;   /* attached */
+	uint32_t sequences; /* open, over all clients */
+	struct kvpd_kv_layout layout; /* slot_bytes 0: the pool holds no KV */
+	const struct kvpd_backend_ops *backend; /* where its memory is */
+	uint32_t device;    /* cuda: the device ordinal */
+	char namespace_[KVP_NAME_MAX]; /* "": open to every namespace; else only its clients */
+	bool mapped;        /* a client mapped it: COMMIT takes the client's word for its KV */
+	void *mem;          /* the backend's pool memory */
+	uint32_t inflight;  /* data-path jobs using its blocks */
+	unsigned stat_idx;  /* its entry in the stats page */
+	struct kvc_pool_counters seen; /* the core's counters when last published */
+	bool owned;         /* KVP_POOL_OWNED: attached to only by its creator's uid and root */
+	uint32_t owner;     /* KVP_POOL_OWNED: the creating client's id while it is connected */
+	uid_t owner_uid;
+	bool orphaned;      /* KVP_POOL_OWNED, and its creator is gone: destroy once unused */
+	bool frag_dirty;    /* its sequences changed since its fragmentation was counted */
+	uint64_t frag_next_ns; /* counting it again before then would cost over 2% (client_stats.c) */
+	struct kvp_pool_params_v2 spec; /* as created: what a reload's [pool.NAME] must equal */
+	bool configured;    /* made from the config file (at start or a reload) */
+	bool removed;       /* configured, and a reload found it gone: destroy once unused */
+};
+
+/* Who creates a KVP_POOL_OWNED pool: its client's id and uid. */
+struct kvpd_pool_owner {
+	uint32_t id;
+	uid_t uid;
+};
+
+/* pools.c */
+/* @owner: for a KVP_POOL_OWNED pool, else NULL. */
+/* A refusal's reason goes to @why (why_len bytes; "" when it says nothing more than its errno). */
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+		     const struct kvpd_pool_owner *owner, char *why, size_t why_len);
+/*
+ * In use: a sequence open, a job in flight, or more clients attached than
+ * @own_attachments (the destroyer's own attachment, which it drops first).
+ */
+bool kvpd_pool_busy(const struct kvpd_pool *pool, uint32_t own_attachments);
+/* -EBUSY while kvpd_pool_busy(pool, 0). */
+int kvpd_pool_destroy(struct kvpd *d, const char *name);
+struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name);
+void kvpd_pools_release(struct kvpd *d);
+/* Client @owner is gone: its owned pools are destroyed now, or once unused (kvpd_pools_reap). */
+void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner);
+void kvpd_pools_reap(struct kvpd *d);
+/* pool_layout.c: POOL_LAYOUT's output; its bytes, or -EOVERFLOW with *needed what it takes. */
+int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, __u64 *needed);
+
+/* pool_stats.c */
+/* A pool's entry in the full page, to be written (its views follow at the bracket's end). */
+static inline struct kvp_stats_pool *kvpd_stats_pool_entry(struct kvpd *d,
+							   const struct kvpd_pool *pool)
+{
+	kvpd_stats_dirty(&d->stats->pools_dirty, pool->stat_idx);
+	return &d->stats->pools[pool->stat_idx];
+}
+/* Copies the core's view of @pool into its entry; probes what changed, charged to client @client (0: none). */
+void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, uint32_t client);
+void kvpd_stats_pool_add(struct kvpd *d, struct kvpd_pool *pool);
+void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool);
+
+#endif
