@@ -2,7 +2,8 @@
 # The test suite: unit tests and trace replays, each in the normal build and in
 # the ASan+UBSan build (whose core checks every invariant after every
 # operation), the data path under TSan, the fuzzers for 30 s each, the kvtrace
-# command-line tests, the Python binding's tests, and a warning-free clang build.
+# command-line tests, the Python binding's tests, a warning-free clang build, and
+# the daemon's rooms checked against their ranking (tests/rooms.sh, daemon/ROOMS).
 # The tests that start a daemon run again, release build, on the epoll event
 # loop (what containers that refuse io_uring get); the fallback itself is
 # tested under a seccomp filter that refuses io_uring.
@@ -104,6 +105,9 @@ if command -v clang >/dev/null; then
 else
 	run "build/clang" sh -c 'echo "clang is not installed"; exit 77'
 fi
+# After every build: no room of the daemon includes a header of a room above it (daemon/ROOMS).
+run "build/rooms" tests/rooms.sh
+run "build/rooms-catch" tests/rooms_catch.sh
 
 [ ${#failed[@]} -eq 0 ] || printf 'failed: %s\n' "${failed[*]}"
 echo "$pass passed, $fail failed, $skip skipped"
