@@ -195,6 +195,7 @@ void kvpd_reload(struct kvpd *d)
 	note_restart_settings(d, &next);
 	d->cfg.log_level = next.log_level;
 	d->log.level = next.log_level ?: KVPD_LOG_DEFAULT;
+	d->cfg.max_host_bytes = next.max_host_bytes; /* a check, for the pools created from now */
 	reload_pools(d, &next, &n);
 	reload_tenants(d, &next);
 	kvpd_log(d, KVPD_LOG_NOTICE, "reload: %s: pools %u created, %u kept, %u refused a change, "

@@ -72,7 +72,7 @@ blocks = 16
 EOF
 
 expect unknown-key \
-	"2: [daemon] unknown key 'sockett' (keys: socket, socket_group, spin_us, budget, max_clients, event_loop, plugin_dir, threads, log_level)" \
+	"2: [daemon] unknown key 'sockett' (keys: socket, socket_group, spin_us, budget, max_clients, event_loop, plugin_dir, threads, log_level, max_host_bytes)" \
 	"4: [quota] unknown key 'max_seqs' (keys: max_clients, max_sequences, max_tokens, max_arena_bytes, max_blocks)" \
 	<<'EOF'
 [daemon]
@@ -245,6 +245,7 @@ event_loop = epoll
 plugin_dir = $tmp
 threads = 2
 log_level = warning
+max_host_bytes = 1073741824
 
 [pool.p]
     blocks = 16
@@ -282,6 +283,38 @@ else
 	failed=$((failed + 1))
 	echo "FAIL good config: no socket at $tmp/sock (or one at $tmp/not-this.sock), stderr:"
 	sed 's/^/    /' "$tmp/err"
+fi
+
+# The host pools' KV memory together, against max_host_bytes: pool a's 512 KiB fit in 1 MB, with
+# pool b's they do not. The refusal gives both figures and the limit; the daemon exits 1.
+cases=$((cases + 1))
+cat >"$tmp/host.conf" <<EOF
+[daemon]
+max_host_bytes = 1000000
+[pool.a]
+blocks = 64
+block_size = 16
+groups = full
+kv_heads = 1
+head_dim = 64
+layers_per_group = 1
+[pool.b]
+blocks = 64
+block_size = 16
+groups = full
+kv_heads = 1
+head_dim = 64
+layers_per_group = 1
+EOF
+rc=0
+timeout 5 "$daemon" -s "$tmp/sock" -c "$tmp/host.conf" >/dev/null 2>"$tmp/err" || rc=$?
+want="kvpoold: pool b: KV memory of 0.5 MiB: with the host pools' 0.5 MiB, past max_host_bytes 1000000 (1.0 MiB)"
+if [ "$rc" != 1 ] || [ "$(grep 'pool b' "$tmp/err")" != "$want" ]; then
+	failed=$((failed + 1))
+	echo "FAIL max_host_bytes: exit status $rc (want 1), stderr:"
+	sed 's/^/    /' "$tmp/err"
+	echo "  want:"
+	printf '%s\n' "$want" | sed 's/^/    /'
 fi
 
 if [ "$failed" != 0 ]; then

@@ -484,3 +484,17 @@ bool kvpd_namespace_allowed(const struct kvpd_config *cfg, const char *ns, uid_t
 	}
 	return false;
 }
+
+uint64_t kvpd_host_bytes_max(const struct kvpd_config *cfg, uint64_t *ram)
+{
+	const uint64_t gib = 1ull << 30;
+	uint64_t margin;
+
+	*ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	if (cfg->max_host_bytes)
+		return cfg->max_host_bytes;
+	margin = *ram / 8;
+	if (margin < gib && *ram > 2 * gib)
+		margin = gib;
+	return *ram - margin;
+}

@@ -63,6 +63,7 @@ struct kvpd_config {
 	enum kvpd_evloop_choice event_loop;
 	int log_level;            /* KVPD_LOG_*; 0: not set */
 	const char *plugin_dir;   /* --plugin-dir: where libkvpool_cuda.so is; NULL: the default */
+	uint64_t max_host_bytes;  /* the host pools' KV memory, all together; 0: kvpd_host_bytes_max's */
 	struct kvp_pool_params_v2 pools[KVPD_MAX_POOLS];
 	unsigned npools;
 	struct kvpd_namespace namespaces[KVPD_MAX_NAMESPACES];
@@ -86,6 +87,14 @@ struct kvpd_cli {
 
 /* The command line's settings over @cfg's (they win over the file's). */
 void kvpd_cli_apply(struct kvpd_config *cfg, const struct kvpd_cli *cli);
+
+/*
+ * The most KV memory the host pools may hold together: max_host_bytes, or by
+ * default the machine's RAM less an eighth of it (at least 1 GiB where the RAM
+ * is over 2 GiB): a memfd is sparse, so what is not checked at creation is
+ * found by the OOM killer once the blocks fill.
+ */
+uint64_t kvpd_host_bytes_max(const struct kvpd_config *cfg, uint64_t *ram);
 
 /* config.c */
 /* Before a load: the built-in settings (socket, spin 50 us, budget 64, 128 clients, quotas). */

@@ -49,7 +49,7 @@ static const char *const log_levels[] = { "error", "warning", "notice", "info", 
 
 /* Their order is daemon_set's. */
 enum { D_SOCKET, D_SOCKET_GROUP, D_SPIN_US, D_BUDGET, D_MAX_CLIENTS, D_EVENT_LOOP, D_PLUGIN_DIR,
-       D_THREADS, D_LOG_LEVEL };
+       D_THREADS, D_LOG_LEVEL, D_MAX_HOST_BYTES };
 
 static const struct cfg_key daemon_keys[] = {
 	[D_SOCKET] = STRING("socket", sizeof(((struct sockaddr_un *)0)->sun_path) - 1,
@@ -62,6 +62,7 @@ static const struct cfg_key daemon_keys[] = {
 	[D_PLUGIN_DIR] = STRING("plugin_dir", PATH_MAX - 1, "the CUDA plugin's directory"),
 	[D_THREADS] = NUMBER("threads", 1, KVPD_THREADS_MAX),
 	[D_LOG_LEVEL] = CHOICE("log_level", log_levels),
+	[D_MAX_HOST_BYTES] = NUMBER("max_host_bytes", 1, UINT64_MAX),
 };
 
 static const char *const on_off[] = { "on", "off", NULL };
@@ -282,6 +283,7 @@ static int daemon_set(struct kvpd_config *cfg, int idx, const char *value, uint6
 	case D_THREADS: cfg->threads = (unsigned)num; return 0;
 	case D_EVENT_LOOP: cfg->event_loop = (enum kvpd_evloop_choice)choice; return 0;
 	case D_LOG_LEVEL: return kvpd_parse_log_level(value, &cfg->log_level);
+	case D_MAX_HOST_BYTES: cfg->max_host_bytes = num; return 0;
 	}
 	return -EINVAL;
 }

@@ -57,8 +57,34 @@ static int set_strides(struct kvpd_kv_layout *l, uint32_t kind)
 }
 
 /* KV memory, when the pool has a geometry (kv_heads, head_dim and layers all set). */
-static int init_kv(struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p, char *why,
-		   size_t why_len)
+/*
+ * The host pools' KV memory together, this one's included, against
+ * kvpd_host_bytes_max: each pool alone under the RAM was not enough, as 64
+ * sparse memfds each nearly the RAM's size were all accepted.
+ */
+static int host_bytes_check(struct kvpd *d, const struct kvpd_kv_layout *l, char *why,
+			    size_t why_len)
+{
+	uint64_t ram, most = kvpd_host_bytes_max(&d->cfg, &ram), held = 0;
+
+	for (unsigned i = 0; i < d->npools; i++)
+		if (d->pools[i]->backend == &kvpd_host_backend)
+			held += d->pools[i]->layout.total_bytes;
+	if (l->total_bytes <= most && held <= most - l->total_bytes)
+		return 0;
+	if (d->cfg.max_host_bytes)
+		return kvpd_refuse(why, why_len, -ENOMEM, "KV memory of %.1f MiB: with the host "
+				   "pools' %.1f MiB, past max_host_bytes %llu (%.1f MiB)",
+				   l->total_bytes / 1048576.0, held / 1048576.0,
+				   (unsigned long long)most, most / 1048576.0);
+	return kvpd_refuse(why, why_len, -ENOMEM, "KV memory of %.1f MiB: with the host pools' "
+			   "%.1f MiB, past %.1f MiB (RAM %.1f MiB less a margin; max_host_bytes)",
+			   l->total_bytes / 1048576.0, held / 1048576.0, most / 1048576.0,
+			   ram / 1048576.0);
+}
+
+static int init_kv(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p,
+		   char *why, size_t why_len)
 {
 	static const enum attn_dtype dtypes[] = { [KVP_DTYPE_F32] = ATTN_F32,
 						  [KVP_DTYPE_F16] = ATTN_F16,
@@ -83,6 +109,11 @@ static int init_kv(struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p, c
 		snprintf(why, why_len, "KV memory: %u blocks of %zu bytes do not fit in memory",
 			 l->num_blocks, l->slot_bytes);
 		return ret;
+	}
+	if (pool->backend == &kvpd_host_backend) {
+		ret = host_bytes_check(d, l, why, why_len);
+		if (ret)
+			return ret;
 	}
 	ret = pool->backend->pool_init(l, p->device, &pool->mem, why, why_len);
 	if (ret && !*why)
@@ -147,7 +178,7 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 		snprintf(why, why_len, "the block manager refused it: %s", strerror(-ret));
 		goto err_free_pool;
 	}
-	ret = pick_backend(d, pool, params, why, why_len) ?: init_kv(pool, params, why, why_len);
+	ret = pick_backend(d, pool, params, why, why_len) ?: init_kv(d, pool, params, why, why_len);
 	if (ret)
 		goto err_destroy_core;
 	pool->params = *p1;
