@@ -159,6 +159,10 @@ static int launch(struct kvpd *d, struct kvpd_job *job)
 		free(job);
 		return ret;
 	}
+	job->charges[0] = &job->client->charge;
+	job->charges[1] = job->client->charge.also[0];
+	job->charges[2] = job->client->charge.also[1];
+	kvpd_charge_pins(job->charges, job->pinned, job->npinned, true);
 	job->client->inflight++;
 	job->client->job_bytes += job->alloc_bytes;
 	job->pool->inflight++;
@@ -519,6 +523,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 		struct kvpd_client *c = job->client;
 		struct kvp_cqe cqe = { .user_data = job->user_data };
 
+		kvpd_charge_pins(job->charges, job->pinned, job->npinned, false);
 		kvc_unpin(job->pool->core, job->pinned, job->npinned);
 		job->pool->inflight--;
 		d->jobs_inflight--;
@@ -556,7 +561,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 			kvpd_ring_post(c, &cqe);
 		} else if (c->inflight == 0) {
 			kvpd_stats_pool(d, job->pool, 0);
-			kvpd_client_free(c);
+			kvpd_client_free(d, c);
 		}
 		free(job);
 		job = next;

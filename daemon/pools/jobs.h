@@ -71,6 +71,7 @@ struct kvpd_attend_unit {
 	uint32_t *left;    /* [kv_heads]: parts not finished (atomic) */
 };
 
+struct kvpd_charge;
 struct kvpd_client;
 struct kvpd_pool;
 
@@ -153,6 +154,8 @@ struct kvpd_job {
 	void (*task_done)(struct kvpd_job *job);   /* for a task that returned KVPD_TASK_LATER */
 	uint32_t *pinned;
 	uint32_t npinned;
+	/* Who the pinned blocks stay charged to until the job is done (tenants/charge.h). */
+	struct kvpd_charge *charges[3];
 };
 
 struct kvpd_workers {

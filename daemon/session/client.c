@@ -556,15 +556,15 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		kvpd_stats_pool(d, c->pool, c->gen);
 		c->pool = NULL; /* it may be an owned pool that goes with this client */
 	}
-	/* What it took from its tenants' quotas goes back, and its hold on them. */
+	/*
+	 * What it took from its tenants' quotas goes back. Its hold on them goes
+	 * with its last job: the blocks a job pins stay charged to them until then.
+	 */
 	kvpd_quota_give(c->tenant, KVP_QUOTA_CLIENTS, 1);
 	kvpd_quota_give(c->tenant, KVP_QUOTA_ARENA_BYTES, c->arena_charged);
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < 2; i++)
 		if (c->tenant[i])
 			kvpd_stats_tenant(d, c->tenant[i]);
-		kvpd_tenant_put(d, c->tenant[i]);
-		c->tenant[i] = NULL;
-	}
 	if (c->ready) {
 		d->stats->page->clients_disconnected = d->disconnected;
 		d->stats->page->clients_killed = d->killed;
@@ -590,7 +590,7 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 	kvpd_accept_resume(d);
 	/* Workers may still read or write its arena: the mapping outlives its jobs. */
 	if (c->inflight == 0)
-		kvpd_client_free(c);
+		kvpd_client_free(d, c);
 }
 
 void kvpd_accept_resume(struct kvpd *d)
@@ -602,8 +602,10 @@ void kvpd_accept_resume(struct kvpd *d)
 		d->accept_paused = true;
 }
 
-void kvpd_client_free(struct kvpd_client *c)
+void kvpd_client_free(struct kvpd *d, struct kvpd_client *c)
 {
+	for (unsigned i = 0; i < 2; i++)
+		kvpd_tenant_put(d, c->tenant[i]);
 	kvpd_charge_release(&c->charge);
 	free(c->seqs);
 	if (c->map)

@@ -103,8 +103,8 @@ int kvpd_client_accept(struct kvpd *d, int fd);
 /* Its socket has news (@revents: POLL* bits): the setup message, or its hang-up. */
 void kvpd_client_event(struct kvpd *d, struct kvpd_client *c, int revents);
 void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why);
-/* The last of a closed client's jobs is back: unmap and free it. */
-void kvpd_client_free(struct kvpd_client *c);
+/* The last of a closed client's jobs is back: its hold on its tenants goes, it is unmapped and freed. */
+void kvpd_client_free(struct kvpd *d, struct kvpd_client *c);
 /* The open client an event's key names (kvpd_event_key), or NULL. */
 struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t key);
 /* The attached pool's geometry as the setup reply and ATTACH give it (zeros: none). */

@@ -2,6 +2,7 @@
 /* Open addressing, linear probing, backward-shift deletion: O(1) per table change. */
 #include <stdlib.h>
 
+#include "core/kvcore.h"
 #include "tenants/charge.h"
 
 static uint32_t slot_of(const struct kvpd_charge *ch, uint32_t key)
@@ -101,6 +102,15 @@ void kvpd_charge_hold(void *owner, uint32_t block, bool held)
 	for (unsigned i = 0; i < 2; i++)
 		if (ch->also[i])
 			hold(ch->also[i], block, held);
+}
+
+void kvpd_charge_pins(struct kvpd_charge *const charges[KVPD_CHARGES], const uint32_t *ids,
+		      uint32_t n, bool pinned)
+{
+	for (unsigned k = 0; k < KVPD_CHARGES; k++)
+		for (uint32_t i = 0; charges[k] && i < n; i++)
+			if (ids[i] != KVC_NULL_BLOCK)
+				hold(charges[k], ids[i], pinned);
 }
 
 bool kvpd_charge_holds(const struct kvpd_charge *ch, uint32_t block)

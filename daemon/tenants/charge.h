@@ -29,6 +29,16 @@ struct kvpd_charge {
 
 /* The kvc_hold_fn of every pool; the owner of a sequence is its client's charge. */
 void kvpd_charge_hold(void *owner, uint32_t block, bool held);
+/*
+ * A client's charge and its tenants' (also[], at the time), as a data-path job
+ * keeps them: a block the job pins counts as held by each, from launch to
+ * completion, so a FREE while the job runs does not uncharge what stays out of
+ * the free queue (docs/reliability.md). NULL entries are skipped, and so are
+ * null ids, as kvc_pin skips them.
+ */
+#define KVPD_CHARGES 3
+void kvpd_charge_pins(struct kvpd_charge *const charges[KVPD_CHARGES], const uint32_t *ids,
+		      uint32_t n, bool pinned);
 /* Whether @ch counts @block. */
 bool kvpd_charge_holds(const struct kvpd_charge *ch, uint32_t block);
 void kvpd_charge_release(struct kvpd_charge *ch);
