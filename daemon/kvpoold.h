@@ -45,6 +45,8 @@ struct kvpd {
 
 	struct kvpd_pool *pools[KVPD_MAX_POOLS];
 	unsigned npools;
+	struct kvpd_pool *pools_building; /* prepared, being built off the loop (pools.h) */
+	unsigned npools_building;
 
 	struct kvpd_tenant *tenants;
 	uint64_t seqs_released;       /* since the heap was last trimmed */

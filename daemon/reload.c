@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "serve.h"
+#include "data/data.h"
 #include "pools/pools.h"
 #include "tenants/tenants.h"
 
@@ -106,15 +107,25 @@ static void reload_pool(struct kvpd *d, const struct kvp_pool_params_v2 *p, stru
 	const char *key;
 	int ret;
 
+	if (!pool && kvpd_pool_building(d, p->v1.name)) {
+		n->kept++; /* an earlier reload's, or POOL_CREATE's: it takes its own course */
+		return;
+	}
 	if (!pool) {
-		ret = kvpd_pool_create(d, p, NULL, why, sizeof(why));
+		/* Built on a worker: the pool's own line ("created", or why not) is logged then. */
+		ret = kvpd_pool_prepare(d, p, NULL, &pool, why, sizeof(why));
+		if (!ret) {
+			pool->configured = true;
+			ret = kvpd_pool_build_start(d, NULL, NULL, pool);
+			if (ret)
+				kvpd_pool_discard(d, pool);
+		}
 		if (ret) {
 			kvpd_log(d, KVPD_LOG_ERR, "reload: pool %s not created: %s", p->v1.name,
 				 *why ? why : strerror(-ret));
 			n->failed++;
 			return;
 		}
-		kvpd_pool_find(d, p->v1.name)->configured = true;
 		n->created++;
 		return;
 	}
@@ -198,7 +209,7 @@ void kvpd_reload(struct kvpd *d)
 	d->cfg.max_host_bytes = next.max_host_bytes; /* a check, for the pools created from now */
 	reload_pools(d, &next, &n);
 	reload_tenants(d, &next);
-	kvpd_log(d, KVPD_LOG_NOTICE, "reload: %s: pools %u created, %u kept, %u refused a change, "
+	kvpd_log(d, KVPD_LOG_NOTICE, "reload: %s: pools %u being created, %u kept, %u refused a change, "
 		 "%u removed, %u failed; %u namespaces, %u uid quotas", d->config_path, n.created,
 		 n.kept, n.refused, n.removed, n.failed, d->cfg.nnamespaces, d->cfg.nuid_quotas);
 out_release:

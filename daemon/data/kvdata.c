@@ -117,13 +117,6 @@ static void span_of(const struct seq_view *v, uint32_t bs, uint32_t lo, uint32_t
 	}
 }
 
-static void *arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len)
-{
-	if (off > c->arena_bytes || len > c->arena_bytes - off)
-		return NULL;
-	return c->arena + off;
-}
-
 /* A job with room for @units attend units, @ids block ids and @scratch bytes (at job->scratch). */
 static struct kvpd_job *new_job(struct kvpd_client *c, const struct kvp_sqe *sqe,
 				enum kvpd_job_type type, size_t units, size_t ids, size_t scratch)
@@ -200,7 +193,7 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 	ret = view_seq(c, sqe->handle, group, layer, &v);
 	if (ret)
 		return ret;
-	data = arena_range(c, is_write ? sqe->addr : sqe->out_addr, bytes);
+	data = kvpd_arena_range(c, is_write ? sqe->addr : sqe->out_addr, bytes);
 	if (!data || (!is_write && sqe->out_len < bytes))
 		return -EINVAL;
 	if (is_write && first < v.info.computed)
@@ -272,8 +265,8 @@ static int attend_unit(struct kvpd_client *c, const struct kvp_attend *a,
 	ret = view_seq(c, s->handle, a->group, a->layer, &v);
 	if (ret)
 		return ret;
-	u->q = arena_range(c, s->q_off, bytes);
-	u->out = arena_range(c, s->out_off, bytes);
+	u->q = kvpd_arena_range(c, s->q_off, bytes);
+	u->out = kvpd_arena_range(c, s->out_off, bytes);
 	if (!u->q || !u->out)
 		return -EINVAL;
 	u->mask = v.mask;
@@ -389,7 +382,7 @@ static void attend_scratch(struct kvpd_attend_unit *u, const struct kvpd_kv_layo
 int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
 	const struct kvpd_kv_layout *l = &c->pool->layout;
-	const struct kvp_attend *src = arena_range(c, sqe->addr, sqe->len);
+	const struct kvp_attend *src = kvpd_arena_range(c, sqe->addr, sqe->len);
 	struct kvp_attend head, *a;
 	struct kvpd_job *job;
 	size_t q_row, total_ids = 0, scratch = 0, bytes;
@@ -522,6 +515,13 @@ void kvpd_jobs_complete(struct kvpd *d)
 		struct kvpd_job *next = job->next;
 		struct kvpd_client *c = job->client;
 		struct kvp_cqe cqe = { .user_data = job->user_data };
+
+		if (job->type == KVPD_JOB_POOL) {
+			kvpd_pool_build_done(d, job);
+			free(job);
+			job = next;
+			continue;
+		}
 
 		kvpd_charge_pins(job->charges, job->pinned, job->npinned, false);
 		kvc_unpin(job->pool->core, job->pinned, job->npinned);

@@ -16,7 +16,8 @@
 #include "attn/kvmask.h"
 #include "pools/backend.h"
 
-enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND };
+/* KVPD_JOB_POOL: a pool built off the event loop (its one task runs kvpd_pool_build). */
+enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND, KVPD_JOB_POOL };
 
 #define KVPD_JOB_WHY 128
 
@@ -156,6 +157,9 @@ struct kvpd_job {
 	uint32_t npinned;
 	/* Who the pinned blocks stay charged to until the job is done (tenants/charge.h). */
 	struct kvpd_charge *charges[3];
+	/* KVPD_JOB_POOL from POOL_CREATE: where its refusal's reason goes in the arena. */
+	uint64_t reason_addr;
+	uint32_t reason_len;
 };
 
 struct kvpd_workers {

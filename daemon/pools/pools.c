@@ -70,6 +70,9 @@ static int host_bytes_check(struct kvpd *d, const struct kvpd_kv_layout *l, char
 	for (unsigned i = 0; i < d->npools; i++)
 		if (d->pools[i]->backend == &kvpd_host_backend)
 			held += d->pools[i]->layout.total_bytes;
+	for (const struct kvpd_pool *b = d->pools_building; b; b = b->next_building)
+		if (b->backend == &kvpd_host_backend)
+			held += b->layout.total_bytes;
 	if (l->total_bytes <= most && held <= most - l->total_bytes)
 		return 0;
 	if (d->cfg.max_host_bytes)
@@ -83,8 +86,9 @@ static int host_bytes_check(struct kvpd *d, const struct kvpd_kv_layout *l, char
 			   ram / 1048576.0);
 }
 
-static int init_kv(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p,
-		   char *why, size_t why_len)
+/* Where the pool's KV will lie (its strides), before any of it is made. */
+static int kv_layout(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool_params_v2 *p,
+		     char *why, size_t why_len)
 {
 	static const enum attn_dtype dtypes[] = { [KVP_DTYPE_F32] = ATTN_F32,
 						  [KVP_DTYPE_F16] = ATTN_F16,
@@ -110,16 +114,7 @@ static int init_kv(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_pool
 			 l->num_blocks, l->slot_bytes);
 		return ret;
 	}
-	if (pool->backend == &kvpd_host_backend) {
-		ret = host_bytes_check(d, l, why, why_len);
-		if (ret)
-			return ret;
-	}
-	ret = pool->backend->pool_init(l, p->device, &pool->mem, why, why_len);
-	if (ret && !*why)
-		snprintf(why, why_len, "%s backend: KV memory of %zu bytes: %s",
-			 pool->backend->name, l->total_bytes, strerror(-ret));
-	return ret;
+	return pool->backend == &kvpd_host_backend ? host_bytes_check(d, l, why, why_len) : 0;
 }
 
 /* The backend a pool asks for; the CUDA plugin is loaded by the first pool that wants it. */
@@ -148,12 +143,28 @@ struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 	return NULL;
 }
 
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
-		     const struct kvpd_pool_owner *owner, char *why, size_t why_len)
+static void pool_free(struct kvpd_pool *pool)
+{
+	if (pool->mem)
+		pool->backend->pool_fini(&pool->layout, pool->mem);
+	if (pool->core)
+		kvc_pool_destroy(pool->core);
+	free(pool);
+}
+
+struct kvpd_pool *kvpd_pool_building(struct kvpd *d, const char *name)
+{
+	for (struct kvpd_pool *b = d->pools_building; b; b = b->next_building)
+		if (!strncmp(b->name, name, KVP_NAME_MAX))
+			return b;
+	return NULL;
+}
+
+int kvpd_pool_prepare(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+		      const struct kvpd_pool_owner *owner, struct kvpd_pool **out, char *why,
+		      size_t why_len)
 {
 	const struct kvp_pool_params *p1 = &params->v1;
-	char groups[KVP_MAX_GROUPS * 20], kv[96];
-	struct kvc_pool_config cfg;
 	struct kvpd_pool *pool;
 	int ret;
 
@@ -161,26 +172,17 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 	ret = kvpd_pool_params_check(params, why, why_len);
 	if (ret)
 		return ret;
-	if (kvpd_pool_find(d, p1->name)) {
-		snprintf(why, why_len, "a pool named %s exists", p1->name);
-		return -EEXIST;
-	}
-	if (d->npools == KVPD_MAX_POOLS) {
-		snprintf(why, why_len, "the daemon has %u pools, its most", KVPD_MAX_POOLS);
-		return -ENOSPC;
-	}
+	if (kvpd_pool_find(d, p1->name))
+		return kvpd_refuse(why, why_len, -EEXIST, "a pool named %s exists", p1->name);
+	if (kvpd_pool_building(d, p1->name))
+		return kvpd_refuse(why, why_len, -EEXIST, "a pool named %s is being created",
+				   p1->name);
+	if (d->npools + d->npools_building >= KVPD_MAX_POOLS)
+		return kvpd_refuse(why, why_len, -ENOSPC, "the daemon has %u pools, its most",
+				   KVPD_MAX_POOLS);
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return -ENOMEM;
-	to_core_config(p1, &cfg);
-	ret = kvc_pool_create(&cfg, &pool->core);
-	if (ret) {
-		snprintf(why, why_len, "the block manager refused it: %s", strerror(-ret));
-		goto err_free_pool;
-	}
-	ret = pick_backend(d, pool, params, why, why_len) ?: init_kv(d, pool, params, why, why_len);
-	if (ret)
-		goto err_destroy_core;
 	pool->params = *p1;
 	pool->spec = *params;
 	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
@@ -194,34 +196,88 @@ int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 	}
 	memcpy(pool->name, p1->name, KVP_NAME_MAX);
 	pool->name[KVP_NAME_MAX - 1] = '\0';
+	ret = pick_backend(d, pool, params, why, why_len) ?: kv_layout(d, pool, params, why, why_len);
+	if (ret) {
+		free(pool);
+		return ret;
+	}
+	pool->next_building = d->pools_building;
+	d->pools_building = pool;
+	d->npools_building++;
+	*out = pool;
+	return 0;
+}
+
+int kvpd_pool_build(struct kvpd_pool *pool, char *why, size_t why_len)
+{
+	struct kvc_pool_config cfg;
+	int ret;
+
+	to_core_config(&pool->params, &cfg);
+	ret = kvc_pool_create(&cfg, &pool->core);
+	if (ret)
+		return kvpd_refuse(why, why_len, ret, "the block manager refused it: %s",
+				   strerror(-ret));
+	if (!pool->layout.slot_bytes)
+		return 0;
+	ret = pool->backend->pool_init(&pool->layout, pool->device, &pool->mem, why, why_len);
+	if (ret && !*why)
+		snprintf(why, why_len, "%s backend: KV memory of %zu bytes: %s",
+			 pool->backend->name, pool->layout.total_bytes, strerror(-ret));
+	return ret;
+}
+
+static void building_unlink(struct kvpd *d, struct kvpd_pool *pool)
+{
+	struct kvpd_pool **link;
+
+	for (link = &d->pools_building; *link != pool; link = &(*link)->next_building)
+		;
+	*link = pool->next_building;
+	d->npools_building--;
+}
+
+void kvpd_pool_install(struct kvpd *d, struct kvpd_pool *pool)
+{
+	char groups[KVP_MAX_GROUPS * 20], kv[96];
+
+	building_unlink(d, pool);
 	kvc_pool_set_hold_hook(pool->core, kvpd_charge_hold);
 	kvc_pool_set_admit_hook(pool->core, kvpd_tenants_admit);
 	d->pools[d->npools++] = pool;
 	kvpd_stats_pool_add(d, pool);
-	kvp_pool_params_groups(p1, groups, sizeof(groups));
+	kvp_pool_params_groups(&pool->params, groups, sizeof(groups));
 	if (pool->layout.map_bytes)
 		snprintf(kv, sizeof(kv), "%s KV %.1f MiB in %zu KiB pages", pool->backend->name,
 			 pool->layout.map_bytes / 1048576.0, pool->layout.page_bytes >> 10);
 	else
 		snprintf(kv, sizeof(kv), "no KV (allocation only)");
 	kvpd_log(d, KVPD_LOG_INFO, "pool %s created: %u blocks of %u tokens, groups %s, %s%s%s",
-		 pool->name, cfg.num_blocks, cfg.block_size, groups, kv,
+		 pool->name, pool->params.num_blocks, pool->params.block_size, groups, kv,
 		 *pool->namespace_ ? ", namespace " : "", pool->namespace_);
-	return 0;
-
-err_destroy_core:
-	kvc_pool_destroy(pool->core);
-err_free_pool:
-	free(pool);
-	return ret;
 }
 
-static void pool_free(struct kvpd_pool *pool)
+void kvpd_pool_discard(struct kvpd *d, struct kvpd_pool *pool)
 {
-	if (pool->mem)
-		pool->backend->pool_fini(&pool->layout, pool->mem);
-	kvc_pool_destroy(pool->core);
-	free(pool);
+	building_unlink(d, pool);
+	pool_free(pool);
+}
+
+int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+		     const struct kvpd_pool_owner *owner, char *why, size_t why_len)
+{
+	struct kvpd_pool *pool;
+	int ret = kvpd_pool_prepare(d, params, owner, &pool, why, why_len);
+
+	if (ret)
+		return ret;
+	ret = kvpd_pool_build(pool, why, why_len);
+	if (ret) {
+		kvpd_pool_discard(d, pool);
+		return ret;
+	}
+	kvpd_pool_install(d, pool);
+	return 0;
 }
 
 bool kvpd_pool_busy(const struct kvpd_pool *pool, uint32_t own_attachments)
@@ -275,5 +331,12 @@ void kvpd_pools_release(struct kvpd *d)
 
 int kvpd_job_run(struct kvpd_job *job, uint32_t task)
 {
-	return job->pool->backend->run_task(job, task);
+	int ret;
+
+	if (job->type != KVPD_JOB_POOL)
+		return job->pool->backend->run_task(job, task);
+	ret = kvpd_pool_build(job->pool, job->why, sizeof(job->why));
+	if (ret)
+		__atomic_store_n(&job->error, ret, __ATOMIC_RELEASE);
+	return 0;
 }

@@ -48,6 +48,7 @@ struct kvpd_pool {
 	uint64_t frag_next_ns; /* counting it again before then would cost over 2% (client_stats.c) */
 	struct kvp_pool_params_v2 spec; /* as created: what a reload's [pool.NAME] must equal */
 	bool configured;    /* made from the config file (at start or a reload) */
+	struct kvpd_pool *next_building; /* in kvpd.pools_building, until installed */
 	bool removed;       /* configured, and a reload found it gone: destroy once unused */
 };
 
@@ -57,11 +58,27 @@ struct kvpd_pool_owner {
 	uid_t uid;
 };
 
-/* pools.c */
-/* @owner: for a KVP_POOL_OWNED pool, else NULL. */
-/* A refusal's reason goes to @why (why_len bytes; "" when it says nothing more than its errno). */
+/*
+ * pools.c. A pool is made in three steps, so that what takes time (the core's
+ * tables and the backend's memory: seconds for millions of blocks) can run off
+ * the event loop: kvpd_pool_prepare, on the loop, checks all that can be
+ * checked at once (parameters, name, count, backend, memory) and holds the
+ * name; kvpd_pool_build, on any thread, makes it; then, on the loop,
+ * kvpd_pool_install makes it visible, or kvpd_pool_discard forgets it.
+ * kvpd_pool_create does all three at once (start-up, tests).
+ * @owner: for a KVP_POOL_OWNED pool, else NULL. A refusal's reason goes to
+ * @why (why_len bytes; "" when it says nothing more than its errno).
+ */
 int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 		     const struct kvpd_pool_owner *owner, char *why, size_t why_len);
+int kvpd_pool_prepare(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+		      const struct kvpd_pool_owner *owner, struct kvpd_pool **out, char *why,
+		      size_t why_len);
+int kvpd_pool_build(struct kvpd_pool *pool, char *why, size_t why_len);
+void kvpd_pool_install(struct kvpd *d, struct kvpd_pool *pool);
+void kvpd_pool_discard(struct kvpd *d, struct kvpd_pool *pool);
+/* The pool of that name being built (prepared, not yet installed), or NULL. */
+struct kvpd_pool *kvpd_pool_building(struct kvpd *d, const char *name);
 /*
  * In use: a sequence open, a job in flight, or more clients attached than
  * @own_attachments (the destroyer's own attachment, which it drops first).

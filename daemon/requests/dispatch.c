@@ -32,18 +32,11 @@ static const uint32_t known_op_flags[KVP_OP_LAST] = {
 };
 
 /* [off, off + len) inside the arena, or NULL. */
-static void *arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len)
-{
-	if (off > c->arena_bytes || len > c->arena_bytes - off)
-		return NULL;
-	return c->arena + off;
-}
-
 /* A NUL-free name of len bytes in the arena, copied into @name. */
 static int arena_name(const struct kvpd_client *c, const struct kvp_sqe *sqe,
 		      char name[KVP_NAME_MAX])
 {
-	const char *src = arena_range(c, sqe->addr, sqe->len);
+	const char *src = kvpd_arena_range(c, sqe->addr, sqe->len);
 
 	if (!src || sqe->len >= KVP_NAME_MAX)
 		return -EINVAL;
@@ -75,7 +68,7 @@ static int write_lists(const struct kvpd_client *c, const struct kvp_sqe *sqe,
 	*needed = sizeof(head) + total * sizeof(uint32_t);
 	if (*needed > sqe->out_len)
 		return -EOVERFLOW;
-	out = arena_range(c, sqe->out_addr, *needed);
+	out = kvpd_arena_range(c, sqe->out_addr, *needed);
 	if (!out)
 		return -EINVAL;
 	memcpy(head.counts, counts, n * sizeof(*counts));
@@ -123,7 +116,7 @@ static int op_seq_open(struct kvpd_client *c, const struct kvp_sqe *sqe, struct 
 	/* The salt follows the tokens: one range holds both. */
 	if (sqe->len == 0 || kvpd_open_bytes(sqe->len, sqe->arg2, &bytes))
 		return -EINVAL;
-	tokens = arena_range(c, sqe->addr, bytes);
+	tokens = kvpd_arena_range(c, sqe->addr, bytes);
 	if (!tokens)
 		return -EINVAL;
 	user_salt = (const uint8_t *)tokens + (bytes - sqe->arg2);
@@ -173,7 +166,7 @@ static int op_append(struct kvpd_client *c, struct kvc_seq *seq, const struct kv
 	kvc_seq_info(seq, &info);
 	if (kvpd_words_bytes(sqe->len, &bytes) || (uint64_t)info.tokens + sqe->len > c->pool->params.max_len)
 		return -EINVAL;
-	tokens = arena_range(c, sqe->addr, bytes);
+	tokens = kvpd_arena_range(c, sqe->addr, bytes);
 	if (!tokens)
 		return -EINVAL;
 	ret = kvpd_quota_take(c->tenant, KVP_QUOTA_TOKENS, sqe->len);
@@ -248,7 +241,7 @@ static int alloc_out_valid(const struct kvpd_client *c, const struct kvp_sqe *sq
 	if (!sqe->out_len)
 		return 0;
 	if (sqe->out_len < sizeof(struct kvp_block_lists) ||
-	    !arena_range(c, sqe->out_addr, sqe->out_len))
+	    !kvpd_arena_range(c, sqe->out_addr, sqe->out_len))
 		return -EINVAL;
 	return 0;
 }
@@ -390,7 +383,7 @@ static int op_evict(struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
 	uint64_t bytes;
 	const uint32_t *src = kvpd_words_bytes(sqe->len, &bytes) ? NULL :
-			      arena_range(c, sqe->addr, bytes);
+			      kvpd_arena_range(c, sqe->addr, bytes);
 	uint32_t *ids, n;
 	int ret;
 
@@ -409,7 +402,7 @@ static int op_dump_freeq(struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
 	uint32_t max = sqe->out_len / sizeof(uint32_t);
 	uint64_t bytes;
-	uint32_t *out = kvpd_words_bytes(max, &bytes) ? NULL : arena_range(c, sqe->out_addr, bytes);
+	uint32_t *out = kvpd_words_bytes(max, &bytes) ? NULL : kvpd_arena_range(c, sqe->out_addr, bytes);
 
 	if (!out)
 		return -EINVAL;
@@ -419,7 +412,7 @@ static int op_dump_freeq(struct kvpd_client *c, const struct kvp_sqe *sqe)
 static int op_check(struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
 	char why[256] = "";
-	char *out = arena_range(c, sqe->out_addr, sqe->out_len);
+	char *out = kvpd_arena_range(c, sqe->out_addr, sqe->out_len);
 	int ret = kvc_pool_check(c->pool->core, why, sizeof(why));
 
 	/* The text and its NUL only: never the rest of a large buffer (strncpy would pad it). */
@@ -439,19 +432,7 @@ static int op_check(struct kvpd_client *c, const struct kvp_sqe *sqe)
 static void give_reason(const struct kvpd_client *c, const struct kvp_sqe *sqe,
 			struct kvp_cqe *cqe, const char *why)
 {
-	size_t len = strnlen(why, KVP_REASON_MAX - 1);
-	char *out;
-
-	if (!len || !sqe->out_len)
-		return;
-	if (len >= sqe->out_len)
-		len = sqe->out_len - 1;
-	out = arena_range(c, sqe->out_addr, len + 1);
-	if (!out)
-		return;
-	memcpy(out, why, len);
-	out[len] = '\0';
-	cqe->aux = len;
+	kvpd_client_reason(c, sqe->out_addr, sqe->out_len, why, cqe);
 }
 
 /* v1 (its size in len) or v2; v1 is a host pool in the default layout, open to every namespace. */
@@ -460,8 +441,9 @@ static int op_pool_create(struct kvpd *d, struct kvpd_client *c, const struct kv
 {
 	struct kvp_pool_params_v2 params = { 0 };
 	struct kvpd_pool_owner owner = { .id = c->gen, .uid = c->uid };
+	struct kvpd_pool *pool;
 	char why[KVP_REASON_MAX] = "";
-	const void *src = arena_range(c, sqe->addr, sqe->len);
+	const void *src = kvpd_arena_range(c, sqe->addr, sqe->len);
 	int ret;
 
 	if (!src || (sqe->len != sizeof(params.v1) && sqe->len != sizeof(params))) {
@@ -472,11 +454,17 @@ static int op_pool_create(struct kvpd *d, struct kvpd_client *c, const struct kv
 		return -EINVAL;
 	}
 	memcpy(&params, src, sqe->len);
-	ret = kvpd_pool_create(d, &params, sqe->op_flags & KVP_POOL_OWNED ? &owner : NULL, why,
-			       sizeof(why));
-	if (ret)
+	ret = kvpd_pool_prepare(d, &params, sqe->op_flags & KVP_POOL_OWNED ? &owner : NULL, &pool,
+				why, sizeof(why));
+	if (ret) {
 		give_reason(c, sqe, cqe, why);
-	return ret;
+		return ret;
+	}
+	/* Built on a worker (seconds for millions of blocks): completed when it is there. */
+	ret = kvpd_pool_build_start(d, c, sqe, pool);
+	if (ret)
+		kvpd_pool_discard(d, pool);
+	return ret ?: KVPD_LATER;
 }
 
 /* Refused while a client other than @c is attached or any sequence is open. */
@@ -542,7 +530,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_NOP:
 		return 0;
 	case KVP_OP_STATS:
-		out = arena_range(c, sqe->out_addr, sqe->out_len);
+		out = kvpd_arena_range(c, sqe->out_addr, sqe->out_len);
 		return out ? kvpd_stats(d, c, out, sqe->out_len, &cqe->aux) : -EINVAL;
 	case KVP_OP_ATTACH: {
 		char why[KVP_REASON_MAX] = "";
@@ -552,7 +540,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		if (ret) {
 			give_reason(c, sqe, cqe, why);
 		} else if (sqe->out_len >= sizeof(struct kvp_pool_info) &&
-			   (out = arena_range(c, sqe->out_addr, sizeof(struct kvp_pool_info)))) {
+			   (out = kvpd_arena_range(c, sqe->out_addr, sizeof(struct kvp_pool_info)))) {
 			/* The new geometry, as the setup reply gives it for the pool named there. */
 			kvpd_fill_pool_info(c, out);
 			cqe->aux = sizeof(struct kvp_pool_info);
@@ -581,7 +569,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_ATTEND:
 		return kvpd_attend(d, c, sqe) ?: KVPD_LATER;
 	case KVP_OP_POOL_LAYOUT:
-		out = arena_range(c, sqe->out_addr, sqe->out_len);
+		out = kvpd_arena_range(c, sqe->out_addr, sqe->out_len);
 		return out ? kvpd_pool_layout(c->pool, out, sqe->out_len, &cqe->aux) : -EINVAL;
 	case KVP_OP_POOL_MAP: {
 		char why[KVP_REASON_MAX] = "";
@@ -595,7 +583,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		struct kvc_pool_stats st;
 		struct kvp_pool_stats ps;
 
-		out = arena_range(c, sqe->out_addr, sizeof(ps));
+		out = kvpd_arena_range(c, sqe->out_addr, sizeof(ps));
 		if (!out || sqe->out_len < sizeof(ps))
 			return -EINVAL;
 		kvc_pool_stats(c->pool->core, &st);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The session room: one client's connection (client.c: accept, setup, attach,
- * close), its rings (ring.c: entries copied out, completions posted), its
+ * The session room: one client's connection (client.c: accept, setup, close;
+ * attach.c: its pool), its rings (ring.c: entries copied out, completions posted), its
  * sequence handles (seqs.c) and the KV written past their computed counts
  * (kvwritten.c), its rows of the stats page and the fragmentation gauge
  * counted over its sequences (client_stats.c), and the checked sizes of what
@@ -98,6 +98,29 @@ struct kvpd_client {
 	struct kvpd_op_batch batch;
 };
 
+/* [off, off + len) of @c's arena, or NULL where it is not all inside it. */
+static inline void *kvpd_arena_range(const struct kvpd_client *c, uint64_t off, uint64_t len)
+{
+	if (off > c->arena_bytes || len > c->arena_bytes - off)
+		return NULL;
+	return c->arena + off;
+}
+
+/* attach.c */
+/*
+ * A refusal's reason into @c's arena at @out_addr (at most @out_len bytes, NUL
+ * included; nothing when 0 or outside the arena), its length into cqe->aux.
+ */
+void kvpd_client_reason(const struct kvpd_client *c, uint64_t out_addr, uint32_t out_len,
+			const char *why, struct kvp_cqe *cqe);
+/* The attached pool's geometry as the setup reply and ATTACH give it (zeros: none). */
+void kvpd_fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *info);
+/* A refusal's reason goes to @why. */
+int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool, char *why,
+		       size_t why_len);
+/* Leaves its pool without publishing it (the pool is about to go). */
+void kvpd_client_detach(struct kvpd_client *c);
+
 /* client.c */
 int kvpd_client_accept(struct kvpd *d, int fd);
 /* Its socket has news (@revents: POLL* bits): the setup message, or its hang-up. */
@@ -107,13 +130,6 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why);
 void kvpd_client_free(struct kvpd *d, struct kvpd_client *c);
 /* The open client an event's key names (kvpd_event_key), or NULL. */
 struct kvpd_client *kvpd_client_lookup(struct kvpd *d, uint64_t key);
-/* The attached pool's geometry as the setup reply and ATTACH give it (zeros: none). */
-void kvpd_fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *info);
-/* A refusal's reason goes to @why. */
-int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool, char *why,
-		       size_t why_len);
-/* Leaves its pool without publishing it (the pool is about to go). */
-void kvpd_client_detach(struct kvpd_client *c);
 /* Accepting again after accept failed (out of descriptors), unless the daemon is stopping. */
 void kvpd_accept_resume(struct kvpd *d);
 
