@@ -232,6 +232,8 @@ void kvc_seq_free(struct kvc_seq *seq);
  */
 int kvc_pin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n);
 void kvc_unpin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n);
+/* How many pins block @id has (0 for an id out of range). */
+uint32_t kvc_block_pins(const struct kvc_pool *pool, uint32_t id);
 
 struct kvc_seq_info {
 	uint32_t tokens;

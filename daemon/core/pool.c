@@ -193,6 +193,11 @@ int kvc_pin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n)
 	return 0;
 }
 
+uint32_t kvc_block_pins(const struct kvc_pool *pool, uint32_t id)
+{
+	return id < pool->cfg.num_blocks ? pool->blocks[id].pins : 0;
+}
+
 void kvc_unpin(struct kvc_pool *pool, const uint32_t *ids, uint32_t n)
 {
 	struct kvc_release rel;

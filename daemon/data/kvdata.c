@@ -152,10 +152,6 @@ static int launch(struct kvpd *d, struct kvpd_job *job)
 		free(job);
 		return ret;
 	}
-	job->charges[0] = &job->client->charge;
-	job->charges[1] = job->client->charge.also[0];
-	job->charges[2] = job->client->charge.also[1];
-	kvpd_charge_pins(job->charges, job->pinned, job->npinned, true);
 	job->client->inflight++;
 	job->client->job_bytes += job->alloc_bytes;
 	job->pool->inflight++;
@@ -523,12 +519,13 @@ void kvpd_jobs_complete(struct kvpd *d)
 			continue;
 		}
 
-		kvpd_charge_pins(job->charges, job->pinned, job->npinned, false);
 		kvc_unpin(job->pool->core, job->pinned, job->npinned);
 		job->pool->inflight--;
 		d->jobs_inflight--;
 		c->inflight--;
 		c->job_bytes -= job->alloc_bytes;
+		if (!c->inflight)
+			kvpd_charge_settle(&c->charge);
 		c->data_blocked = false; /* a request waiting for this room is taken next turn */
 		if (!c->dead) {
 			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);

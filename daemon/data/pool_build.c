@@ -67,6 +67,8 @@ void kvpd_pool_build_done(struct kvpd *d, struct kvpd_job *job)
 		return;
 	c->inflight--;
 	c->job_bytes -= job->alloc_bytes;
+	if (!c->inflight)
+		kvpd_charge_settle(&c->charge);
 	if (!c->dead) {
 		if (cqe.res)
 			kvpd_client_reason(c, job->reason_addr, job->reason_len, job->why, &cqe);

@@ -72,7 +72,6 @@ struct kvpd_attend_unit {
 	uint32_t *left;    /* [kv_heads]: parts not finished (atomic) */
 };
 
-struct kvpd_charge;
 struct kvpd_client;
 struct kvpd_pool;
 
@@ -155,8 +154,6 @@ struct kvpd_job {
 	void (*task_done)(struct kvpd_job *job);   /* for a task that returned KVPD_TASK_LATER */
 	uint32_t *pinned;
 	uint32_t npinned;
-	/* Who the pinned blocks stay charged to until the job is done (tenants/charge.h). */
-	struct kvpd_charge *charges[3];
 	/* KVPD_JOB_POOL from POOL_CREATE: where its refusal's reason goes in the arena. */
 	uint64_t reason_addr;
 	uint32_t reason_len;

@@ -45,6 +45,7 @@ int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *name, 
 		kvpd_stats_pool(d, c->pool, c->gen);
 	}
 	c->pool = pool;
+	c->charge.pool = pool ? pool->core : NULL;
 	if (pool) {
 		pool->clients++;
 		kvpd_stats_pool(d, pool, c->gen);
@@ -78,6 +79,7 @@ void kvpd_client_detach(struct kvpd_client *c)
 	kvpd_tenants_detach(&c->charge); /* its tenants' charges for the pool go with the pool */
 	c->pool->clients--;
 	c->pool = NULL;
+	c->charge.pool = NULL;
 }
 
 void kvpd_fill_pool_info(const struct kvpd_client *c, struct kvp_pool_info *info)

@@ -127,6 +127,7 @@ int kvpd_client_accept(struct kvpd *d, int fd)
 	c->conn.key = (uint64_t)slot << 8 | (uint64_t)c->gen << 32;
 	c->conn.sock = fd;
 	c->conn.bell = c->mem_fd = c->bell_efd = c->stats_fd = -1;
+	c->charge.inflight = &c->inflight;
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
@@ -477,6 +478,7 @@ void kvpd_client_close(struct kvpd *d, struct kvpd_client *c, const char *why)
 		kvpd_seqs_close_all(c);
 		d->seqs_released += seqs_open;
 		kvpd_tenants_detach(&c->charge);
+		c->charge.pool = NULL;
 		c->pool->clients--;
 		kvpd_stats_pool(d, c->pool, c->gen);
 		c->pool = NULL; /* it may be an owned pool that goes with this client */

@@ -92,11 +92,33 @@ static void hold(struct kvpd_charge *ch, uint32_t block, bool held)
 	}
 }
 
+/* Keeps @block's holds in @ch and the charges it feeds, to let go at kvpd_charge_settle. */
+static bool defer(struct kvpd_charge *ch, uint32_t block)
+{
+	if (ch->ndeferred + 3 > ch->deferred_cap) {
+		uint32_t cap = ch->deferred_cap ? ch->deferred_cap * 2 : 64;
+		struct kvpd_deferred *d = realloc(ch->deferred, cap * sizeof(*d));
+
+		if (!d)
+			return false; /* let go of now, as before: the quota is then looser */
+		ch->deferred = d;
+		ch->deferred_cap = cap;
+	}
+	ch->deferred[ch->ndeferred++] = (struct kvpd_deferred){ ch, block };
+	for (unsigned i = 0; i < 2; i++)
+		if (ch->also[i])
+			ch->deferred[ch->ndeferred++] = (struct kvpd_deferred){ ch->also[i], block };
+	return true;
+}
+
 void kvpd_charge_hold(void *owner, uint32_t block, bool held)
 {
 	struct kvpd_charge *ch = owner;
 
 	if (!ch)
+		return;
+	if (!held && ch->inflight && *ch->inflight && ch->pool &&
+	    kvc_block_pins(ch->pool, block) && defer(ch, block))
 		return;
 	hold(ch, block, held);
 	for (unsigned i = 0; i < 2; i++)
@@ -104,13 +126,11 @@ void kvpd_charge_hold(void *owner, uint32_t block, bool held)
 			hold(ch->also[i], block, held);
 }
 
-void kvpd_charge_pins(struct kvpd_charge *const charges[KVPD_CHARGES], const uint32_t *ids,
-		      uint32_t n, bool pinned)
+void kvpd_charge_settle(struct kvpd_charge *ch)
 {
-	for (unsigned k = 0; k < KVPD_CHARGES; k++)
-		for (uint32_t i = 0; charges[k] && i < n; i++)
-			if (ids[i] != KVC_NULL_BLOCK)
-				hold(charges[k], ids[i], pinned);
+	for (uint32_t i = 0; i < ch->ndeferred; i++)
+		hold(ch->deferred[i].ch, ch->deferred[i].block, false);
+	ch->ndeferred = 0;
 }
 
 bool kvpd_charge_holds(const struct kvpd_charge *ch, uint32_t block)
@@ -124,5 +144,6 @@ void kvpd_charge_release(struct kvpd_charge *ch)
 
 	free(ch->keys);
 	free(ch->counts);
+	free(ch->deferred);
 	*ch = (struct kvpd_charge){ .limit = limit };
 }

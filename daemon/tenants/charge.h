@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct kvc_pool;
+
 struct kvpd_charge {
 	uint32_t *keys;   /* block id + 1; 0 = empty slot */
 	uint32_t *counts;
@@ -25,21 +27,30 @@ struct kvpd_charge {
 	 * namespace's): each counts the same holds, distinct over its own clients.
 	 */
 	struct kvpd_charge *also[2];
+	/*
+	 * A client's, set by the session: while it has requests in flight
+	 * (*inflight), a block its sequences let go of that a request still pins
+	 * (kvc_block_pins in @pool) stays out of the free queue, so it stays
+	 * charged, to it and to the tenants it fed then (deferred), until
+	 * kvpd_charge_settle: a FREE under its own requests must not make room
+	 * for its next ALLOC out of blocks it still keeps (docs/reliability.md).
+	 */
+	const uint32_t *inflight;
+	const struct kvc_pool *pool;
+	struct kvpd_deferred {
+		struct kvpd_charge *ch;
+		uint32_t block;
+	} *deferred;
+	uint32_t ndeferred, deferred_cap;
 };
 
 /* The kvc_hold_fn of every pool; the owner of a sequence is its client's charge. */
 void kvpd_charge_hold(void *owner, uint32_t block, bool held);
 /*
- * A client's charge and its tenants' (also[], at the time), as a data-path job
- * keeps them: a block the job pins counts as held by each, from launch to
- * completion, so a FREE while the job runs does not uncharge what stays out of
- * the free queue (docs/reliability.md). NULL entries are skipped, and so are
- * null ids, as kvc_pin skips them.
+ * Once @ch's client has no request in flight: the holds kept for blocks it let
+ * go of while they were pinned are let go too.
  */
-#define KVPD_CHARGES 3
-void kvpd_charge_pins(struct kvpd_charge *const charges[KVPD_CHARGES], const uint32_t *ids,
-		      uint32_t n, bool pinned);
-/* Whether @ch counts @block. */
+void kvpd_charge_settle(struct kvpd_charge *ch);
 bool kvpd_charge_holds(const struct kvpd_charge *ch, uint32_t block);
 void kvpd_charge_release(struct kvpd_charge *ch);
 
