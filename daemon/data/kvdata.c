@@ -152,8 +152,7 @@ static int launch(struct kvpd *d, struct kvpd_job *job)
 		free(job);
 		return ret;
 	}
-	job->client->inflight++;
-	job->client->job_bytes += job->alloc_bytes;
+	kvpd_client_job_out(job->client, job->alloc_bytes);
 	job->pool->inflight++;
 	d->jobs_inflight++;
 	job->start_ns = d->taken_ns;
@@ -522,10 +521,7 @@ void kvpd_jobs_complete(struct kvpd *d)
 		kvc_unpin(job->pool->core, job->pinned, job->npinned);
 		job->pool->inflight--;
 		d->jobs_inflight--;
-		c->inflight--;
-		c->job_bytes -= job->alloc_bytes;
-		if (!c->inflight)
-			kvpd_charge_settle(&c->charge);
+		kvpd_client_job_back(c, job->alloc_bytes);
 		c->data_blocked = false; /* a request waiting for this room is taken next turn */
 		if (!c->dead) {
 			struct kvpd_seq_slot *slot = kvpd_seq_slot(c, job->handle);

@@ -30,8 +30,7 @@ int kvpd_pool_build_start(struct kvpd *d, struct kvpd_client *c, const struct kv
 		job->reason_addr = sqe->out_addr;
 		job->reason_len = sqe->out_len;
 		job->alloc_bytes = sizeof(*job);
-		c->inflight++;
-		c->job_bytes += job->alloc_bytes;
+		kvpd_client_job_out(c, job->alloc_bytes);
 	}
 	d->jobs_inflight++;
 	kvpd_workers_submit(d->workers, job);
@@ -65,10 +64,7 @@ void kvpd_pool_build_done(struct kvpd *d, struct kvpd_job *job)
 	}
 	if (!c)
 		return;
-	c->inflight--;
-	c->job_bytes -= job->alloc_bytes;
-	if (!c->inflight)
-		kvpd_charge_settle(&c->charge);
+	kvpd_client_job_back(c, job->alloc_bytes);
 	if (!c->dead) {
 		if (cqe.res)
 			kvpd_client_reason(c, job->reason_addr, job->reason_len, job->why, &cqe);

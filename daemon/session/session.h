@@ -121,6 +121,25 @@ int kvpd_client_attach(struct kvpd *d, struct kvpd_client *c, const char *pool, 
 /* Leaves its pool without publishing it (the pool is about to go). */
 void kvpd_client_detach(struct kvpd_client *c);
 
+/*
+ * A job of @c's goes to the workers, or is back: what it holds of the client's
+ * CQ room and job memory. With the last one back, the charge lets go of the
+ * blocks it kept while they were pinned (tenants/charge.h).
+ */
+static inline void kvpd_client_job_out(struct kvpd_client *c, size_t bytes)
+{
+	c->inflight++;
+	c->job_bytes += bytes;
+}
+
+static inline void kvpd_client_job_back(struct kvpd_client *c, size_t bytes)
+{
+	c->inflight--;
+	c->job_bytes -= bytes;
+	if (!c->inflight)
+		kvpd_charge_settle(&c->charge);
+}
+
 /* client.c */
 int kvpd_client_accept(struct kvpd *d, int fd);
 /* Its socket has news (@revents: POLL* bits): the setup message, or its hang-up. */
