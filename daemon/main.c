@@ -137,11 +137,11 @@ static int parse_count(const char *s, unsigned max, unsigned *out)
 /*
  * Descriptors kept for everything but clients: the ones open now, the loop's
  * own (listening socket, lock, signalfd, timerfd, event loop, workers'
- * eventfd, the courier's socketpair and pidfd), and room for short-lived ones
+ * eventfd, each courier lane's socketpair and pidfd), and room for short-lived ones
  * (a setup's memfd and doorbell eventfd until the courier has sent them, a
  * pool's memfd, a connection accepted only to be refused).
  */
-#define FDS_RESERVED 19
+#define FDS_RESERVED (16 + 3 * KVPD_COURIER_LANES)
 #define FDS_PER_CLIENT 2 /* its socket and its doorbell set */
 
 static unsigned fds_open(void)
@@ -523,8 +523,9 @@ int main(int argc, char **argv)
 	d.courier.log = &d.log;
 	ret = kvpd_courier_spawn(&d.courier);
 	if (ret)
-		kvpd_log(&d, KVPD_LOG_WARNING, "courier process: %s; its thread makes the calls, and "
-			 "a client's wake-ups can stall the loop's page-table changes", strerror(-ret));
+		kvpd_log(&d, KVPD_LOG_WARNING, "courier process: %s; a lane without one makes its "
+			 "calls on its thread, and a client's wake-ups can stall the loop's "
+			 "page-table changes", strerror(-ret));
 	ret = kvpd_statpage_init(&d, &kvpd_stats_hooks);
 	if (ret) {
 		kvpd_log(&d, KVPD_LOG_ERR, "stats page: %s", strerror(-ret));

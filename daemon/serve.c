@@ -156,7 +156,7 @@ static void handle_accept(struct kvpd *d, int res)
 {
 	if (res >= 0) {
 		if (d->stopping)
-			kvpd_courier_close(&d->courier, res);
+			kvpd_courier_close(&d->courier, KVPD_COURIER_ANON, res);
 		else
 			kvpd_client_accept(d, res);
 		return;

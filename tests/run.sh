@@ -65,10 +65,12 @@ done
 run "python/binding" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl tests/python/run.sh binding
 run "python/engine" env KVPOOLD=daemon/kvpoold tests/python/run.sh engine
 
-# The threaded data path (workers, split-K, the loop's help) under ThreadSanitizer: a race
-# makes the test binary, or the daemon at its exit, fail with TSan's exit code 66.
+# The threaded data path (workers, split-K, the loop's help) and the courier's lanes under
+# ThreadSanitizer: a race makes the test binary, or the daemon at its exit, fail with TSan's
+# exit code 66.
 run "tsan/test_workers" build/tsan/tests/test_workers
-for t in test_kv_split test_kv_tasks test_kv_inflight test_kv_prefill test_fair_attend; do
+for t in test_kv_split test_kv_tasks test_kv_inflight test_kv_prefill test_fair_attend test_courier \
+	test_pool_map_shared; do
 	[ -x "build/tsan/tests/integration/$t" ] &&
 		run "tsan/$t" env KVPOOLD=build/tsan/bin/kvpoold KVCTL=build/tsan/bin/kvctl \
 			"build/tsan/tests/integration/$t"

@@ -1,349 +1,322 @@
 /* SPDX-License-Identifier: MIT */
-/* The courier's thread and process: see courier.h for why they exist. */
-#include <errno.h>
-#include <poll.h>
-#include <sched.h>
+/*
+ * The courier's queues, one a key, and its lanes' threads, which take the keys
+ * in turn: see courier.h for why they exist. The lanes' processes and the
+ * calls themselves are courier_lane.c's.
+ */
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <time.h>
 
-#include "log.h"
-#include "loop/courier.h"
+#include "loop/courier_lane.h"
 
-/*
- * The calls themselves. Also what the courier's process runs, a clone that
- * copied the daemon's memory mid-use: system calls only, no allocation, no
- * lock, no log. Returns 0, or the errno of a failed epoll_ctl, the one
- * failure the daemon reports (the others are the client's).
- */
-static int deliver_here(const struct kvpd_parcel *p)
+struct kvpd_courier_queue {
+	struct kvpd_courier_queue *next;       /* in k->queues */
+	struct kvpd_courier_queue *next_ready; /* in k->ready, while ready */
+	uint64_t key;
+	struct kvpd_parcel *head, *tail;
+	uint64_t in_hand;                      /* the seq a lane delivers now; 0: none */
+	uint64_t rest_until;                   /* CLOCK_MONOTONIC ns; 0: not resting */
+	unsigned copies;                       /* counted descriptors not out yet */
+	bool ready;
+};
+
+static struct kvpd_courier_queue *queue_find(struct kvpd_courier *k, uint64_t key)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * KVPD_PARCEL_FDS)];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { .iov_base = (void *)p->msg, .iov_len = p->len };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	int err = 0;
+	struct kvpd_courier_queue *q = k->queues;
 
-	if (p->epfd >= 0) {
-		struct epoll_event ev = { .events = p->ep_events, .data.u64 = p->ep_key };
+	while (q && q->key != key)
+		q = q->next;
+	return q;
+}
 
-		if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->ep_fd, &ev))
-			err = errno;
-	}
-	for (unsigned i = 0; p->sock >= 0 && i < p->drain; i++) {
-		char sink;
+/* @q's turn, after every key now waiting. */
+static void ready_push(struct kvpd_courier *k, struct kvpd_courier_queue *q)
+{
+	q->ready = true;
+	q->next_ready = NULL;
+	if (k->ready_tail)
+		k->ready_tail->next_ready = q;
+	else
+		k->ready = q;
+	k->ready_tail = q;
+	pthread_cond_signal(&k->wake);
+}
 
-		if (recv(p->sock, &sink, sizeof(sink), MSG_DONTWAIT) < 0)
-			break;
-	}
-	if (p->sock >= 0) {
-		if (p->npass) {
-			struct cmsghdr *cm;
+static struct kvpd_courier_queue *ready_pop(struct kvpd_courier *k)
+{
+	struct kvpd_courier_queue *q = k->ready;
 
-			memset(&ctl, 0, sizeof(ctl));
-			msg.msg_control = ctl.buf;
-			msg.msg_controllen = CMSG_SPACE(p->npass * sizeof(int));
-			cm = CMSG_FIRSTHDR(&msg);
-			cm->cmsg_level = SOL_SOCKET;
-			cm->cmsg_type = SCM_RIGHTS;
-			cm->cmsg_len = CMSG_LEN(p->npass * sizeof(int));
-			memcpy(CMSG_DATA(cm), p->pass, p->npass * sizeof(int));
-		}
-		/*
-		 * A failure is the client's: gone, or its receive side full. The
-		 * loop sees its hang-up, or its setup times out, on its own.
-		 */
-		if (sendmsg(p->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0 && p->why_len)
-			(void)!send(p->sock, p->why, p->why_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
-	for (unsigned i = 0; i < p->nclose; i++)
-		close(p->close[i]);
-	return err;
+	k->ready = q->next_ready;
+	if (!k->ready)
+		k->ready_tail = NULL;
+	q->ready = false;
+	return q;
+}
+
+static void queue_forget(struct kvpd_courier *k, struct kvpd_courier_queue *q)
+{
+	struct kvpd_courier_queue **at = &k->queues;
+
+	while (*at != q)
+		at = &(*at)->next;
+	*at = q->next;
+	free(q);
+	if (!k->queues)
+		pthread_cond_broadcast(&k->idle);
 }
 
 /*
- * The process's life: a parcel in, its calls, its result out. A message of
- * no bytes (or the socketpair's failure) ends it; so does the daemon's
- * death (PR_SET_PDEATHSIG), as it shares the daemon's descriptors and would
- * otherwise keep every one of them open.
+ * Ends the rests that are over (every one at stop): such a key takes its turn
+ * again, or is forgotten if it has nothing left. Returns when the next rest
+ * ends, 0 when none is left.
  */
-static void __attribute__((noreturn)) helper_main(struct kvpd_courier *k, pid_t parent)
+static uint64_t rests_end(struct kvpd_courier *k)
 {
-	struct kvpd_parcel p;
-	sigset_t all;
+	uint64_t now = kvpd_courier_clock_ns(CLOCK_MONOTONIC), next = 0;
+	struct kvpd_courier_queue *q, *after;
 
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, NULL);
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
-		_exit(1);
-	prctl(PR_SET_NAME, "kvpoold-courier");
-	for (;;) {
-		ssize_t n = recv(k->helper_end, &p, sizeof(p), 0);
-		int err;
-
-		if (n < 0 && errno == EINTR)
+	for (q = k->queues; q && k->resting; q = after) {
+		after = q->next;
+		if (!q->rest_until)
 			continue;
-		if (n != (ssize_t)sizeof(p))
-			_exit(n == 0 ? 0 : 1);
-		err = deliver_here(&p);
-		if (send(k->helper_end, &err, sizeof(err), MSG_NOSIGNAL) != sizeof(err))
-			_exit(1);
-	}
-}
-
-int kvpd_courier_spawn(struct kvpd_courier *k)
-{
-	pid_t self = getpid(), pid;
-	int sv[2], pidfd, ret;
-
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
-		return -errno;
-	k->helper_sock = sv[0];
-	k->helper_end = sv[1];
-	/* Raw clone: glibc's fork would not share the table; nothing runs atfork handlers here. */
-	pid = (pid_t)syscall(SYS_clone, CLONE_FILES | SIGCHLD, NULL, NULL, NULL, 0);
-	if (pid < 0) {
-		ret = -errno;
-		goto err_close_pair;
-	}
-	if (pid == 0)
-		helper_main(k, self);
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (pidfd < 0) {
-		ret = -errno;
-		goto err_kill;
-	}
-	k->helper = pid;
-	k->helper_pidfd = pidfd;
-	return 0;
-
-err_kill:
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-err_close_pair:
-	close(sv[0]);
-	close(sv[1]);
-	return ret;
-}
-
-/* Reaps the process (killed first when @kill) and closes the pair: the thread delivers. */
-static void helper_reap(struct kvpd_courier *k, bool kill_it, const char *when)
-{
-	int status = 0;
-
-	if (kill_it)
-		kill(k->helper, SIGKILL);
-	waitpid(k->helper, &status, 0);
-	if (when)
-		kvpd_logf(k->log, KVPD_LOG_ERR, "the courier's process ended %s (%s %d); the "
-			  "courier's thread makes its calls from now on", when,
-			  WIFSIGNALED(status) ? "signal" : "status",
-			  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-	close(k->helper_pidfd);
-	close(k->helper_sock);
-	close(k->helper_end);
-	k->helper = 0;
-}
-
-/*
- * Hands @p to the process and waits for its result; false when the process
- * is gone and @p not delivered. One that dies after taking @p off the pair
- * has taken it for good: it may have made some of the calls, and closing
- * twice could close a descriptor the loop has since reused.
- */
-static bool deliver_there(struct kvpd_courier *k, const struct kvpd_parcel *p, int *err)
-{
-	struct pollfd on[2] = { { .fd = k->helper_sock, .events = POLLIN },
-				{ .fd = k->helper_pidfd, .events = POLLIN } };
-	struct kvpd_parcel unread;
-
-	if (send(k->helper_sock, p, sizeof(*p), MSG_NOSIGNAL) != sizeof(*p)) {
-		helper_reap(k, true, "when its socket refused a parcel");
-		return false;
-	}
-	for (;;) {
-		if (poll(on, 2, -1) < 0)
-			continue; /* EINTR; this thread blocks every signal */
-		if (recv(k->helper_sock, err, sizeof(*err), MSG_DONTWAIT) == sizeof(*err))
-			return true;
-		if (!on[1].revents)
+		if (q->rest_until > now && !k->stop) {
+			if (!next || q->rest_until < next)
+				next = q->rest_until;
 			continue;
-		/* Both ends are in the shared table: what it did not take is still there. */
-		if (recv(k->helper_end, &unread, sizeof(unread), MSG_DONTWAIT) == sizeof(unread)) {
-			helper_reap(k, false, "between parcels");
-			return false;
 		}
-		helper_reap(k, false, "with a parcel in hand, lost");
-		*err = 0;
-		return true;
+		q->rest_until = 0;
+		k->resting--;
+		if (q->head)
+			ready_push(k, q);
+		else
+			queue_forget(k, q);
 	}
+	return next;
 }
 
-static void deliver(struct kvpd_courier *k, const struct kvpd_parcel *p, bool there)
+static void wait_until(struct kvpd_courier *k, uint64_t ns)
 {
-	int err;
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
+			       .tv_nsec = (long)(ns % 1000000000ull) };
 
-	if (!there || !k->helper || !deliver_there(k, p, &err))
-		err = deliver_here(p);
-	/* Out of memory or of epoll watches: that client wakes the loop no more. */
-	if (err)
-		kvpd_logf(k->log, KVPD_LOG_ERR, "a client's doorbell cannot be watched: %s",
-			  strerror(err));
+	pthread_cond_timedwait(&k->wake, &k->lock, &ts);
 }
 
-/* @there: on the courier's thread, which alone talks to the process. */
-static void deliver_counted(struct kvpd_courier *k, const struct kvpd_parcel *p, bool there)
+static void *lane_main(void *arg)
 {
-	deliver(k, p, there);
-	if (p->counted)
-		__atomic_fetch_sub(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
-	/*
-	 * Parcels are delivered oldest first, but one delivered out of memory on
-	 * its poster's thread may finish after a younger one: never go back.
-	 */
-	uint64_t seen = __atomic_load_n(&k->delivered, __ATOMIC_RELAXED);
-
-	while (seen < p->seq && !__atomic_compare_exchange_n(&k->delivered, &seen, p->seq, true,
-							     __ATOMIC_RELEASE, __ATOMIC_RELAXED))
-		;
-}
-
-static void *courier_main(void *arg)
-{
-	struct kvpd_courier *k = arg;
+	struct kvpd_courier_lane *l = arg;
+	struct kvpd_courier *k = l->k;
 
 	pthread_mutex_lock(&k->lock);
 	for (;;) {
-		struct kvpd_parcel *p = k->head;
+		uint64_t next = k->resting ? rests_end(k) : 0, cpu_ns;
+		struct kvpd_courier_queue *q;
+		struct kvpd_parcel *p;
 
-		if (!p) {
-			if (k->stop)
+		if (!k->ready) {
+			if (k->stop && !k->resting)
 				break;
-			pthread_cond_wait(&k->wake, &k->lock);
+			if (next)
+				wait_until(k, next);
+			else
+				pthread_cond_wait(&k->wake, &k->lock);
 			continue;
 		}
-		k->head = p->next;
-		if (!k->head)
-			k->tail = NULL;
-		k->busy = true;
+		q = ready_pop(k);
+		p = q->head;
+		q->head = p->next;
+		if (!q->head)
+			q->tail = NULL;
+		q->in_hand = p->seq;
 		pthread_mutex_unlock(&k->lock);
-		deliver_counted(k, p, true);
-		free(p);
+		cpu_ns = kvpd_lane_deliver(k, l, p);
 		pthread_mutex_lock(&k->lock);
-		k->busy = false;
-		if (!k->head)
-			pthread_cond_broadcast(&k->idle);
+		q->in_hand = 0;
+		if (p->counted)
+			q->copies -= p->npass;
+		free(p);
+		if (cpu_ns >= KVPD_COURIER_SLOW_NS) {
+			q->rest_until = kvpd_courier_clock_ns(CLOCK_MONOTONIC) + KVPD_COURIER_REST * cpu_ns;
+			k->resting++;
+			/* Lanes asleep until an earlier rest's end: this one may end first. */
+			pthread_cond_broadcast(&k->wake);
+		} else if (q->head) {
+			ready_push(k, q);
+		} else {
+			queue_forget(k, q);
+		}
 	}
 	pthread_mutex_unlock(&k->lock);
 	return NULL;
 }
 
+static void courier_sync_fini(struct kvpd_courier *k)
+{
+	pthread_mutex_destroy(&k->lock);
+	pthread_cond_destroy(&k->wake);
+	pthread_cond_destroy(&k->idle);
+}
+
+/* Ends the lanes' threads once everything queued is out. */
+static void lanes_join(struct kvpd_courier *k)
+{
+	pthread_mutex_lock(&k->lock);
+	k->stop = true;
+	pthread_cond_broadcast(&k->wake);
+	pthread_mutex_unlock(&k->lock);
+	for (unsigned i = 0; i < KVPD_COURIER_LANES; i++) {
+		if (k->lanes[i].started)
+			pthread_join(k->lanes[i].thread, NULL);
+		k->lanes[i].started = false;
+	}
+}
+
 int kvpd_courier_start(struct kvpd_courier *k)
 {
 	sigset_t all, old;
-	int ret;
+	int ret = 0;
+
+	pthread_condattr_t monotonic;
 
 	pthread_mutex_init(&k->lock, NULL);
-	pthread_cond_init(&k->wake, NULL);
+	pthread_condattr_init(&monotonic);
+	pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+	pthread_cond_init(&k->wake, &monotonic);
+	pthread_condattr_destroy(&monotonic);
 	pthread_cond_init(&k->idle, NULL);
 	/* Signals belong to the event loop's signalfd. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = -pthread_create(&k->thread, NULL, courier_main, k);
+	for (unsigned i = 0; i < KVPD_COURIER_LANES && !ret; i++) {
+		struct kvpd_courier_lane *l = &k->lanes[i];
+
+		l->k = k;
+		l->index = i;
+		ret = -pthread_create(&l->thread, NULL, lane_main, l);
+		/* Named, so that top, perf and the tests can tell their time from the loop's. */
+		if (!ret) {
+			pthread_setname_np(l->thread, "kvpoold-courier");
+			l->started = true;
+		}
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	/* Named, so that top, perf and the tests can tell its time from the loop's. */
-	if (!ret)
-		pthread_setname_np(k->thread, "kvpoold-courier");
 	if (ret) {
-		pthread_mutex_destroy(&k->lock);
-		pthread_cond_destroy(&k->wake);
-		pthread_cond_destroy(&k->idle);
+		lanes_join(k);
+		k->stop = false;
+		courier_sync_fini(k);
 		return ret;
 	}
 	k->started = true;
 	return 0;
 }
 
-/* A message of no bytes: the process ends once it has delivered the ones before. */
-static void helper_stop(struct kvpd_courier *k)
-{
-	if (k->helper)
-		helper_reap(k, send(k->helper_sock, "", 0, MSG_NOSIGNAL) != 0, NULL);
-}
-
 void kvpd_courier_stop(struct kvpd_courier *k)
 {
 	if (k->started) {
-		pthread_mutex_lock(&k->lock);
-		k->stop = true;
-		pthread_cond_signal(&k->wake);
-		pthread_mutex_unlock(&k->lock);
-		pthread_join(k->thread, NULL);
-		pthread_mutex_destroy(&k->lock);
-		pthread_cond_destroy(&k->wake);
-		pthread_cond_destroy(&k->idle);
+		lanes_join(k);
+		courier_sync_fini(k);
 		k->started = false;
 	}
-	helper_stop(k);
+	for (unsigned i = 0; i < KVPD_COURIER_LANES; i++)
+		kvpd_lane_stop(&k->lanes[i]);
 }
 
-uint64_t kvpd_courier_post(struct kvpd_courier *k, const struct kvpd_parcel *p)
+/* Out of memory: delivered here once nothing is queued, so that no close overtakes a send. */
+static uint64_t post_here(struct kvpd_courier *k, const struct kvpd_parcel *p)
 {
-	struct kvpd_parcel *copy, here;
+	struct kvpd_parcel here = *p;
 
-	if (p->counted)
-		__atomic_fetch_add(&k->copies_queued, p->npass, __ATOMIC_RELAXED);
-	if (!k->started) {
-		here = *p;
-		here.seq = ++k->posted;
-		deliver_counted(k, &here, false);
-		return here.seq;
-	}
-	copy = malloc(sizeof(*copy));
-	if (!copy) {
-		/*
-		 * Out of memory: deliver it here, but only after what is queued, or a
-		 * close could overtake a send on the same descriptor number.
-		 */
-		here = *p;
-		pthread_mutex_lock(&k->lock);
-		while (k->head || k->busy)
-			pthread_cond_wait(&k->idle, &k->lock);
-		here.seq = ++k->posted;
-		pthread_mutex_unlock(&k->lock);
-		deliver_counted(k, &here, false);
-		return here.seq;
-	}
-	*copy = *p;
-	copy->next = NULL;
 	pthread_mutex_lock(&k->lock);
-	/* Read here: once the lock is let go, the courier may deliver and free it. */
-	here.seq = copy->seq = ++k->posted;
-	if (k->tail)
-		k->tail->next = copy;
-	else
-		k->head = copy;
-	k->tail = copy;
-	pthread_cond_signal(&k->wake);
+	while (k->queues)
+		pthread_cond_wait(&k->idle, &k->lock);
+	here.seq = ++k->posted;
 	pthread_mutex_unlock(&k->lock);
+	kvpd_lane_deliver(k, NULL, &here);
 	return here.seq;
 }
 
-void kvpd_courier_close(struct kvpd_courier *k, int fd)
+uint64_t kvpd_courier_post(struct kvpd_courier *k, uint64_t key, const struct kvpd_parcel *p)
+{
+	struct kvpd_courier_queue *q;
+	struct kvpd_parcel *copy;
+	uint64_t seq;
+
+	if (!k->started) {
+		kvpd_lane_deliver(k, NULL, p);
+		return ++k->posted;
+	}
+	copy = malloc(sizeof(*copy));
+	if (!copy)
+		return post_here(k, p);
+	*copy = *p;
+	copy->next = NULL;
+	pthread_mutex_lock(&k->lock);
+	q = queue_find(k, key);
+	if (!q) {
+		q = calloc(1, sizeof(*q));
+		if (!q) {
+			pthread_mutex_unlock(&k->lock);
+			free(copy);
+			return post_here(k, p);
+		}
+		q->key = key;
+		q->next = k->queues;
+		k->queues = q;
+	}
+	/* Read here: once the lock is let go, a lane may deliver and free it. */
+	seq = copy->seq = ++k->posted;
+	if (q->tail)
+		q->tail->next = copy;
+	else
+		q->head = copy;
+	q->tail = copy;
+	if (copy->counted)
+		q->copies += copy->npass;
+	if (!q->in_hand && !q->ready && !q->rest_until)
+		ready_push(k, q);
+	pthread_mutex_unlock(&k->lock);
+	return seq;
+}
+
+bool kvpd_courier_delivered(struct kvpd_courier *k, uint64_t key, uint64_t seq)
+{
+	struct kvpd_courier_queue *q;
+	bool out = true;
+
+	if (!k->started)
+		return true;
+	pthread_mutex_lock(&k->lock);
+	q = queue_find(k, key);
+	/* A key's parcels go in order: @seq is out when its key's oldest is younger. */
+	if (q && q->in_hand)
+		out = seq < q->in_hand;
+	else if (q && q->head)
+		out = seq < q->head->seq;
+	pthread_mutex_unlock(&k->lock);
+	return out;
+}
+
+unsigned kvpd_courier_copies(struct kvpd_courier *k, uint64_t key)
+{
+	struct kvpd_courier_queue *q;
+	unsigned copies = 0;
+
+	if (!k->started)
+		return 0;
+	pthread_mutex_lock(&k->lock);
+	q = queue_find(k, key);
+	if (q)
+		copies = q->copies;
+	pthread_mutex_unlock(&k->lock);
+	return copies;
+}
+
+void kvpd_courier_close(struct kvpd_courier *k, uint64_t key, int fd)
 {
 	struct kvpd_parcel p = KVPD_PARCEL_INIT;
 
 	p.close[p.nclose++] = fd;
-
 	if (fd >= 0)
-		kvpd_courier_post(k, &p);
+		kvpd_courier_post(k, key, &p);
 }

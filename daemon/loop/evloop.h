@@ -33,6 +33,7 @@ struct kvpd_conn {
 	int bell;                /* its own epoll set, holding its doorbell eventfd */
 	void *ev_sock, *ev_bell; /* the implementation's */
 	uint64_t key;            /* slot << 8 | gen << 32: what its events carry (kvpd_event_key) */
+	uint64_t owner;          /* its peer's uid: the courier key its calls go under */
 };
 
 enum kvpd_event {

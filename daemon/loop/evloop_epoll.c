@@ -122,7 +122,7 @@ static int epoll_doorbell_watch(struct kvpd *d, struct kvpd_conn *conn)
 	p.ep_fd = conn->bell;
 	p.ep_events = EPOLLIN | EPOLLET;
 	p.ep_key = kvpd_event_key(KVPD_EV_DOORBELL, conn);
-	kvpd_courier_post(&d->courier, &p);
+	kvpd_courier_post(&d->courier, conn->owner, &p);
 	return 0;
 }
 
@@ -138,8 +138,8 @@ static void epoll_client_release(struct kvpd *d, struct kvpd_conn *conn)
 	ctl(l, EPOLL_CTL_DEL, conn->sock, 0, 0);
 	if (conn->bell >= 0)
 		ctl(l, EPOLL_CTL_DEL, conn->bell, 0, 0);
-	kvpd_courier_close(&d->courier, conn->sock);
-	kvpd_courier_close(&d->courier, conn->bell);
+	kvpd_courier_close(&d->courier, conn->owner, conn->sock);
+	kvpd_courier_close(&d->courier, conn->owner, conn->bell);
 	conn->sock = conn->bell = -1;
 }
 

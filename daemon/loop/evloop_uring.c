@@ -37,6 +37,7 @@ struct watch {
 	int fd;
 	enum kvpd_event ev;
 	struct kvpd_conn *conn; /* a client's, until released */
+	uint64_t owner;         /* its client's courier key (KVPD_COURIER_ANON: none) */
 	bool released;         /* no more events: close fd at the poll's last completion */
 };
 
@@ -111,6 +112,7 @@ static struct watch *watch_new(struct uring_loop *l, int fd, enum kvpd_event ev,
 	w->fd = fd;
 	w->ev = ev;
 	w->conn = conn;
+	w->owner = conn ? conn->owner : KVPD_COURIER_ANON;
 	w->next = l->watches;
 	if (w->next)
 		w->next->prev = w;
@@ -257,7 +259,7 @@ static void uring_fini(struct kvpd *d)
 		struct watch *w = l->watches;
 
 		if (w->released)
-			kvpd_courier_close(&d->courier, w->fd);
+			kvpd_courier_close(&d->courier, w->owner, w->fd);
 		watch_free(l, w);
 	}
 	free(l);
@@ -324,10 +326,11 @@ static int uring_doorbell_watch(struct kvpd *d, struct kvpd_conn *conn)
 }
 
 /* Its poll's last completion closes @fd; without a poll, the courier closes it now. */
-static void release_fd(struct kvpd *d, struct uring_loop *l, struct watch *w, int fd)
+static void release_fd(struct kvpd *d, struct uring_loop *l, struct watch *w, int fd,
+		       uint64_t owner)
 {
 	if (!w) {
-		kvpd_courier_close(&d->courier, fd);
+		kvpd_courier_close(&d->courier, owner, fd);
 		return;
 	}
 	w->released = true;
@@ -339,8 +342,8 @@ static void uring_client_release(struct kvpd *d, struct kvpd_conn *conn)
 {
 	struct uring_loop *l = loop_of(d);
 
-	release_fd(d, l, conn->ev_sock, conn->sock);
-	release_fd(d, l, conn->ev_bell, conn->bell);
+	release_fd(d, l, conn->ev_sock, conn->sock, conn->owner);
+	release_fd(d, l, conn->ev_bell, conn->bell, conn->owner);
 	io_uring_submit(&l->ring);
 	conn->ev_sock = conn->ev_bell = NULL;
 	conn->sock = conn->bell = -1;
@@ -356,7 +359,7 @@ static void handle_accept(struct kvpd *d, struct uring_loop *l, const struct io_
 	if (!l->accepting) {
 		/* Accepted while a stop was on its way: never seen by the loop. */
 		if (cqe->res >= 0)
-			kvpd_courier_close(&d->courier, cqe->res);
+			kvpd_courier_close(&d->courier, KVPD_COURIER_ANON, cqe->res);
 		return;
 	}
 	fn(d, &e); /* may stop accepting */
@@ -391,7 +394,7 @@ static void handle_poll(struct kvpd *d, struct uring_loop *l, struct watch *w,
 			kvpd_log(d, KVPD_LOG_ERR, "event loop: cannot re-arm a poll: its events are lost");
 	}
 	if (w->released)
-		kvpd_courier_close(&d->courier, w->fd);
+		kvpd_courier_close(&d->courier, w->owner, w->fd);
 	watch_free(l, w);
 }
 

@@ -15,9 +15,11 @@
 #include "requests/requests.h"
 
 /*
- * Descriptor copies queued on the courier at once, over all clients: each is
- * one of the daemon's descriptors until sent. Enough for one map of a 256 GiB
- * cuda pool (1 GiB pieces); one map of any size goes when none is queued.
+ * Descriptor copies queued on the courier at once for one uid's clients (the
+ * courier's key): each is one of the daemon's descriptors until sent. Enough
+ * for one map of a 256 GiB cuda pool (1 GiB pieces); one map of any size goes
+ * when none of its uid's is queued. Per uid, so that no uid's unread maps
+ * make another's wait.
  */
 #define MAP_COPIES_MAX 256
 
@@ -45,7 +47,7 @@ static uint64_t post_pieces(struct kvpd *d, struct kvpd_client *c, uint64_t tag,
 		memcpy(p.close, fds + first, m.count * sizeof(int));
 		p.npass = p.nclose = m.count;
 		p.counted = true;
-		seq = kvpd_courier_post(&d->courier, &p);
+		seq = kvpd_courier_post(&d->courier, c->conn.owner, &p);
 	}
 	return seq;
 }
@@ -81,11 +83,11 @@ int kvpd_pool_map(struct kvpd *d, struct kvpd_client *c, uint64_t tag, char *why
 	 * courier, and read (what was sent on the socket and not read yet is
 	 * charged to the daemon's side of it).
 	 */
-	if (!kvpd_courier_delivered(&d->courier, c->map_parcel) ||
+	if (!kvpd_courier_delivered(&d->courier, c->conn.owner, c->map_parcel) ||
 	    (ioctl(c->conn.sock, SIOCOUTQ, &unread) == 0 && unread > 0))
 		return kvpd_refuse(why, why_len, -EBUSY,
 				   "the descriptors of an earlier POOL_MAP are still unread");
-	queued = __atomic_load_n(&d->courier.copies_queued, __ATOMIC_RELAXED);
+	queued = kvpd_courier_copies(&d->courier, c->conn.owner);
 	if (queued && queued + pieces > MAP_COPIES_MAX)
 		return kvpd_refuse(why, why_len, -EAGAIN,
 				   "%u descriptors are queued to be sent: try again", queued);

@@ -45,7 +45,7 @@ static bool is_pow2(uint32_t v)
  * after it why; the client reads them after it sends its setup. The courier
  * sends them and hangs up.
  */
-static void refuse(struct kvpd *d, int fd, int err, const char *why)
+static void refuse(struct kvpd *d, int fd, uint64_t owner, int err, const char *why)
 {
 	struct kvp_setup_reply r = { .result = err, .abi_version = KVP_ABI_VERSION,
 				     .version = KVPOOL_VERSION_CODE };
@@ -58,7 +58,7 @@ static void refuse(struct kvpd *d, int fd, int err, const char *why)
 	kvpd_parcel_why(&p, why);
 	p.drain = REFUSAL_DRAIN;
 	p.close[p.nclose++] = fd;
-	kvpd_courier_post(&d->courier, &p);
+	kvpd_courier_post(&d->courier, owner, &p);
 }
 
 /*
@@ -89,7 +89,7 @@ int kvpd_client_accept(struct kvpd *d, int fd)
 	unsigned slot;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
-		refuse(d, fd, -errno, strerror(errno));
+		refuse(d, fd, KVPD_COURIER_ANON, -errno, strerror(errno));
 		return -EPROTO;
 	}
 	privileged = cred.uid == 0 || cred.uid == geteuid();
@@ -97,27 +97,28 @@ int kvpd_client_accept(struct kvpd *d, int fd)
 		reclaim_hung_up(d);
 	if (d->nclients >= d->cfg.max_clients ||
 	    (!privileged && d->nclients >= d->cfg.max_clients - reserved)) {
-		refuse(d, fd, -EUSERS, d->nclients >= d->cfg.max_clients ? "too many clients" :
-				       "the last slots are kept for root and the daemon's uid");
+		refuse(d, fd, cred.uid, -EUSERS,
+		       d->nclients >= d->cfg.max_clients ? "too many clients" :
+		       "the last slots are kept for root and the daemon's uid");
 		return -EUSERS;
 	}
 	/* Counted from accept: a connection that never sets up holds its uid's slot too. */
 	tenant = kvpd_tenant_get(d, KVP_TENANT_UID, cred.uid, NULL);
 	if (!tenant) {
-		refuse(d, fd, -ENOMEM, "out of memory");
+		refuse(d, fd, cred.uid, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
 	if (kvpd_tenant_take(tenant, KVP_QUOTA_CLIENTS, 1) &&
 	    (reclaim_hung_up(d), kvpd_tenant_take(tenant, KVP_QUOTA_CLIENTS, 1))) {
 		kvpd_tenant_put(d, tenant);
-		refuse(d, fd, -EUSERS, "its uid has max_clients connections");
+		refuse(d, fd, cred.uid, -EUSERS, "its uid has max_clients connections");
 		return -EUSERS;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		tenant->used[KVP_QUOTA_CLIENTS]--;
 		kvpd_tenant_put(d, tenant);
-		refuse(d, fd, -ENOMEM, "out of memory");
+		refuse(d, fd, cred.uid, -ENOMEM, "out of memory");
 		return -ENOMEM;
 	}
 	for (slot = 0; d->clients[slot]; slot++)
@@ -126,6 +127,7 @@ int kvpd_client_accept(struct kvpd *d, int fd)
 	c->gen = (uint32_t)++d->client_gen;
 	c->conn.key = (uint64_t)slot << 8 | (uint64_t)c->gen << 32;
 	c->conn.sock = fd;
+	c->conn.owner = cred.uid;
 	c->conn.bell = c->mem_fd = c->bell_efd = c->stats_fd = -1;
 	c->charge.inflight = &c->inflight;
 	c->pid = cred.pid;
@@ -299,7 +301,7 @@ static void send_reply(struct kvpd *d, struct kvpd_client *c, const struct kvp_s
 		/* The socket closes next: the peeked setup message must not be left unread. */
 		p.drain = REFUSAL_DRAIN;
 	}
-	kvpd_courier_post(&d->courier, &p);
+	kvpd_courier_post(&d->courier, c->conn.owner, &p);
 }
 
 static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp_setup *s,

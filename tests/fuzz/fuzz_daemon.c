@@ -111,8 +111,8 @@ static int ev_doorbell_watch(struct kvpd *d, struct kvpd_conn *conn)
 
 static void ev_client_release(struct kvpd *d, struct kvpd_conn *conn)
 {
-	kvpd_courier_close(&d->courier, conn->sock);
-	kvpd_courier_close(&d->courier, conn->bell);
+	kvpd_courier_close(&d->courier, conn->owner, conn->sock);
+	kvpd_courier_close(&d->courier, conn->owner, conn->bell);
 	conn->sock = conn->bell = -1;
 }
 

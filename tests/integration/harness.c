@@ -253,15 +253,16 @@ long lines_with(const char *path, const char *text)
 	return n;
 }
 
-pid_t daemon_child_named(const struct daemon *d, const char *name)
+unsigned daemon_children_named(const struct daemon *d, const char *name, pid_t *out,
+			       unsigned max)
 {
 	DIR *proc = opendir("/proc");
 	struct dirent *e;
-	pid_t found = 0;
+	unsigned found = 0;
 
 	if (!proc)
 		return 0;
-	while (!found && (e = readdir(proc))) {
+	while (found < max && (e = readdir(proc))) {
 		char path[300], comm[32];
 		int ppid;
 		FILE *f;
@@ -275,11 +276,19 @@ pid_t daemon_child_named(const struct daemon *d, const char *name)
 		/* "PID (COMM) STATE PPID": the daemon's names have no space nor parenthesis. */
 		if (fscanf(f, "%*d (%31[^)]) %*c %d", comm, &ppid) == 2 && ppid == d->pid &&
 		    !strcmp(comm, name))
-			found = (pid_t)atoi(e->d_name);
+			out[found++] = (pid_t)atoi(e->d_name);
 		fclose(f);
 	}
 	closedir(proc);
 	return found;
+}
+
+pid_t daemon_child_named(const struct daemon *d, const char *name)
+{
+	pid_t first = 0;
+
+	daemon_children_named(d, name, &first, 1);
+	return first;
 }
 
 /* Read by the SIGALRM handler, hence volatile and the message built ahead. */

@@ -56,6 +56,9 @@ long lines_with(const char *path, const char *text);
  * /proc/PID/task/TID/children is not on every kernel.
  */
 pid_t daemon_child_named(const struct daemon *d, const char *name);
+/* Up to @max of them (the courier's lanes), in @out; returns how many. */
+unsigned daemon_children_named(const struct daemon *d, const char *name, pid_t *out,
+			       unsigned max);
 /*
  * A test that fails (CHECK exits) or hangs must not leave its daemon running
  * behind it, and whoever reads the failure wants the daemon's log. Call

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The courier's process (daemon/loop/courier.c): one child of the daemon, named
- * kvpoold-courier, with the daemon's very descriptor table (the same numbers
- * open on the same files); the signals an admin sends the process group do
- * nothing to it; killed, the daemon says so once and its thread makes the
- * calls (setups are answered, hang-ups closed); it ends with the daemon,
- * reaped by a clean exit and killed with a killed one, whose clients then
- * see the hang-up (they would wait forever if it kept the sockets open).
+ * The courier's processes (daemon/loop/courier.c): one child of the daemon per
+ * lane, each named kvpoold-courier, with the daemon's very descriptor table
+ * (the same numbers open on the same files); the signals an admin sends the
+ * process group do nothing to them; one killed, the daemon says so once and
+ * that lane's thread makes its calls (setups are answered, hang-ups closed);
+ * they end with the daemon, reaped by a clean exit and killed with a killed
+ * one, whose clients then see the hang-up (they would wait forever if one
+ * kept the sockets open).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -15,9 +16,11 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "loop/courier.h"
 
-#define LOST_LINE "the courier's process ended between parcels (signal 9); the courier's " \
-		  "thread makes its calls from now on"
+#define LOST_LINE "ended between parcels (signal 9); that lane's thread makes its calls " \
+		  "from now on"
+#define LANES KVPD_COURIER_LANES
 
 static struct daemon dmn;
 
@@ -111,83 +114,107 @@ static void nop_round(void)
 
 /*
  * Until the daemon has handled every hang-up (its log line comes before it posts the closes)
- * and the process has made the calls they posted: closing a client's socket and, on the
+ * and the processes have made the calls they posted: closing a client's socket and, on the
  * epoll loop, its doorbell set, which takes epoll's global lock. A SIGKILL meanwhile finds a
  * parcel in hand (logged so, and lost), not the process between parcels that this test means.
- * Idle is waiting for the next parcel (S), twice 10 ms apart: nothing else is posted then.
+ * Idle is every lane's waiting for the next parcel (S), twice 10 ms apart: nothing else is
+ * posted then.
  */
-static void courier_idle(pid_t courier)
+static void couriers_idle(const pid_t *lanes)
 {
 	uint64_t t0 = test_now_ns();
 	unsigned idle = 0;
 
 	while (lines_with(dmn.log, " connected: ") != lines_with(dmn.log, " disconnected: ") ||
 	       idle < 2) {
+		bool all = true;
+
 		CHECK(test_now_ns() - t0 < 5000000000ull);
 		usleep(10000);
-		idle = process_state(courier) == 'S' ? idle + 1 : 0;
+		for (unsigned i = 0; i < LANES; i++)
+			all = all && process_state(lanes[i]) == 'S';
+		idle = all ? idle + 1 : 0;
 	}
+}
+
+static unsigned lanes_of(pid_t *lanes)
+{
+	return daemon_children_named(&dmn, "kvpoold-courier", lanes, LANES + 1);
 }
 
 int main(void)
 {
+	pid_t lanes[LANES + 1], left[LANES + 1];
 	struct kvp_client *held;
-	pid_t courier;
 	uint64_t t0;
 
 	watchdog_start("test_courier", 60);
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
 	watchdog_watch(&dmn);
 
-	courier = daemon_child_named(&dmn, "kvpoold-courier");
-	CHECK(courier > 0);
-	same_table(courier);
+	CHECK_EQ(lanes_of(lanes), LANES);
+	for (unsigned i = 0; i < LANES; i++)
+		same_table(lanes[i]);
 
-	/* What a terminal or a unit's stop sends the group: the courier waits for the daemon's word. */
-	CHECK_EQ(kill(courier, SIGTERM), 0);
-	CHECK_EQ(kill(courier, SIGINT), 0);
-	CHECK_EQ(kill(courier, SIGHUP), 0);
+	/* What a terminal or a unit's stop sends the group: the couriers wait for the daemon's word. */
+	for (unsigned i = 0; i < LANES; i++) {
+		CHECK_EQ(kill(lanes[i], SIGTERM), 0);
+		CHECK_EQ(kill(lanes[i], SIGINT), 0);
+		CHECK_EQ(kill(lanes[i], SIGHUP), 0);
+	}
 	usleep(100000);
-	CHECK(strchr("RS", process_state(courier)));
+	for (unsigned i = 0; i < LANES; i++)
+		CHECK(strchr("RS", process_state(lanes[i])));
 	nop_round();
-	CHECK_EQ(lines_with(dmn.log, "courier's process"), 0);
+	CHECK_EQ(lines_with(dmn.log, "courier lane"), 0);
 
-	/* Killed: the next parcel (a setup reply) finds it gone, unread; the thread delivers. */
-	courier_idle(courier);
-	CHECK_EQ(kill(courier, SIGKILL), 0);
+	/*
+	 * One killed: the first parcel its lane takes (a setup reply, a close) finds it gone,
+	 * unread; that lane's thread delivers it, and the others go on with their processes.
+	 */
+	couriers_idle(lanes);
+	CHECK_EQ(kill(lanes[0], SIGKILL), 0);
 	usleep(100000);
+	t0 = test_now_ns();
+	while (lines_with(dmn.log, LOST_LINE) == 0) {
+		CHECK(test_now_ns() - t0 < 10000000000ull);
+		nop_round();
+	}
 	nop_round();
 	nop_round();
 	CHECK_EQ(lines_with(dmn.log, LOST_LINE), 1);
-	CHECK_EQ(lines_with(dmn.log, "courier's process"), 1);
-	CHECK_EQ(daemon_child_named(&dmn, "kvpoold-courier"), 0); /* reaped */
+	CHECK_EQ(lines_with(dmn.log, "courier lane"), 1);
+	CHECK_EQ(lanes_of(left), LANES - 1); /* reaped */
+	for (unsigned i = 0; i < LANES - 1; i++)
+		CHECK(left[i] != lanes[0]);
 	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 
-	/* A clean exit reaps it: no process of that number is left. */
+	/* A clean exit reaps them: no process of those numbers is left. */
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
 	watchdog_watch(&dmn);
-	courier = daemon_child_named(&dmn, "kvpoold-courier");
-	CHECK(courier > 0);
+	CHECK_EQ(lanes_of(lanes), LANES);
 	nop_round();
 	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
-	CHECK(kill(courier, 0) == -1 && errno == ESRCH);
+	for (unsigned i = 0; i < LANES; i++)
+		CHECK(kill(lanes[i], 0) == -1 && errno == ESRCH);
 
-	/* A killed daemon takes it along, and with it the last hold on its clients' sockets. */
+	/* A killed daemon takes them along, and with them the last hold on its clients' sockets. */
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
 	watchdog_watch(&dmn);
-	courier = daemon_child_named(&dmn, "kvpoold-courier");
-	CHECK(courier > 0);
+	CHECK_EQ(lanes_of(lanes), LANES);
 	held = connect_or_die(&dmn, "", "", false);
 	CHECK_EQ(kvp_nop(held), 0);
 	watchdog_watch(NULL);
 	CHECK_EQ(kill(dmn.pid, SIGKILL), 0);
 	CHECK_EQ(wait_child(dmn.pid), 128 + SIGKILL);
-	t0 = test_now_ns();
-	while (!strchr("ZX", process_state(courier)) && test_now_ns() - t0 < 2000000000ull)
-		usleep(1000);
-	CHECK(strchr("ZX", process_state(courier)));
+	for (unsigned i = 0; i < LANES; i++) {
+		t0 = test_now_ns();
+		while (!strchr("ZX", process_state(lanes[i])) && test_now_ns() - t0 < 2000000000ull)
+			usleep(1000);
+		CHECK(strchr("ZX", process_state(lanes[i])));
+	}
 	CHECK_EQ(kvp_nop(held), -ECONNRESET);
 	kvp_close(held);
 	/* What a killed daemon leaves: its socket, lock file and log. */
