@@ -375,6 +375,8 @@ install: all
 ifneq ($(PY_EXT),)
 	install -d $(D)$(PYTHON_SITEDIR)/kvpool
 	install -m 644 lib/python/kvpool/*.py $(D)$(PYTHON_SITEDIR)/kvpool/
+	install -d $(D)$(PYTHON_SITEDIR)/kvpool/vllm
+	install -m 644 lib/python/kvpool/vllm/*.py $(D)$(PYTHON_SITEDIR)/kvpool/vllm/
 	install -m 755 $(PY_EXT) $(D)$(PYTHON_SITEDIR)/kvpool/
 endif
 ifneq ($(NVCC),)

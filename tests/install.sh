@@ -35,6 +35,9 @@ py=$(test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
 if [ -e lib/python/kvpool/_kvpool.abi3.so ]; then
 	site=$(echo "$dir"/lib/python3*/dist-packages)
 	(cd / && PYTHONPATH=$site "$py" -c 'import kvpool, sys; assert kvpool.__file__.startswith(sys.argv[1]), kvpool.__file__' "$site")
+	# The vLLM connector's package comes too: pool-config needs no vLLM.
+	(cd / && PYTHONPATH=$site "$py" -m kvpool.vllm pool-config --help | grep -q '^usage: python3 -m kvpool.vllm pool-config') ||
+		{ echo "python3 -m kvpool.vllm: not installed"; exit 1; }
 	# The engine comes with the package (where torch is).
 	if "$py" -c 'import torch' 2>/dev/null; then
 		(cd / && PYTHONPATH=$site "$py" -m kvpool.engine --help | grep -q '^usage: python3 -m kvpool.engine') ||

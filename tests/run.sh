@@ -64,6 +64,8 @@ done
 # The Python binding, release build (its extension links the release libkvpool).
 run "python/binding" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl tests/python/run.sh binding
 run "python/engine" env KVPOOLD=daemon/kvpoold tests/python/run.sh engine
+# The vLLM connector, under vLLM's own scheduler (tests/vllm; .venv from tools/deps.sh --vllm).
+run "python/vllm" env KVPOOLD=daemon/kvpoold tests/vllm/run.sh
 
 # The threaded data path (workers, split-K, the loop's help) and the courier's lanes under
 # ThreadSanitizer: a race makes the test binary, or the daemon at its exit, fail with TSan's

@@ -3,7 +3,8 @@
 # missing: as root directly, otherwise through sudo. Prints what it installs.
 # --tests adds what only the test suite uses (make test, .ci/run): promtool,
 # bpftrace, the sanitizers' runtimes, systemd's socket-activation and unit
-# checker, man. python3-torch (large) is .ci/run's alone.
+# checker, man. python3-torch (large) is .ci/run's alone. --vllm makes .venv with
+# vLLM (large too: .ci/run and whoever runs the vLLM connector's tests).
 set -eu
 packages=(
 	build-essential make pkg-config
@@ -14,7 +15,11 @@ packages=(
 	# the Python binding: headers to build it, DLPack's header; its arrays are numpy's
 	python3-dev libdlpack-dev python3-numpy
 )
-if [ "${1:-}" = --tests ]; then
+vllm=false
+if [ "${1:-}" = --vllm ]; then
+	vllm=true
+	packages+=(python3-venv)
+elif [ "${1:-}" = --tests ]; then
 	packages+=(
 		jq prometheus bpftrace
 		# libFuzzer and the sanitizers' runtimes: only a Recommends of clang
@@ -24,14 +29,33 @@ if [ "${1:-}" = --tests ]; then
 		systemd man-db groff-base
 	)
 elif [ $# -gt 0 ]; then
-	echo "usage: tools/deps.sh [--tests]" >&2
+	echo "usage: tools/deps.sh [--tests | --vllm]" >&2
 	exit 2
 fi
+# --vllm, once the packages are in: the project's one virtual environment, .venv at the
+# repository root, with vLLM and everything it pulls as lib/python/requirements-vllm.txt pins
+# them (several GB from PyPI; a stamp skips pip when the pins have not changed).
+venv() {
+	local root req stamp
+	root=$(cd "$(dirname "$0")/.." && pwd)
+	req=$root/lib/python/requirements-vllm.txt
+	stamp=$root/.venv/.requirements-vllm
+	if [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
+		return 0
+	fi
+	[ -x "$root/.venv/bin/python" ] || /usr/bin/python3 -m venv "$root/.venv"
+	echo "deps: installing lib/python/requirements-vllm.txt into .venv"
+	"$root/.venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+	cp "$req" "$stamp"
+}
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+	if $vllm; then venv; fi
+	exit 0
+fi
 
 echo "deps: installing ${missing[*]}"
 sudo=()
@@ -45,3 +69,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if $vllm; then venv; fi

@@ -24,6 +24,9 @@ for t in test_cuda_attend test_cuda_pool test_cuda_shared test_kv_masks test_poo
 done
 mkdir .device/python/kvpool
 cp lib/python/kvpool/*.py lib/python/kvpool/_kvpool.abi3.so .device/python/kvpool/
+# The vLLM connector's worker copies run on the GPU without vLLM (tests/vllm/copies_check.py).
+mkdir .device/python/kvpool/vllm
+cp lib/python/kvpool/vllm/*.py .device/python/kvpool/vllm/
 # Every library these load but glibc's own and the driver (the machine's).
 for f in .device/daemon/* .device/gpu/* .device/tools/* .device/tests/integration/* \
 	.device/python/kvpool/*.so; do

@@ -3,7 +3,8 @@
 # run.sh: the GPU machine's whole run, as one command, from a tree that carries .device/
 # (tests/gpu/pack.sh): what the machine is and what its sandbox allows (gpu/cuda_probe),
 # the daemon on it (a host test), the GPU tests, the torch engine on cuda against its own
-# reference (engine_check.sh), and kvbench attend --backend cuda. Each step's output goes to $OUT (or
+# reference (engine_check.sh), the vLLM connector's copies on cuda tensors
+# (tests/vllm/copies_check.py), and kvbench attend --backend cuda. Each step's output goes to $OUT (or
 # /tmp/kvpool-gpu) as well; the last lines are a summary. Usage: tests/gpu/run.sh [--full]
 # (--full: the benchmark's whole table, not --quick).
 set -u
@@ -39,11 +40,15 @@ done
 # The torch engine on cuda: the daemon's kernels (--attend daemon) and torch over the mapped
 # pool (--attend local) give the tokens of its own private-cache reference.
 dir=$(mktemp -d)
-printf '[namespace.bench]\nuids = %s\n' "$(id -u)" >"$dir/kvpool.conf"
+printf '[namespace.bench]\nuids = %s\n[namespace.copies]\nuids = %s\n' "$(id -u)" "$(id -u)" \
+	>"$dir/kvpool.conf"
 "$KVPOOLD" --socket "$dir/sock" --config "$dir/kvpool.conf" 2>"$OUT/engine-kvpoold.log" &
 kvpid=$!
 for _ in $(seq 100); do [ -S "$dir/sock" ] && break; sleep 0.05; done
 step engine-cuda 400 tests/gpu/engine_check.sh "$dir/sock"
+# The vLLM connector's copies between vLLM-shaped cuda tensors and a cuda pool's mapping.
+step vllm-copies-cuda 120 python3 tests/vllm/copies_check.py --socket "$dir/sock" --device cuda \
+	--backend cuda
 kill "$kvpid" 2>/dev/null
 rm -rf "$dir"
 

@@ -2,10 +2,7 @@
 """The binding's tests: each gets its own kvpoold (KVPOOLD, default daemon/kvpoold) on a
 socket in a temporary directory, with the pools below, and imports kvpool from lib/python."""
 import os
-import socket
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -14,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "lib", "python"))
 
 import kvpool  # noqa: E402
+from daemon_proc import Daemon  # noqa: E402
 
 DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
 
@@ -75,47 +73,9 @@ max_blocks = 2
 """
 
 
-class Daemon:
-    def __init__(self, tmp_path):
-        self.socket = str(tmp_path / "kvpool.sock")
-        config = tmp_path / "kvpool.ini"
-        config.write_text(CONFIG)
-        self.log = open(tmp_path / "kvpoold.log", "w+")
-        self.proc = subprocess.Popen([DAEMON, "--socket", self.socket, "--config", str(config)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        # Ready once it accepts: the socket's path appears at bind(), before listen().
-        deadline = time.monotonic() + 10
-        while not self._accepts():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.log.seek(0)
-                raise RuntimeError("kvpoold did not start: " + self.log.read())
-            time.sleep(0.01)
-
-    def _accepts(self):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-            try:
-                s.connect(self.socket)
-                return True
-            except OSError:
-                return False
-
-    def client(self, **kw):
-        return kvpool.Client(self.socket, **kw)
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        self.log.close()
-
-
 @pytest.fixture
 def daemon(tmp_path):
-    d = Daemon(tmp_path)
+    d = Daemon(tmp_path, CONFIG, DAEMON)
     yield d
     d.stop()
 

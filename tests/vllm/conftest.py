@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: MIT
+"""tests/vllm: a kvpoold of the test's own (KVPOOLD, default daemon/kvpoold) with pools for the
+fake model (fake_model.py: 2 layers, 2 kv heads, head size 16, bf16, blocks of 16), and the
+model's directory. kvpool is imported from lib/python."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.join(ROOT, "lib", "python"), os.path.join(ROOT, "tests", "python")]
+
+from daemon_proc import Daemon  # noqa: E402
+from fake_model import write_model_dir  # noqa: E402
+
+DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
+NS = "team"
+BLOCK = 16
+
+_MODEL_POOL = ("block_size = 16\ngroups = full\nkv_heads = {heads}\nhead_dim = 16\n"
+               "dtype = bf16\nlayers_per_group = 2\nlayout = {layout}\nnamespace = team\n")
+
+# vllm: the model's pool. small: 8 usable blocks (the eviction test). heads4, blocklayout,
+# open (no namespace: not mappable), hybrid: one thing wrong each (the refusals).
+CONFIG = (
+    "[pool.vllm]\nblocks = 129\n" + _MODEL_POOL.format(heads=2, layout="layer") +
+    "\n[pool.small]\nblocks = 9\n" + _MODEL_POOL.format(heads=2, layout="layer") +
+    "\n[pool.heads4]\nblocks = 16\n" + _MODEL_POOL.format(heads=4, layout="layer") +
+    "\n[pool.blocklayout]\nblocks = 16\n" + _MODEL_POOL.format(heads=2, layout="block") +
+    "\n[pool.open]\nblocks = 16\n" +
+    _MODEL_POOL.format(heads=2, layout="layer").replace("namespace = team\n", "") +
+    "\n[pool.hybrid]\nblocks = 16\n" +
+    _MODEL_POOL.format(heads=2, layout="layer").replace("groups = full", "groups = full swa:32")
+)
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    # Never the stub libcuda.so.1 run.sh gives the tests: the daemon's CUDA stays as it is.
+    env = dict(os.environ)
+    stub = env.pop("KVPOOL_TEST_STUB_DIR", None)
+    if stub and "LD_LIBRARY_PATH" in env:
+        paths = [p for p in env["LD_LIBRARY_PATH"].split(":") if p and p != stub]
+        env["LD_LIBRARY_PATH"] = ":".join(paths)
+    d = Daemon(tmp_path, CONFIG, DAEMON, env=env)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    return write_model_dir(str(tmp_path_factory.mktemp("model")))
+
+
+def connector_config(daemon, pool="vllm"):
+    """The --kv-transfer-config of an engine on daemon's pool."""
+    return {"kv_connector": "KvpoolConnector", "kv_connector_module_path": "kvpool.vllm",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"socket": daemon.socket, "pool": pool,
+                                          "namespace": NS}}

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: MIT
+"""The connector's worker copies (kvpool.vllm.worker, no vLLM needed) on every KV tensor shape
+vLLM's attention backends give, on a host pool with CPU tensors or a cuda pool with a GPU's:
+a save puts vLLM's blocks in the pool's, a load brings them back into other vLLM blocks,
+byte for byte. pytest runs it on the CPU (test_copies.py); tests/gpu/run.sh on a GPU:
+    python3 tests/vllm/copies_check.py --socket SOCK --device cuda --backend cuda"""
+import argparse
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# After PYTHONPATH: the GPU machine's built kvpool (.device/python) comes first.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(HERE)), "lib", "python"))
+
+import kvpool  # noqa: E402
+from kvpool.vllm.worker import WorkerSide  # noqa: E402
+
+BS, HEADS, D, LAYERS, BLOCKS = 16, 2, 16, 2, 12
+
+
+def shapes():
+    """name -> (allocate [vLLM blocks] tensor, (K, V) views [blocks][bs][heads][D] of it)."""
+    return {
+        # vLLM 0.33's default: [blocks, heads, bs, 2 * D], K then V per head and token.
+        "blocks-heads-tokens-kv": ((BLOCKS, HEADS, BS, 2 * D),
+                                   lambda t: (t[..., :D].transpose(1, 2),
+                                              t[..., D:].transpose(1, 2))),
+        "blocks-tokens-heads-kv": ((BLOCKS, BS, HEADS, 2 * D),
+                                   lambda t: (t[..., :D], t[..., D:])),
+        "kv-blocks": ((2, BLOCKS, BS, HEADS, D), lambda t: (t[0], t[1])),
+        "blocks-kv": ((BLOCKS, 2, BS, HEADS, D), lambda t: (t[:, 0], t[:, 1])),
+    }
+
+
+def check(socket, device, backend, shape_name):
+    pool = f"copies-{shape_name}"
+    with kvpool.Client(socket, admin=True) as admin:
+        admin.create_pool(pool, 16, BS, [("full", 0)], kv_heads=HEADS, head_dim=D,
+                          layers_per_group=LAYERS, dtype="bf16", namespace="copies",
+                          backend=backend, layout="layer", owned=True)
+        size, views = shapes()[shape_name]
+        caches = {}
+        for layer in range(LAYERS):
+            # Distinct finite bf16 values everywhere: a misplaced element shows.
+            t = torch.arange(torch.Size(size).numel(), dtype=torch.float32)
+            t = ((t * (layer + 3)) % 1021 - 510).to(torch.bfloat16).reshape(size).to(device)
+            caches[f"model.layers.{layer}.self_attn.attn"] = t
+        before = {name: t.clone() for name, t in caches.items()}
+        w = WorkerSide(None, None, {"socket": socket, "pool": pool, "namespace": "copies"})
+        w.register(caches)
+        copy = SimpleNamespace
+        # Save vLLM blocks 3, 7, 1 into pool blocks 5, 2, 9; load them into vLLM 0, 10, 4.
+        w.save(copy(saves=[copy(req_id="s", vllm_blocks=[3, 7, 1], pool_blocks=[5, 2, 9])],
+                    loads=[], load_errors=[]))
+        w.load(copy(loads=[copy(req_id="l", pool_blocks=[5, 2, 9], vllm_blocks=[0, 10, 4])],
+                    saves=[], load_errors=[11]))
+        assert w.finished({"s"}) == ({"s"}, {"l"})
+        assert w.take_load_errors() == {11}
+        for name, t in caches.items():
+            k, v = views(t)
+            k0, v0 = views(before[name])
+            for src, dst in ((3, 0), (7, 10), (1, 4)):
+                assert torch.equal(k[dst], k0[src]) and torch.equal(v[dst], v0[src]), name
+            for untouched in (1, 2, 3, 5, 6, 7, 8, 9, 11):
+                assert torch.equal(t[untouched] if size[0] == BLOCKS else t[:, untouched],
+                                   before[name][untouched] if size[0] == BLOCKS
+                                   else before[name][:, untouched]), name
+        w.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--backend", default="host")
+    args = ap.parse_args()
+    for name in shapes():
+        check(args.socket, args.device, args.backend, name)
+        print(f"copies {name} on {args.device} ({args.backend} pool): ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: MIT
+"""KvpoolConnector under vLLM's own Scheduler, KVCacheManager and connector factory (harness.py),
+on one kvpoold: a prompt one engine served is a hit for another, byte for byte; a hit is only
+what was published; a hit the pool loses before the pin is recomputed, never served."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:  # ~5 s: one import serves every test in the process
+    import vllm  # noqa: F401
+except Exception as e:
+    pytest.skip(f"vllm is not importable: {e!r}", allow_module_level=True)
+
+from conftest import BLOCK, HERE, NS, ROOT, connector_config  # noqa: E402
+import harness  # noqa: E402
+import kvpool  # noqa: E402
+from kvcheck import kv_digest, kv_is_model  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+
+def tokens(n, seed):
+    return [(seed * 131 + 7 * i) % harness.VOCAB_SIZE for i in range(n)]
+
+
+def counts(engine):
+    return engine.scheduler_connector._sched.counts
+
+
+def engine(model_dir, daemon, pool="vllm", **kw):
+    return harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=connector_config(
+        daemon, pool), **kw)
+
+
+def pool_stats(daemon, pool):
+    with daemon.client() as c:
+        return next(p for p in c.stats()["pools"] if p["name"] == pool)
+
+
+def test_second_process_loads_the_first_ones_prompt(daemon, model_dir):
+    """A serves P (3 full blocks and 5 tokens); B, another process, serves P and a suffix:
+    exactly P's 3 full blocks are external hits, equal to A's byte for byte, and B's forward
+    runs over the rest only."""
+    P, suffix = tokens(53, 1), tokens(20, 2)
+    with engine(model_dir, daemon) as a:
+        a.add_request("p", P, max_tokens=4)
+        ra = a.run_until_done()["p"]
+        assert ra.num_external_tokens == 0
+        assert ra.computed_positions == list(range(56))
+        digest = kv_digest(a, "p", range(48))
+        # Saved: P's 3 full blocks (the 4th holds P's tail and 3 generated tokens: not full).
+        assert counts(a)["saved_tokens"] == 48
+    args = dict(model_dir=model_dir, kv_transfer_config=connector_config(daemon),
+                requests=[["q", P + suffix, 4]], digest_positions=list(range(48)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.path.join(ROOT, "lib", "python")]))
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "engine_proc.py"),
+                           json.dumps(args)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rb = json.loads(proc.stdout)["q"]
+    assert rb["num_external_tokens"] == 48
+    assert rb["computed_positions"] == list(range(48, 73 + 3))
+    assert rb["digest"] == digest
+    assert rb["kv_is_model"]
+    assert rb["output_tokens"] == harness.expected_outputs(P + suffix, 4)
+
+
+def abort(engine, req_id):
+    engine.scheduler.finish_requests(req_id, RequestStatus.FINISHED_ABORTED)
+    engine.records[req_id].finish_reason = "abort"
+
+
+def test_hit_is_what_was_published(daemon, model_dir):
+    """A and B at once, the interleaving forced. A stops P1 after 3 blocks: while A's copy is
+    on its way (blocks allocated in the pool, not written), B's hit on P1 is 0. A stops P2
+    after k = 2 blocks and publishes them: B's hit on P2 is exactly those 2 blocks."""
+    P1, P2 = tokens(101, 3), tokens(101, 4)
+    with engine(model_dir, daemon, max_num_batched_tokens=16) as a, \
+            engine(model_dir, daemon) as b:
+        a.add_request("p1", P1, max_tokens=4)
+        for _ in range(3):
+            a.step()
+        assert a.records["p1"].computed_positions == list(range(48))
+        abort(a, "p1")  # its 3 blocks are allocated in the pool; the copy is next step's
+        assert a.scheduler_connector._sched.saving
+        b.add_request("q1", P1, max_tokens=2)
+        rq1 = b.run_until_done()["q1"]
+        assert rq1.num_external_tokens == 0
+        assert rq1.computed_positions == list(range(102))
+        a.run_until_done()  # A's copy and COMMIT of P1's 3 blocks
+
+        a.add_request("p2", P2, max_tokens=4)
+        for _ in range(2):
+            a.step()
+        abort(a, "p2")
+        a.run_until_done()
+        assert counts(a)["saved_tokens"] == 48 + 32
+        b.add_request("q2", P2, max_tokens=2)
+        rq2 = b.run_until_done()["q2"]
+        assert rq2.num_external_tokens == 32
+        assert rq2.computed_positions == list(range(32, 102))
+        assert kv_is_model(b, "q2")
+
+
+# A third process that takes N blocks (the pool's LRU end first: A's last blocks), then
+# lets them go: what it evicted stays evicted.
+FILLER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import kvpool
+c = kvpool.Client(sys.argv[2], pool="small", namespace=sys.argv[3])
+s = c.open([900 + i for i in range(16 * int(sys.argv[4]))])
+s.alloc(16 * int(sys.argv[4]))
+s.close()
+print("done", flush=True)
+"""
+
+
+def test_blocks_lost_before_the_pin_are_recomputed(daemon, model_dir, tmp_path):
+    """The pool (8 blocks) holds A's 4 blocks of P; a third process takes 6 between B's offer
+    and B's pin, evicting the 2 last cached: B loads 2 blocks, recomputes from there, and its
+    KV is the model's everywhere."""
+    P, suffix = tokens(69, 5), tokens(10, 6)
+    with engine(model_dir, daemon, pool="small") as a:
+        a.add_request("p", P, max_tokens=2)
+        a.run_until_done()
+        assert counts(a)["saved_tokens"] == 64
+    with engine(model_dir, daemon, pool="small") as b:
+        side = b.scheduler_connector._sched
+        pin = side._pin
+
+        def fill_then_pin(r):
+            filler = subprocess.run(
+                [sys.executable, "-c", FILLER, os.path.join(ROOT, "lib", "python"),
+                 daemon.socket, NS, "6"], capture_output=True, text=True, timeout=60)
+            assert (filler.returncode, filler.stdout) == (0, "done\n"), filler.stderr
+            side._pin = pin
+            pin(r)
+        side._pin = fill_then_pin
+        b.add_request("q", P + suffix, max_tokens=2)
+        rq = b.run_until_done()["q"]
+        assert rq.num_external_tokens == 64  # what was offered
+        assert rq.computed_positions == list(range(32, 80))
+        assert kv_is_model(b, "q")
+        assert rq.output_tokens == harness.expected_outputs(P + suffix, 2)
+        c = counts(b)
+        assert (c["offered_tokens"], c["loaded_tokens"], c["lost_tokens"]) == (64, 32, 32)
+
+
+def test_salted_requests_pass_through(daemon, model_dir):
+    """A request with a cache_salt is neither loaded nor saved (counted): its blocks' identity
+    would need the salt, which the next connector change brings."""
+    P = tokens(40, 7)
+    with engine(model_dir, daemon) as a:
+        a.add_request("plain", P, max_tokens=2)
+        a.run_until_done()
+        assert counts(a)["saved_tokens"] == 32
+    with engine(model_dir, daemon) as b:
+        b.add_request("salted", P, max_tokens=2, cache_salt="tenant-a")
+        rs = b.run_until_done()["salted"]
+        assert rs.num_external_tokens == 0
+        assert rs.computed_positions == list(range(41))
+        c = counts(b)
+        assert (c["cache_salt"], c["offered_tokens"], c["saved_tokens"]) == (1, 0, 0)
+        assert b.scheduler_connector._sched.saving == {}
