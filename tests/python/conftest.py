@@ -73,9 +73,14 @@ max_blocks = 2
 """
 
 
+def start_daemon(tmp_path):
+    """A kvpoold with the pools above, on a socket in tmp_path."""
+    return Daemon(tmp_path, CONFIG, DAEMON)
+
+
 @pytest.fixture
 def daemon(tmp_path):
-    d = Daemon(tmp_path, CONFIG, DAEMON)
+    d = start_daemon(tmp_path)
     yield d
     d.stop()
 

@@ -22,7 +22,8 @@ _MODEL_POOL = ("block_size = 16\ngroups = full\nkv_heads = {heads}\nhead_dim = 1
                "dtype = bf16\nlayers_per_group = 2\nlayout = {layout}\nnamespace = team\n")
 
 # vllm: the model's pool. small: 8 usable blocks (the eviction test). heads4, blocklayout,
-# open (no namespace: not mappable), hybrid: one thing wrong each (the refusals).
+# open (no namespace: not mappable), hybrid: one thing wrong each (the refusals). tight: in
+# namespace tight, 2 blocks at most (a quota refusal).
 CONFIG = (
     "[pool.vllm]\nblocks = 129\n" + _MODEL_POOL.format(heads=2, layout="layer") +
     "\n[pool.small]\nblocks = 9\n" + _MODEL_POOL.format(heads=2, layout="layer") +
@@ -31,19 +32,30 @@ CONFIG = (
     "\n[pool.open]\nblocks = 16\n" +
     _MODEL_POOL.format(heads=2, layout="layer").replace("namespace = team\n", "") +
     "\n[pool.hybrid]\nblocks = 16\n" +
-    _MODEL_POOL.format(heads=2, layout="layer").replace("groups = full", "groups = full swa:32")
+    _MODEL_POOL.format(heads=2, layout="layer").replace("groups = full", "groups = full swa:32") +
+    "\n[pool.tight]\nblocks = 16\n" +
+    _MODEL_POOL.format(heads=2, layout="layer").replace("namespace = team", "namespace = tight") +
+    "\n[namespace.tight]\nuids = 0\nmax_blocks = 2\n"
 )
 
 
-@pytest.fixture
-def daemon(tmp_path):
-    # Never the stub libcuda.so.1 run.sh gives the tests: the daemon's CUDA stays as it is.
+def daemon_env():
+    """Never the stub libcuda.so.1 run.sh gives the tests: the daemon's CUDA stays as it is."""
     env = dict(os.environ)
     stub = env.pop("KVPOOL_TEST_STUB_DIR", None)
     if stub and "LD_LIBRARY_PATH" in env:
         paths = [p for p in env["LD_LIBRARY_PATH"].split(":") if p and p != stub]
         env["LD_LIBRARY_PATH"] = ":".join(paths)
-    d = Daemon(tmp_path, CONFIG, DAEMON, env=env)
+    return env
+
+
+def start_daemon(tmp_path):
+    return Daemon(tmp_path, CONFIG, DAEMON, env=daemon_env())
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = start_daemon(tmp_path)
     yield d
     d.stop()
 
@@ -53,9 +65,9 @@ def model_dir(tmp_path_factory):
     return write_model_dir(str(tmp_path_factory.mktemp("model")))
 
 
-def connector_config(daemon, pool="vllm"):
+def connector_config(daemon, pool="vllm", namespace=NS):
     """The --kv-transfer-config of an engine on daemon's pool."""
     return {"kv_connector": "KvpoolConnector", "kv_connector_module_path": "kvpool.vllm",
             "kv_role": "kv_both",
             "kv_connector_extra_config": {"socket": daemon.socket, "pool": pool,
-                                          "namespace": NS}}
+                                          "namespace": namespace}}

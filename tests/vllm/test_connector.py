@@ -150,19 +150,29 @@ def test_blocks_lost_before_the_pin_are_recomputed(daemon, model_dir, tmp_path):
         assert (c["offered_tokens"], c["loaded_tokens"], c["lost_tokens"]) == (64, 32, 32)
 
 
-def test_salted_requests_pass_through(daemon, model_dir):
-    """A request with a cache_salt is neither loaded nor saved (counted): its blocks' identity
-    would need the salt, which the next connector change brings."""
+@pytest.mark.parametrize("kind", ["cache_salt", "lora"])
+def test_salts_and_adapters_keep_tenants_apart(daemon, model_dir, kind):
+    """cache_salt and the LoRA adapter's name salt the kvpool sequence: a prompt saved under one
+    is a hit only under the same one, never under another nor without."""
+    from vllm.lora.request import LoRARequest
+
+    def tenant(name):
+        if name is None:
+            return {}
+        if kind == "cache_salt":
+            return {"cache_salt": name}
+        return {"lora_request": LoRARequest(name, abs(hash(name)) % 1000 + 1, "/nonexistent")}
+
     P = tokens(40, 7)
     with engine(model_dir, daemon) as a:
-        a.add_request("plain", P, max_tokens=2)
+        a.add_request("a", P, max_tokens=2, **tenant("tenant-a"))
         a.run_until_done()
         assert counts(a)["saved_tokens"] == 32
     with engine(model_dir, daemon) as b:
-        b.add_request("salted", P, max_tokens=2, cache_salt="tenant-a")
-        rs = b.run_until_done()["salted"]
-        assert rs.num_external_tokens == 0
-        assert rs.computed_positions == list(range(41))
-        c = counts(b)
-        assert (c["cache_salt"], c["offered_tokens"], c["saved_tokens"]) == (1, 0, 0)
-        assert b.scheduler_connector._sched.saving == {}
+        for req_id, name, hit in (("other", "tenant-b", 0), ("none", None, 0),
+                                  ("same", "tenant-a", 32)):
+            b.add_request(req_id, P, max_tokens=2, **tenant(name))
+            rec = b.run_until_done()[req_id]
+            assert rec.num_external_tokens == hit, req_id
+            assert rec.computed_positions == list(range(hit, 41)), req_id
+            assert kv_is_model(b, req_id)

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch", reason="the engine needs torch (apt-get ins
                                             "python3-torch)")
 
 from engine_helpers import RUN, SEEDS, parse, reference, run_here  # noqa: E402
-from conftest import Daemon  # noqa: E402
+from conftest import start_daemon  # noqa: E402
 from helpers import pool_stats  # noqa: E402
 
 from kvpool import engine  # noqa: E402
@@ -66,7 +66,7 @@ def test_bf16_logits_within_tolerance_of_the_reference(daemon, tmp_path, model):
     want = logits(base + ["--reference"])
     # --attend local needs a pool restricted to a namespace: a daemon of its own makes it.
     (tmp_path / "local").mkdir()
-    local = Daemon(tmp_path / "local")
+    local = start_daemon(tmp_path / "local")
     try:
         for argv in (["--socket", daemon.socket],
                      ["--socket", local.socket, "--attend", "local", "--namespace", "ns1"]):

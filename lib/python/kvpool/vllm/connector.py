@@ -11,6 +11,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
+from .meta import KvpoolWorkerMeta
 from .scheduler import SchedulerSide
 from .worker import WorkerSide
 
@@ -66,7 +67,9 @@ class KvpoolConnector(KVConnectorBase_V1):
         return self._sched.finished(request, block_ids), None
 
     def update_connector_output(self, connector_output: "KVConnectorOutput"):
-        self._sched.saved(connector_output.finished_sending or ())
+        worker = connector_output.kv_connector_worker_meta
+        failed = worker.failed_saves if isinstance(worker, KvpoolWorkerMeta) else set()
+        self._sched.saved(connector_output.finished_sending or (), failed)
 
     def get_kv_connector_stats(self):
         return None
@@ -95,6 +98,10 @@ class KvpoolConnector(KVConnectorBase_V1):
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self._worker.take_load_errors()
+
+    def build_connector_worker_meta(self) -> KvpoolWorkerMeta | None:
+        failed = self._worker.take_failed_saves()
+        return KvpoolWorkerMeta(failed) if failed else None
 
     def shutdown(self):
         for side in (self._sched, self._worker):

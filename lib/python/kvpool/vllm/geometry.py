@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 
 class ConfigError(ValueError):
-    """The pool cannot hold this vLLM engine's KV cache; the message says why."""
+    """The pool cannot hold this vLLM engine's KV cache, or kvpoold refused or could not be
+    reached (errno: the daemon's answer, None for a check of the connector's own)."""
+
+    def __init__(self, message, errno=None):
+        super().__init__(message)
+        self.errno = errno
 
 
 # vLLM's and Hugging Face's dtype names, to the pool's.
@@ -138,4 +143,5 @@ def connect(extra):
     try:
         return kvpool.Client(socket=socket, pool=pool, namespace=extra.get("namespace", ""))
     except kvpool.Error as e:
-        raise ConfigError(str(e)) from None  # "connect SOCKET pool NAME: cause: the reason"
+        # "connect SOCKET pool NAME: cause: the reason"
+        raise ConfigError(str(e), e.errno) from None

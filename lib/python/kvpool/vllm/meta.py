@@ -4,7 +4,10 @@ processes; kvpool sequence handles never do)."""
 
 from dataclasses import dataclass, field
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorMetadata,
+    KVConnectorWorkerMetadata,
+)
 
 
 @dataclass
@@ -24,3 +27,13 @@ class KvpoolMeta(KVConnectorMetadata):
     load_errors: list[int] = field(default_factory=list)
     # vLLM -> pool, once the request is finished; then report it as sent.
     saves: list[Copy] = field(default_factory=list)
+
+
+@dataclass
+class KvpoolWorkerMeta(KVConnectorWorkerMetadata):
+    """What the workers tell the scheduler side: saves some worker could not make, which it
+    must not publish (a worker's KV missing from a block would be served as garbage)."""
+    failed_saves: set[str] = field(default_factory=set)
+
+    def aggregate(self, other):
+        return KvpoolWorkerMeta(self.failed_saves | other.failed_saves)

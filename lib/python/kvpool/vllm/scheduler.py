@@ -1,31 +1,43 @@
 # SPDX-License-Identifier: MIT
 """The connector's scheduler side: a kvpool sequence per request, opened with the prompt.
 Its LOOKUP is the offer, its ALLOC with the cache the pin (until the request ends), and
-its COMMIT the publication of what the workers saved."""
+its COMMIT the publication of what the workers saved. A kvpool failure is a miss or a
+skipped save, counted (link.py); nothing raises into vLLM once it runs."""
 
 import logging
 from dataclasses import dataclass
 
 import kvpool
 
-from .geometry import check, connect, from_vllm
+from .geometry import check, from_vllm
+from .link import Failures, Link
 from .meta import Copy, KvpoolMeta
 
 logger = logging.getLogger("kvpool.vllm")
+
+
 def passthrough_reason(request):
-    """Why a request is neither loaded nor saved (this issue's scope), or None."""
-    if request.mm_features:
-        return "multimodal"
-    if request.cache_salt:
-        return "cache_salt"
-    if request.lora_request is not None:
-        return "lora"
-    return None
+    """Why a request is neither loaded nor saved, or None: multimodal inputs, whose KV
+    depends on more than the tokens (vLLM hashes the inputs' identities; kvpool the tokens)."""
+    return "multimodal" if request.mm_features else None
+
+
+def salt_of(request):
+    """The kvpool sequence's salt: the tenant's cache_salt and the LoRA adapter's name, so that
+    two requests share KV only when both are equal (and their tokens); None when neither is
+    set, so that unsalted requests share with each other."""
+    lora = request.lora_request.lora_name if request.lora_request is not None else ""
+    if not request.cache_salt and not lora:
+        return None
+    # Length-prefixed: ("ab", "c") and ("a", "bc") are different salts.
+    salt = request.cache_salt or ""
+    return f"{len(salt)}:{salt}{lora}".encode()
 
 
 @dataclass
 class _Req:
-    seq: "kvpool.Sequence"
+    seq: "kvpool.Sequence | None"   # None: not in kvpool (the daemon away at its offer)
+    connection: int = 0   # the link's connection the sequence lives on
     local: int = 0        # vLLM's own (block-aligned) hit when we offered
     offered: int = 0      # tokens offered past it
     pinned: int = 0       # tokens the sequence holds from the pool's cache
@@ -37,15 +49,34 @@ class SchedulerSide:
     def __init__(self, vllm_config, kv_cache_config, extra):
         want = from_vllm(vllm_config, kv_cache_config)
         self.block_size = want.block_size
-        self.client = connect(extra)
-        check(extra["pool"], self.client.pool, want)
-        self.max_len = self.client.pool.max_len
-        self.reqs = {}        # request id -> _Req, from its offer to its end
-        self.saving = {}      # request id -> (sequence, its end, tokens copied), until reported
-        self.meta = KvpoolMeta()
-        # What a deployment wants to see: offers, pins cut short, saves, refusals.
+        self.pool_name = extra.get("pool")
+        self.max_len = None
+        # What a deployment wants to see: offers, pins cut short, saves; failures by cause.
         self.counts = dict(offered_tokens=0, loaded_tokens=0, lost_tokens=0, saved_tokens=0,
-                           save_refused=0, multimodal=0, cache_salt=0, lora=0)
+                           save_skipped=0, multimodal=0)
+        self.failures = Failures(self.counts)
+
+        def check_pool(client):
+            check(self.pool_name, client.pool, want)
+            self.max_len = client.pool.max_len
+        self.link = Link(extra, check_pool, self.failures)
+        self.link.start()
+        self.reqs = {}        # request id -> _Req (None: passed through), offer to end
+        self.saving = {}      # request id -> (_Req, its end, tokens copied), until reported
+        self.meta = KvpoolMeta()
+
+    def _live(self, r):
+        """Whether r's sequence is on the connection the link has now."""
+        return r.seq is not None and self.link.client is not None and \
+            r.connection == self.link.connects
+
+    def _close(self, r):
+        if self._live(r):
+            try:
+                r.seq.close()
+            except kvpool.Error as e:
+                self.link.failed(e, "close a sequence")
+        r.seq = None
 
     def matched(self, request, num_computed):
         why = passthrough_reason(request)
@@ -55,18 +86,27 @@ class SchedulerSide:
                 self.reqs[request.request_id] = None
             return 0, False
         r = self.reqs.get(request.request_id)
-        if r is None:
-            r = self.reqs[request.request_id] = _Req(self.client.open(
-                list(request.prompt_token_ids)))
-        elif r.lost:
+        if r is not None and (r.lost or not self._live(r)):
             return 0, False
-        elif r.allocated:
-            # Preempted and back: what it pinned goes back to the cache; offer afresh.
-            r.seq.free()
-            r.pinned, r.allocated = 0, False
+        client = self.link.get()
+        if client is None:
+            self.reqs.setdefault(request.request_id, _Req(None))
+            return 0, False
+        try:
+            if r is None:
+                seq = client.open(list(request.prompt_token_ids), salt=salt_of(request))
+                r = self.reqs[request.request_id] = _Req(seq, self.link.connects)
+            elif r.allocated:
+                # Preempted and back: what it pinned goes back to the cache; offer afresh.
+                r.seq.free()
+                r.pinned, r.allocated = 0, False
+            hit = r.seq.lookup()
+        except kvpool.Error as e:
+            self.link.failed(e, f"request {request.request_id}: no offer")
+            return 0, False
         bs = self.block_size
         # vLLM computes the last token itself, to sample the next: never offer it.
-        hit = min(r.seq.lookup(), (request.num_tokens - 1) // bs * bs)
+        hit = min(hit, (request.num_tokens - 1) // bs * bs)
         r.local, r.offered = num_computed, max(0, hit - num_computed)
         self.counts["offered_tokens"] += r.offered
         return r.offered, r.offered > 0
@@ -74,12 +114,16 @@ class SchedulerSide:
     def _pin(self, r):
         """ALLOC with the cache: the hit's blocks are this sequence's until it is freed. An
         ALLOC takes at least one new token: the block after the hit, where a save starts."""
+        r.allocated = True
+        r.pinned = 0
+        if not self._live(r):
+            return False
         try:
             r.pinned = r.seq.alloc(1, use_cache=True)
+            return True
         except kvpool.Error as e:
-            logger.info("kvpool: cannot pin a hit: %s", e)
-            r.pinned = 0
-        r.allocated = True
+            self.link.failed(e, "cannot pin a hit")
+            return False
 
     def allocated(self, request, blocks, num_external):
         r = self.reqs.get(request.request_id)
@@ -91,11 +135,17 @@ class SchedulerSide:
         first, end = r.local // bs, (r.local + num_external) // bs
         got = max(first, min(r.pinned // bs, end))
         vllm_blocks = blocks.get_block_ids()[0]
-        table = r.seq.table()[0] if got > first else []
+        table = []
+        if got > first:
+            try:
+                table = r.seq.table()[0]
+            except kvpool.Error as e:
+                self.link.failed(e, "no block table")
+                got = first
         # Every offer is answered by a load, empty or not: vLLM waits for its report.
         self.meta.loads.append(Copy(request.request_id, table[first:got],
                                     list(vllm_blocks[first:got])))
-        # Evicted between the offer and the pin: vLLM recomputes from there.
+        # Evicted between the offer and the pin (or the daemon gone): vLLM recomputes.
         self.meta.load_errors.extend(vllm_blocks[got:end])
         r.lost = got < end
         self.counts["loaded_tokens"] += (got - first) * bs
@@ -110,49 +160,57 @@ class SchedulerSide:
         r = self.reqs.pop(request.request_id, None)
         if r is None:
             return False
+        if not self._live(r):
+            self.counts["save_skipped"] += 1
+            return False
         bs = self.block_size
         end = min(request.num_computed_tokens, request.num_tokens, self.max_len) // bs * bs
         prompt = len(request.prompt_token_ids)
+        if not r.allocated and not self._pin(r):
+            self.counts["save_skipped"] += 1
+            self._close(r)
+            return False
         try:
-            if not r.allocated:
-                self._pin(r)
             if end <= r.pinned:
-                r.seq.close()
+                self._close(r)
                 return False
             if end > prompt:
                 r.seq.append(list(request.all_token_ids[prompt:end]))
             r.seq.alloc(end - r.pinned)
             table = r.seq.table()[0]
         except kvpool.Error as e:
-            # The pool full, a quota: nothing is saved, vLLM frees its blocks now.
-            logger.info("kvpool: request %s not saved: %s", request.request_id, e)
-            self.counts["save_refused"] += 1
-            r.seq.close()
+            # The pool full, a quota, the daemon gone: nothing saved, vLLM frees its blocks.
+            self.link.failed(e, f"request {request.request_id} not saved")
+            self.counts["save_skipped"] += 1
+            self._close(r)
             return False
         first, last = r.pinned // bs, end // bs
         self.meta.saves.append(Copy(request.request_id, table[first:last],
                                     list(block_ids[first:last])))
-        self.saving[request.request_id] = (r.seq, end, end - r.pinned)
+        self.saving[request.request_id] = (r, end, end - r.pinned)
         return True
 
-    def saved(self, req_ids):
-        """The workers copied these requests' blocks: publish them, then let them go."""
+    def saved(self, req_ids, failed):
+        """The workers are done with these requests' saves: publish the ones every worker
+        copied (failed: those some worker could not), then let the sequences go."""
         for req_id in req_ids:
-            seq, end, copied = self.saving.pop(req_id, (None, 0, 0))
-            if seq is None:
+            r, end, copied = self.saving.pop(req_id, (None, 0, 0))
+            if r is None:
+                continue
+            if req_id in failed or not self._live(r):
+                self.counts["save_skipped"] += 1
+                self._close(r)
                 continue
             try:
-                seq.commit(end)
+                r.seq.commit(end)
                 self.counts["saved_tokens"] += copied
             except kvpool.Error as e:
-                logger.warning("kvpool: request %s saved but not published: %s", req_id, e)
-            seq.close()
+                self.link.failed(e, f"request {req_id} saved but not published")
+            self._close(r)
 
     def close(self):
         logger.info("kvpool: %s", ", ".join(f"{k} {v}" for k, v in self.counts.items()))
-        for r in self.reqs.values():
+        for r in list(self.reqs.values()) + [s[0] for s in self.saving.values()]:
             if r is not None:
-                r.seq.close()
-        for seq, _, _ in self.saving.values():
-            seq.close()
-        self.client.close()
+                self._close(r)
+        self.link.close()

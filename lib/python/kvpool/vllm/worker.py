@@ -11,7 +11,8 @@ import torch
 
 import kvpool
 
-from .geometry import ConfigError, check, connect, from_vllm, pool_dtype
+from .geometry import ConfigError, check, from_vllm, pool_dtype
+from .link import Failures, Link
 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
 
@@ -57,43 +58,73 @@ class WorkerSide:
     def __init__(self, vllm_config, kv_cache_config, extra):
         # What vLLM's KV cache is, checked against the pool as the scheduler side does.
         self.want = from_vllm(vllm_config, kv_cache_config) if kv_cache_config else None
-        self.extra = extra
-        self.client = None
+        self.pool = extra.get("pool")
+        self.counts = {}
+        self.link = Link(extra, self._map, Failures(self.counts))
+        self.caches = None
         self.map = None
         self.layers = []          # [(vllm K, vllm V, pool K, pool V)] in layer order
         self.received = set()     # loads done, to report
         self.sent = set()         # saves done, to report once vLLM has said the request ended
+        self.failed_saves = set() # saves not made: the scheduler side must not publish them
+        self.reporting = set()    # the saves finished() reported last
         self.ended = {}           # requests vLLM said ended -> the call it said so in
         self.calls = 0
         self.load_errors = set()
         self.on_gpu = False
+        self.ready = None         # (the metadata, whether its copies may be made)
 
     def register(self, kv_caches):
-        self.client = connect(self.extra)
-        pool = self.extra["pool"]
+        self.caches = kv_caches
+        self.link.start()
+
+    def _map(self, client):
+        """At every (re)connect: the geometry, then the pool mapped and viewed layer by layer."""
+        pool = self.pool
         if self.want is not None:
-            check(pool, self.client.pool, self.want)
+            check(pool, client.pool, self.want)
         try:
-            self.map = self.client.map()
+            m = client.map()
         except kvpool.Error as e:
-            raise ConfigError(f"pool '{pool}' cannot be mapped: {e}") from None
-        m = self.map
+            raise ConfigError(f"pool '{pool}' cannot be mapped: {e}", e.errno) from None
         if m.layout != "layer":
             raise ConfigError(f"pool '{pool}' has layout={m.layout}: vLLM's blocks need "
                               "layout=layer")
-        names = sorted(kv_caches, key=layer_index)
+        names = sorted(self.caches, key=layer_index)
         if len(names) != m.num_layers:
             raise ConfigError(f"pool '{pool}' holds {m.num_layers} layers, vLLM has "
                               f"{len(names)} KV cache layers")
+        layers = []
         for i, name in enumerate(names):
-            t = kv_caches[name]
+            t = self.caches[name]
             if pool_dtype(t.dtype) != m.dtype:
                 raise ConfigError(f"KV cache layer '{name}': {t.dtype}; pool '{pool}' holds "
                                   f"{m.dtype}")
             k, v = split_kv(name, t, m.block_size, m.kv_heads, m.head_dim)
             pk, pv = (as_tensor(x, m.dtype) for x in m.kv_cache(i))
-            self.layers.append((k, v, pk, pv))
+            layers.append((k, v, pk, pv))
             self.on_gpu |= "cuda" in (k.device.type, pk.device.type)
+        self.map, self.layers = m, layers
+
+    def _ready(self, meta):
+        """Whether this step's copies may be made: the mapping's daemon is alive (a NOP). One
+        that died may have been replaced since the scheduler side planned them, with other
+        blocks at those ids: then none is made (loads fail, saves are not published), and
+        the pool is mapped again for the next step."""
+        if self.ready is not None and self.ready[0] is meta:
+            return self.ready[1]
+        ok = False
+        if self.link.client is not None:
+            try:
+                self.link.client.nop()
+                ok = bool(self.layers)
+            except kvpool.Error as e:
+                self.link.failed(e, "the worker's connection")
+        if self.link.client is None:
+            self.map, self.layers = None, []
+            self.link.get()  # mapped again (if the daemon is back) for the next step
+        self.ready = (meta, ok)
+        return ok
 
     def _copy(self, c, to_pool):
         """c's blocks, every layer's K and V: vLLM's into the pool's, or back."""
@@ -107,17 +138,37 @@ class WorkerSide:
                 dst.index_copy_(0, di, src.index_select(0, si).to(dst.device))
 
     def load(self, meta):
+        ok = (meta.loads or meta.saves) and self._ready(meta)
         for c in meta.loads:
-            self._copy(c, to_pool=False)
+            if not (ok and self._try(c, to_pool=False)):
+                self.load_errors.update(c.vllm_blocks)
             self.received.add(c.req_id)
         self.load_errors.update(meta.load_errors)
 
     def save(self, meta):
+        ok = (meta.loads or meta.saves) and self._ready(meta)
         for c in meta.saves:
-            self._copy(c, to_pool=True)
+            if not (ok and self._try(c, to_pool=True)):
+                self.failed_saves.add(c.req_id)
             self.sent.add(c.req_id)
-        if meta.saves and self.on_gpu:
+        if meta.saves and ok and self.on_gpu:
             torch.cuda.synchronize()  # in the pool before the scheduler side publishes it
+
+    def _try(self, c, to_pool):
+        try:
+            self._copy(c, to_pool)
+            return True
+        except Exception as e:  # a copy vLLM must never see fail: counted, logged
+            self.link.failures.note("copy_failed", f"request {c.req_id}: copy failed: {e!r}")
+            return False
+
+    def take_failed_saves(self):
+        """The failed among the saves finished() just reported: vLLM asks for both in one
+        step's output, finished() first, and the scheduler side reads them together."""
+        failed = self.failed_saves & self.reporting
+        self.failed_saves -= failed
+        self.reporting = set()
+        return failed
 
     def finished(self, finished_req_ids):
         # vLLM takes a save as done only for a request it has said ended (this call or before).
@@ -128,6 +179,7 @@ class WorkerSide:
             self.ended[req_id] = self.calls
         sent = {r for r in self.sent if r in self.ended}
         self.sent -= sent
+        self.reporting = sent
         for req_id in sent:
             del self.ended[req_id]
         if len(self.ended) > 1024:
@@ -142,5 +194,4 @@ class WorkerSide:
     def close(self):
         self.layers = []
         self.map = None
-        if self.client is not None:
-            self.client.close()
+        self.link.close()

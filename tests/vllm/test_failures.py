@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: MIT
+"""Failures never reach vLLM: kvpoold absent when the engines start, killed while they serve (no
+hits, no exception, the KV still the model's), back (hits resume); the pool full and a quota
+refusal (saves skipped and counted)."""
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:
+    import vllm  # noqa: F401
+except Exception as e:
+    pytest.skip(f"vllm is not importable: {e!r}", allow_module_level=True)
+
+from conftest import BLOCK, ROOT, connector_config, start_daemon  # noqa: E402
+import harness  # noqa: E402
+from kvcheck import kv_is_model  # noqa: E402
+import kvpool.vllm.link  # noqa: E402
+
+
+def tokens(n, seed):
+    return [(seed * 97 + 5 * i) % harness.VOCAB_SIZE for i in range(n)]
+
+
+def serve(engine, req_id, prompt):
+    engine.add_request(req_id, prompt, max_tokens=2)
+    rec = engine.run_until_done()[req_id]
+    assert rec.output_tokens == harness.expected_outputs(prompt, 2), req_id
+    assert kv_is_model(engine, req_id), req_id
+    return rec
+
+
+def counts(engine):
+    return engine.scheduler_connector._sched.counts
+
+
+def hits_resume(a, b, tmp_path, seed):
+    """kvpoold started (again) in tmp_path: within three rounds of A saving a prompt and B
+    serving it, B hits. The first save or load after a restart may be dropped (a worker that
+    finds its daemon replaced makes none of that step's copies)."""
+    d = start_daemon(tmp_path)
+    try:
+        time.sleep(0.2)
+        hits = []
+        for i in range(4):
+            R = tokens(40, seed + i)
+            serve(a, f"r{i}", R)
+            hits.append(serve(b, f"r{i}", R + [1]).num_external_tokens)
+            if hits[-1]:
+                break
+        assert hits[-1] == 32 and len(hits) <= 3, (hits, str(counts(a)), str(counts(b)))
+    finally:
+        d.stop()
+
+
+def test_daemon_killed_then_back(daemon, model_dir, tmp_path, monkeypatch):
+    """A saves, B (another engine: A's own hits would be vLLM's) loads."""
+    # The back-off (1 s doubling to 30 s) shortened: reconnects within a round of requests.
+    monkeypatch.setattr(kvpool.vllm.link, "BACKOFF_FIRST", 0.05)
+    monkeypatch.setattr(kvpool.vllm.link, "BACKOFF_MAX", 0.1)
+    cfg = connector_config(daemon)
+    with harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg) as a, \
+            harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg) as b:
+        P = tokens(40, 1)
+        serve(a, "p", P)
+        assert serve(b, "p", P + [1]).num_external_tokens == 32
+        daemon.kill()
+        # Away: both serve all the same, computing in full; nothing saved, nothing loaded.
+        Q = tokens(40, 2)
+        assert serve(a, "q", Q).computed_positions == list(range(41))
+        assert serve(b, "q", Q + [1]).computed_positions == list(range(42))
+        assert counts(a)["daemon_away"] >= 1 and counts(b)["daemon_away"] >= 1
+        # Back, with an empty pool: hits resume.
+        hits_resume(a, b, tmp_path, seed=10)
+
+
+def test_daemon_absent_at_start(tmp_path, model_dir, monkeypatch):
+    """No kvpoold when the engines start: they start and serve without hits; once it is there,
+    hits come."""
+    monkeypatch.setattr(kvpool.vllm.link, "BACKOFF_FIRST", 0.05)
+    monkeypatch.setattr(kvpool.vllm.link, "BACKOFF_MAX", 0.1)
+    cfg = connector_config(SimpleNamespace(socket=str(tmp_path / "kvpool.sock")))
+    with harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg) as a, \
+            harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg) as b:
+        P = tokens(40, 4)
+        serve(a, "p", P)
+        assert serve(b, "p", P + [1]).num_external_tokens == 0
+        assert counts(a)["daemon_away"] >= 1 and counts(a)["saved_tokens"] == 0
+        hits_resume(a, b, tmp_path, seed=20)
+
+
+FILL = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import kvpool
+c = kvpool.Client(sys.argv[2], pool="small", namespace="team")
+s = c.open([900 + i for i in range(128)])
+s.alloc(128)
+print("full", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_pool_full_and_quota(daemon, model_dir):
+    P = tokens(40, 2)
+    holder = subprocess.Popen([sys.executable, "-c", FILL, os.path.join(ROOT, "lib", "python"),
+                               daemon.socket], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "full\n"
+        with harness.Engine(model_dir, block_size=BLOCK,
+                            kv_transfer_config=connector_config(daemon, "small")) as a:
+            serve(a, "full", P)
+            c = counts(a)
+            assert (c["pool_full"], c["save_skipped"], c["saved_tokens"]) == (1, 1, 0)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    # Namespace tight may hold 2 blocks: the pin takes 1, the save's 3 more are refused.
+    with harness.Engine(model_dir, block_size=BLOCK,
+                        kv_transfer_config=connector_config(daemon, "tight", "tight")) as b:
+        serve(b, "quota", tokens(60, 3))
+        c = counts(b)
+        assert (c.get("quota"), c["save_skipped"], c["saved_tokens"]) == (1, 1, 0), str(c)
