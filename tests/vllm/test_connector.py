@@ -176,3 +176,40 @@ def test_salts_and_adapters_keep_tenants_apart(daemon, model_dir, kind):
             assert rec.num_external_tokens == hit, req_id
             assert rec.computed_positions == list(range(hit, 41)), req_id
             assert kv_is_model(b, req_id)
+
+
+def run_collecting_stats(engine):
+    """Steps to the end; the connector stats of every step as vLLM's SchedulerStats carry them
+    (both sides' counters for the step, summed by vLLM)."""
+    collected = []
+    while engine.scheduler.has_requests() or not all(r.finished for r in
+                                                     engine.records.values()):
+        _, outputs = engine.step()
+        for eco in outputs.values():
+            stats = eco.scheduler_stats
+            if stats is not None and stats.kv_connector_stats:
+                collected.append(stats.kv_connector_stats)
+    return collected
+
+
+def test_stats_in_vllms_form(daemon, model_dir):
+    """Both sides' counters as vLLM's KVConnectorStats, taken by vLLM each step, summed by its
+    KVConnectorLogging and logged as one line."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorLogging
+
+    P = tokens(53, 8)
+    with engine(model_dir, daemon, log_stats=True) as a, \
+            engine(model_dir, daemon, log_stats=True) as b:
+        a.add_request("p", P, max_tokens=4)
+        b.add_request("q", P, max_tokens=2)
+        steps = run_collecting_stats(a)
+        steps += run_collecting_stats(b)
+        logging = KVConnectorLogging(a.vllm_config.kv_transfer_config)
+        for data in steps:
+            logging.observe(data)
+        lines = []
+        logging.log(lambda fmt, arg: lines.append(fmt % arg))
+        # A block: 2 layers, K and V, 16 tokens x 2 heads x 16 dims of bf16: 4096 bytes.
+        assert lines == ["KV Transfer metrics: loaded_blocks=3, loaded_bytes=12288, "
+                         "loaded_tokens=48, offered_tokens=48, saved_blocks=3, "
+                         "saved_bytes=12288, saved_tokens=48"]

@@ -13,6 +13,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from .meta import KvpoolWorkerMeta
 from .scheduler import SchedulerSide
+from .stats import KvpoolStats
 from .worker import WorkerSide
 
 if TYPE_CHECKING:
@@ -71,8 +72,13 @@ class KvpoolConnector(KVConnectorBase_V1):
         failed = worker.failed_saves if isinstance(worker, KvpoolWorkerMeta) else set()
         self._sched.saved(connector_output.finished_sending or (), failed)
 
-    def get_kv_connector_stats(self):
-        return None
+    def get_kv_connector_stats(self) -> KvpoolStats | None:
+        delta = (self._sched or self._worker).interval.take()
+        return KvpoolStats(data=delta) if delta else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KvpoolStats:
+        return KvpoolStats(data=dict(data or {}))
 
     # ---- worker side ----
 

@@ -57,6 +57,20 @@ class Failures:
             self.unlogged[cause] = self.unlogged.get(cause, 0) + 1
 
 
+class Interval:
+    """What a cumulative counts dict gained since the last take()."""
+
+    def __init__(self, counts):
+        self.counts = counts
+        self.taken = {}
+
+    def take(self):
+        delta = {k: v - self.taken.get(k, 0) for k, v in self.counts.items()
+                 if v != self.taken.get(k, 0)}
+        self.taken = dict(self.counts)
+        return delta
+
+
 class Link:
     """The connection to kvpoold for one side of the connector. check(client) runs at every
     (re)connect (the geometry): its ConfigError refuses at start, and after start keeps the

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import kvpool
 
 from .geometry import check, from_vllm
-from .link import Failures, Link
+from .link import Failures, Interval, Link
 from .meta import Copy, KvpoolMeta
 
 logger = logging.getLogger("kvpool.vllm")
@@ -55,6 +55,7 @@ class SchedulerSide:
         self.counts = dict(offered_tokens=0, loaded_tokens=0, lost_tokens=0, saved_tokens=0,
                            save_skipped=0, multimodal=0)
         self.failures = Failures(self.counts)
+        self.interval = Interval(self.counts)
 
         def check_pool(client):
             check(self.pool_name, client.pool, want)

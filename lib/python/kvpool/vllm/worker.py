@@ -12,7 +12,7 @@ import torch
 import kvpool
 
 from .geometry import ConfigError, check, from_vllm, pool_dtype
-from .link import Failures, Link
+from .link import Failures, Interval, Link
 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
 
@@ -59,8 +59,10 @@ class WorkerSide:
         # What vLLM's KV cache is, checked against the pool as the scheduler side does.
         self.want = from_vllm(vllm_config, kv_cache_config) if kv_cache_config else None
         self.pool = extra.get("pool")
-        self.counts = {}
+        self.counts = dict(loaded_blocks=0, saved_blocks=0, loaded_bytes=0, saved_bytes=0)
+        self.interval = Interval(self.counts)
         self.link = Link(extra, self._map, Failures(self.counts))
+        self.block_bytes = 0      # one block of every layer, K and V
         self.caches = None
         self.map = None
         self.layers = []          # [(vllm K, vllm V, pool K, pool V)] in layer order
@@ -105,6 +107,7 @@ class WorkerSide:
             layers.append((k, v, pk, pv))
             self.on_gpu |= "cuda" in (k.device.type, pk.device.type)
         self.map, self.layers = m, layers
+        self.block_bytes = sum(pk[0].nbytes + pv[0].nbytes for _, _, pk, pv in layers)
 
     def _ready(self, meta):
         """Whether this step's copies may be made: the mapping's daemon is alive (a NOP). One
@@ -157,6 +160,9 @@ class WorkerSide:
     def _try(self, c, to_pool):
         try:
             self._copy(c, to_pool)
+            way = "saved" if to_pool else "loaded"
+            self.counts[f"{way}_blocks"] += len(c.pool_blocks)
+            self.counts[f"{way}_bytes"] += len(c.pool_blocks) * self.block_bytes
             return True
         except Exception as e:  # a copy vLLM must never see fail: counted, logged
             self.link.failures.note("copy_failed", f"request {c.req_id}: copy failed: {e!r}")
