@@ -71,6 +71,44 @@ def check(socket, device, backend, shape_name):
         w.close()
 
 
+def check_tp(socket, device, backend):
+    """Tensor parallelism, 2 ranks of 1 head each: each saves its head of vLLM blocks 3 and 7
+    into pool blocks 5 and 2; a worker of 1 rank, both heads, loads them into its blocks 0
+    and 1: head h is rank h's, byte for byte."""
+    pool = "copies-tp"
+    with kvpool.Client(socket, admin=True) as admin:
+        admin.create_pool(pool, 16, BS, [("full", 0)], kv_heads=HEADS, head_dim=D,
+                          layers_per_group=LAYERS, dtype="bf16", namespace="copies",
+                          backend=backend, layout="layer", owned=True)
+        extra = {"socket": socket, "pool": pool, "namespace": "copies"}
+        copy = SimpleNamespace
+        ranks = []
+        for rank in range(HEADS):
+            caches = {}
+            for layer in range(LAYERS):
+                t = torch.arange(BLOCKS * BS * 2 * D, dtype=torch.float32) * (rank + 2)
+                t = (t % 997 - 498 + 1000 * layer).to(torch.bfloat16)
+                caches[f"model.layers.{layer}.self_attn.attn"] = \
+                    t.reshape(BLOCKS, 1, BS, 2 * D).to(device)
+            w = WorkerSide(None, None, extra, rank=(rank, HEADS))
+            w.register(caches)
+            w.save(copy(saves=[copy(req_id="s", vllm_blocks=[3, 7], pool_blocks=[5, 2])],
+                        loads=[], load_errors=[]))
+            ranks.append(caches)
+            w.close()
+        whole = {name: torch.zeros(BLOCKS, HEADS, BS, 2 * D, dtype=torch.bfloat16,
+                                   device=device) for name in ranks[0]}
+        w = WorkerSide(None, None, extra, rank=(0, 1))
+        w.register(whole)
+        w.load(copy(loads=[copy(req_id="l", pool_blocks=[5, 2], vllm_blocks=[0, 1])],
+                    saves=[], load_errors=[]))
+        w.close()
+        for name, t in whole.items():
+            for h in range(HEADS):
+                for src, dst in ((3, 0), (7, 1)):
+                    assert torch.equal(t[dst, h], ranks[h][name][src, 0]), (name, h)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--socket", required=True)
@@ -80,6 +118,8 @@ def main():
     for name in shapes():
         check(args.socket, args.device, args.backend, name)
         print(f"copies {name} on {args.device} ({args.backend} pool): ok")
+    check_tp(args.socket, args.device, args.backend)
+    print(f"copies of 2 tensor-parallel ranks on {args.device} ({args.backend} pool): ok")
 
 
 if __name__ == "__main__":

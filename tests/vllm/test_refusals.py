@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """What KvpoolConnector refuses at start, each with its exact message: a pool whose geometry is
 not vLLM's (both named), one with other groups or the block layout, and what no pool holds or
-this connector does not share yet (fp8 KV, MLA, tensor parallelism, hybrid KV cache groups)."""
+this connector does not share yet (fp8 KV, MLA, hybrid KV cache groups)."""
 import os
 from types import SimpleNamespace
 
@@ -16,7 +16,7 @@ except Exception as e:
 from conftest import BLOCK, connector_config  # noqa: E402
 import harness  # noqa: E402
 from kvpool.vllm import ConfigError  # noqa: E402
-from kvpool.vllm.geometry import from_vllm  # noqa: E402
+from kvpool.vllm.geometry import from_vllm, rank_heads  # noqa: E402
 
 
 def start(model_dir, daemon, pool, **extra):
@@ -75,7 +75,6 @@ def vllm_config(cache_dtype="auto", use_mla=False, tp=1, specs=("FullAttentionSp
                                    "f32 KV"),
     (dict(use_mla=True), "multi-head latent attention: a kvpool pool holds per-head K and V, "
                          "not MLA's latent cache"),
-    (dict(tp=2), "tensor parallel size 2: this connector shares the KV of one rank only"),
     (dict(specs=("FullAttentionSpec", "SlidingWindowSpec")),
      "2 KV cache groups: this connector shares one, of full attention"),
     (dict(specs=("SlidingWindowSpec",)), "KV cache group 0 is SlidingWindowSpec: this "
@@ -90,3 +89,11 @@ def test_vllm_config_refused(kw, message):
 def test_vllm_geometry():
     g = from_vllm(*vllm_config())
     assert str(g) == "block_size 16, 1 layers, 2 kv heads, head_dim 16, bf16"
+    # 2 ranks of 2 heads each: the pool holds all 4.
+    assert from_vllm(*vllm_config(tp=2)).kv_heads == 4
+
+
+def test_rank_heads():
+    assert [rank_heads(8, 4, r) for r in range(4)] == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert [rank_heads(2, 4, r) for r in range(4)] == [(0, 1), (0, 1), (1, 2), (1, 2)]
+    assert rank_heads(2, 1, 0) == (0, 2)

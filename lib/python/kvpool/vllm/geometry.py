@@ -100,10 +100,6 @@ def from_vllm(vllm_config, kv_cache_config):
     if getattr(model, "use_mla", False):
         raise ConfigError("multi-head latent attention: a kvpool pool holds per-head K and V, "
                           "not MLA's latent cache")
-    tp = vllm_config.parallel_config.tensor_parallel_size
-    if tp != 1:
-        raise ConfigError(f"tensor parallel size {tp}: this connector shares the KV of one "
-                          "rank only")
     groups = kv_cache_config.kv_cache_groups
     if len(groups) != 1:
         raise ConfigError(f"{len(groups)} KV cache groups: this connector shares one, of full "
@@ -112,9 +108,23 @@ def from_vllm(vllm_config, kv_cache_config):
     if type(spec).__name__ != "FullAttentionSpec":
         raise ConfigError(f"KV cache group 0 is {type(spec).__name__}: this connector shares "
                           "full attention only")
+    # The pool holds every KV head; a tensor-parallel rank holds a slice (or, with fewer KV
+    # heads than ranks, a copy of one).
+    tp = vllm_config.parallel_config.tensor_parallel_size
+    total = model.get_total_num_kv_heads() if hasattr(model, "get_total_num_kv_heads") \
+        else spec.num_kv_heads * tp
     return Geometry(block_size=spec.block_size, layers=len(groups[0].layer_names),
-                    kv_heads=spec.num_kv_heads, head_dim=spec.head_size,
-                    dtype=pool_dtype(spec.dtype))
+                    kv_heads=total, head_dim=spec.head_size, dtype=pool_dtype(spec.dtype))
+
+
+def rank_heads(total, tp, rank):
+    """The KV heads [first, end) of the pool that tensor-parallel rank holds, as vLLM splits
+    them: an equal slice each, or one head copied to several ranks when they outnumber it."""
+    if tp <= total:
+        per = total // tp
+        return rank * per, (rank + 1) * per
+    head = rank * total // tp
+    return head, head + 1
 
 
 def check(pool_name, info, want):

@@ -11,7 +11,7 @@ import torch
 
 import kvpool
 
-from .geometry import ConfigError, check, from_vllm, pool_dtype
+from .geometry import ConfigError, check, from_vllm, pool_dtype, rank_heads
 from .link import Failures, Interval, Link
 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
@@ -51,11 +51,23 @@ def split_kv(name, t, block_size, kv_heads, head_dim):
         return t[:, 0], t[:, 1]
     raise ConfigError(f"KV cache layer '{name}': shape {tuple(t.shape)} holds no blocks of "
                       f"{block_size} tokens x {kv_heads} kv heads x head_dim {head_dim} (the "
-                      "pool's)")
+                      "pool's, for this tensor-parallel rank)")
+
+
+def tp_rank(vllm_config):
+    """(rank, size) of this worker among the tensor-parallel ranks."""
+    size = vllm_config.parallel_config.tensor_parallel_size if vllm_config else 1
+    if size == 1:
+        return 0, 1
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+    return get_tensor_model_parallel_rank(), size
 
 
 class WorkerSide:
-    def __init__(self, vllm_config, kv_cache_config, extra):
+    def __init__(self, vllm_config, kv_cache_config, extra, rank=None):
+        """rank: (rank, size) among the tensor-parallel ranks; default vLLM's."""
+        self.rank = rank or tp_rank(vllm_config)
         # What vLLM's KV cache is, checked against the pool as the scheduler side does.
         self.want = from_vllm(vllm_config, kv_cache_config) if kv_cache_config else None
         self.pool = extra.get("pool")
@@ -102,12 +114,14 @@ class WorkerSide:
             if pool_dtype(t.dtype) != m.dtype:
                 raise ConfigError(f"KV cache layer '{name}': {t.dtype}; pool '{pool}' holds "
                                   f"{m.dtype}")
-            k, v = split_kv(name, t, m.block_size, m.kv_heads, m.head_dim)
-            pk, pv = (as_tensor(x, m.dtype) for x in m.kv_cache(i))
+            h0, h1 = rank_heads(m.kv_heads, self.rank[1], self.rank[0])
+            k, v = split_kv(name, t, m.block_size, h1 - h0, m.head_dim)
+            # This rank's heads of the pool's blocks: [blocks, block_size, heads, head_dim].
+            pk, pv = (as_tensor(x, m.dtype)[:, :, h0:h1] for x in m.kv_cache(i))
             layers.append((k, v, pk, pv))
             self.on_gpu |= "cuda" in (k.device.type, pk.device.type)
         self.map, self.layers = m, layers
-        self.block_bytes = sum(pk[0].nbytes + pv[0].nbytes for _, _, pk, pv in layers)
+        self.block_bytes = sum(pk[0].numel() * pk.element_size() * 2 for _, _, pk, _ in layers)
 
     def _ready(self, meta):
         """Whether this step's copies may be made: the mapping's daemon is alive (a NOP). One
