@@ -3,7 +3,7 @@
 # (bench/README.md keeps them). About 2 minutes on 2 cores; nothing else should
 # run meanwhile (the figures are wall-clock). CI runs only smoke versions.
 #   bench/run.sh [NAME...]   only those: limits core rtt attend capacity load
-#                            overhead python engine
+#                            overhead python engine vllm
 set -u
 cd "$(dirname "$0")/.." || exit 1
 kvbench=${KVBENCH:-tools/kvbench}
@@ -48,6 +48,13 @@ if wanted engine; then
 		run bench/engine.sh 1
 	else
 		echo; echo "# bench/engine.sh: skipped (no torch)"
+	fi
+fi
+if wanted vllm; then
+	if [ -x .venv/bin/python ] && .venv/bin/python -c 'import vllm' 2>/dev/null; then
+		run .venv/bin/python bench/vllm_step.py
+	else
+		echo; echo "# bench/vllm_step.py: skipped (no .venv with vLLM: tools/deps.sh --vllm)"
 	fi
 fi
 exit $((failed > 0))

@@ -13,7 +13,7 @@ LAYER_NAME = "model.layers.{}.self_attn.attn"  # what vLLM names a Llama layer's
 
 
 def write_model_dir(path, num_layers=2, num_kv_heads=2, num_heads=4, head_dim=16,
-                    dtype="bfloat16"):
+                    dtype="bfloat16", max_positions=4096):
     """A model directory holding only a tiny Llama config.json: enough for vLLM's
     ModelConfig; no tokenizer and no weights (nothing loads a model)."""
     os.makedirs(path, exist_ok=True)
@@ -22,7 +22,7 @@ def write_model_dir(path, num_layers=2, num_kv_heads=2, num_heads=4, head_dim=16
         "vocab_size": VOCAB_SIZE, "hidden_size": num_heads * head_dim,
         "intermediate_size": 2 * num_heads * head_dim, "num_hidden_layers": num_layers,
         "num_attention_heads": num_heads, "num_key_value_heads": num_kv_heads,
-        "head_dim": head_dim, "max_position_embeddings": 4096, "torch_dtype": dtype,
+        "head_dim": head_dim, "max_position_embeddings": max_positions, "torch_dtype": dtype,
         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2,
         "tie_word_embeddings": False,
     }
