@@ -7,8 +7,10 @@
   ttft  time to first token of engine B's request on a 4096-token prompt engine A served,
         with the forward modelled as 0.1 ms per token computed (a stated assumption): the
         prefill the load saves against the load's cost.
+  wake  what one kvpool request costs after an idle gap (the daemon asleep): a NOP timed
+        after 0, 0.2, 1 and 5 ms of busy-waiting, the bound of the connector's step.
 
-Run in the project's venv: .venv/bin/python bench/vllm_step.py [step] [ttft]"""
+Run in the project's venv: .venv/bin/python bench/vllm_step.py [step] [ttft] [wake]"""
 import os
 import statistics
 import sys
@@ -54,10 +56,13 @@ def timed_step(engine):
 
 
 def decode_steps(model_dir, kv_transfer_config, requests=64, steps=200):
+    """Seconds of each of steps decode steps of requests running requests. Their prompts'
+    lengths are staggered (32 to 47 tokens), so that about 4 of them complete a block, which
+    the connector saves, in every step."""
     with harness.Engine(model_dir, num_gpu_blocks=2048, max_num_seqs=requests,
                         kv_transfer_config=kv_transfer_config) as e:
         for i in range(requests):
-            e.add_request(f"r{i}", [(i * 131 + 7 * j) % 1000 for j in range(32)],
+            e.add_request(f"r{i}", [(i * 131 + 7 * j) % 1000 for j in range(32 + i % 16)],
                           max_tokens=steps + 10)
         while not all(len(r.output_tokens) > 0 for r in e.records.values()):
             timed_step(e)  # the prefills
@@ -67,16 +72,18 @@ def decode_steps(model_dir, kv_transfer_config, requests=64, steps=200):
 def bench_step(model_dir, socket):
     rows = []
     for rnd in range(3):  # alternating, so that the machine's drift hits both
-        base = statistics.median(decode_steps(model_dir, None))
-        conn = statistics.median(decode_steps(model_dir, connector(socket)))
-        rows.append((base, conn))
-        print(f"step round {rnd}: without {base * 1e6:.0f} us, with {conn * 1e6:.0f} us, "
-              f"{(conn / base - 1) * 100:+.1f}%")
-    base = statistics.median(r[0] for r in rows)
-    conn = statistics.median(r[1] for r in rows)
-    print(f"step: 64 requests in decode, median of 3 rounds of 200 steps: without "
-          f"{base * 1e6:.0f} us, with KvpoolConnector {conn * 1e6:.0f} us "
-          f"({(conn / base - 1) * 100:+.1f}%; target +10% at most)")
+        base, conn = (decode_steps(model_dir, cfg) for cfg in (None, connector(socket)))
+        rows.append([(statistics.median(x), statistics.mean(x)) for x in (base, conn)])
+        (bmed, bmean), (cmed, cmean) = rows[-1]
+        print(f"step round {rnd}: median without {bmed * 1e6:.0f} us, with {cmed * 1e6:.0f} us "
+              f"({(cmed / bmed - 1) * 100:+.1f}%); mean without {bmean * 1e6:.0f} us, with "
+              f"{cmean * 1e6:.0f} us ({(cmean / bmean - 1) * 100:+.1f}%)")
+    for i, what in ((0, "median"), (1, "mean")):
+        base = statistics.median(r[0][i] for r in rows)
+        conn = statistics.median(r[1][i] for r in rows)
+        print(f"step: 64 requests in decode, {what} step of 200, median of 3 rounds: without "
+              f"{base * 1e6:.0f} us, with KvpoolConnector {conn * 1e6:.0f} us "
+              f"({(conn / base - 1) * 100:+.1f}%; target +10% at most)")
 
 
 WORKER_CALLS = ("bind_connector_metadata", "start_load_kv", "wait_for_layer_load",
@@ -134,8 +141,25 @@ def bench_ttft(model_dir, socket):
           f"{without / with_:.1f}x sooner")
 
 
+def bench_wake(socket):
+    import kvpool
+    with kvpool.Client(socket, pool="bench", namespace="bench") as c:
+        for gap in (0, 0.0002, 0.001, 0.005):
+            spent = []
+            for _ in range(200):
+                until = time.perf_counter() + gap
+                while time.perf_counter() < until:
+                    pass
+                t = time.perf_counter()
+                c.nop()
+                spent.append(time.perf_counter() - t)
+            spent.sort()
+            print(f"wake: a NOP after {gap * 1e3:.1f} ms idle: median {spent[100] * 1e6:.1f} us, "
+                  f"p90 {spent[180] * 1e6:.1f} us")
+
+
 def main(argv):
-    which = argv or ["step", "ttft"]
+    which = argv or ["step", "ttft", "wake"]
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = harness.write_model_dir(os.path.join(tmp, "model"), max_positions=8192)
         d = Daemon(Path(tmp), POOL + "\n[namespace.bench]\nuids = 0\n",
@@ -145,6 +169,8 @@ def main(argv):
                 bench_step(model_dir, d.socket)
             if "ttft" in which:
                 bench_ttft(model_dir, d.socket)
+            if "wake" in which:
+                bench_wake(d.socket)
         finally:
             d.stop()
 

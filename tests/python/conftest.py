@@ -64,6 +64,11 @@ layers_per_group = 2
 namespace = ns1
 layout = layer
 
+[pool.hybrid]
+blocks = 32
+block_size = 4
+groups = full swa:8
+
 [namespace.ns1]
 uids = 0
 

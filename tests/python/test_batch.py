@@ -2,7 +2,8 @@
 """Batches, leaks over many cycles, and threads sharing a Client.
 
 Pools (conftest.CONFIG): `small` has 7 usable blocks of 4 tokens (block 0 is the null block),
-no KV; `kv` holds f32 KV for groups full + swa:8, 2 layers each, 2 kv heads of 8; the
+no KV; `kv` holds f32 KV for groups full + swa:8, 2 layers each, 2 kv heads of 8; `hybrid`
+has groups full + swa:8, no KV; the
 `shared-*` pools are restricted to namespace ns1; namespace `tight` may hold 2 blocks per pool.
 """
 import errno
@@ -53,6 +54,46 @@ def test_batch_with_a_failing_middle_operation(daemon):
         for s in (s1, s2, s3):
             s.close()
         assert_clean(c, "small")
+
+
+def test_batch_alloc_blocks_are_the_tables_new_ends(daemon):
+    """alloc(..., blocks=True): (hit, new blocks per group), exactly the ids that end each
+    table after it: the pin's one block past a hit, a running sequence's next ones; a sliding
+    window's dropped positions stay null and are not new."""
+    with daemon.client(pool="hybrid") as c:
+        tokens = list(range(1, 26))  # 6 blocks of 4 and one token
+        s = c.open(tokens)
+        with c.batch() as b:
+            b.alloc(s, 1, use_cache=True, blocks=True)
+            b.alloc(s, 8, blocks=True)
+        (hit, first), (none, second) = b.results
+        table = s.table()
+        assert (hit, none) == (0, 0)
+        assert [len(g) for g in first] == [1, 1] and [len(g) for g in second] == [1, 1]
+        assert [f + n for f, n in zip(first, second)] == table
+        s.commit(8)
+        with c.batch() as b:
+            b.alloc(s, 16, blocks=True)
+        ((_, more),) = b.results
+        table = s.table()
+        assert [len(g) for g in table] == [6, 6] and more == [g[2:] for g in table]
+        # Group 1 (swa:8) drops the blocks the window left behind (positions 0-3 once 24
+        # are computed): nulls, which the next ALLOC's new blocks never include.
+        s.commit(24)
+        with c.batch() as b:
+            b.alloc(s, 1, blocks=True)
+        ((_, last),) = b.results
+        table = s.table()
+        assert table[1][:4] == [0, 0, 0, 0] and last == [g[6:] for g in table]
+        assert [len(g) for g in last] == [1, 1]
+        with c.open(tokens + [99]) as t, c.batch() as b:
+            b.alloc(t, 1, use_cache=True, blocks=True)
+        ((hit, pinned),) = b.results
+        # The hit's blocks are s's (shared); the pin's new block is the table's 7th.
+        assert hit == 24
+        assert [len(g) for g in pinned] == [1, 1] and pinned[0][0] not in table[0]
+        s.close()
+        assert_clean(c, "hybrid")
 
 
 def test_batch_all_succeed(daemon):

@@ -21,6 +21,13 @@ BLOCK = 16
 _MODEL_POOL = ("block_size = 16\ngroups = full\nkv_heads = {heads}\nhead_dim = 16\n"
                "dtype = bf16\nlayers_per_group = 2\nlayout = {layout}\nnamespace = team\n")
 
+# The hybrid model's pool (hybrid_model_dir), as pool-config prints it.
+HYBRID_POOL = ("[pool.hyb]\nblocks = 129\nblock_size = 16\ngroups = swa:32 full\nkv_heads = 2\n"
+               "head_dim = 16\ndtype = bf16\nlayers_per_group = 2\nlayout = layer\n"
+               "namespace = team\n")
+HYBRID_LAYERS = ["sliding_attention", "full_attention"] * 2
+WINDOW = 32
+
 # vllm: the model's pool. small: 8 usable blocks (the eviction test). heads4, blocklayout,
 # open (no namespace: not mappable), hybrid: one thing wrong each (the refusals). tight: in
 # namespace tight, 2 blocks at most (a quota refusal).
@@ -35,7 +42,7 @@ CONFIG = (
     _MODEL_POOL.format(heads=2, layout="layer").replace("groups = full", "groups = full swa:32") +
     "\n[pool.tight]\nblocks = 16\n" +
     _MODEL_POOL.format(heads=2, layout="layer").replace("namespace = team", "namespace = tight") +
-    "\n[namespace.tight]\nuids = 0\nmax_blocks = 2\n"
+    "\n[namespace.tight]\nuids = 0\nmax_blocks = 2\n\n" + HYBRID_POOL
 )
 
 
@@ -63,6 +70,13 @@ def daemon(tmp_path):
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     return write_model_dir(str(tmp_path_factory.mktemp("model")))
+
+
+@pytest.fixture(scope="session")
+def hybrid_model_dir(tmp_path_factory):
+    """4 layers: sliding window (32 tokens), full, sliding, full."""
+    return write_model_dir(str(tmp_path_factory.mktemp("hybrid")), num_layers=4,
+                           layer_types=HYBRID_LAYERS, sliding_window=WINDOW)
 
 
 def connector_config(daemon, pool="vllm", namespace=NS):

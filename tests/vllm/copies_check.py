@@ -53,11 +53,13 @@ def check(socket, device, backend, shape_name):
         w.register(caches)
         copy = SimpleNamespace
         # Save vLLM blocks 3, 7, 1 into pool blocks 5, 2, 9; load them into vLLM 0, 10, 4.
-        w.save(copy(saves=[copy(req_id="s", vllm_blocks=[3, 7, 1], pool_blocks=[5, 2, 9])],
-                    loads=[], load_errors=[]))
-        w.load(copy(loads=[copy(req_id="l", pool_blocks=[5, 2, 9], vllm_blocks=[0, 10, 4])],
-                    saves=[], load_errors=[11]))
-        assert w.finished({"s"}) == ({"s"}, {"l"})
+        w.save(copy(step=1, saves=[copy(req_id="s", vllm_blocks=[[3, 7, 1]],
+                                        pool_blocks=[[5, 2, 9]])], loads=[], load_errors=[]))
+        assert w.take_answer() == (1, set())
+        w.load(copy(step=2, loads=[copy(req_id="l", pool_blocks=[[5, 2, 9]],
+                                        vllm_blocks=[[0, 10, 4]])],
+                    saves=[], load_errors=[11], failed_loads=[]))
+        assert w.finished({"s"}) == (None, {"l"})
         assert w.take_load_errors() == {11}
         for name, t in caches.items():
             k, v = views(t)
@@ -92,16 +94,17 @@ def check_tp(socket, device, backend):
                     t.reshape(BLOCKS, 1, BS, 2 * D).to(device)
             w = WorkerSide(None, None, extra, rank=(rank, HEADS))
             w.register(caches)
-            w.save(copy(saves=[copy(req_id="s", vllm_blocks=[3, 7], pool_blocks=[5, 2])],
-                        loads=[], load_errors=[]))
+            w.save(copy(step=1, saves=[copy(req_id="s", vllm_blocks=[[3, 7]],
+                                            pool_blocks=[[5, 2]])], loads=[], load_errors=[]))
+            assert w.take_answer() == (1, set())
             ranks.append(caches)
             w.close()
         whole = {name: torch.zeros(BLOCKS, HEADS, BS, 2 * D, dtype=torch.bfloat16,
                                    device=device) for name in ranks[0]}
         w = WorkerSide(None, None, extra, rank=(0, 1))
         w.register(whole)
-        w.load(copy(loads=[copy(req_id="l", pool_blocks=[5, 2], vllm_blocks=[0, 1])],
-                    saves=[], load_errors=[]))
+        w.load(copy(step=2, loads=[copy(req_id="l", pool_blocks=[[5, 2]],
+                                        vllm_blocks=[[0, 1]])], saves=[], load_errors=[]))
         w.close()
         for name, t in whole.items():
             for h in range(HEADS):

@@ -13,9 +13,11 @@ LAYER_NAME = "model.layers.{}.self_attn.attn"  # what vLLM names a Llama layer's
 
 
 def write_model_dir(path, num_layers=2, num_kv_heads=2, num_heads=4, head_dim=16,
-                    dtype="bfloat16", max_positions=4096):
+                    dtype="bfloat16", max_positions=4096, layer_types=None,
+                    sliding_window=None):
     """A model directory holding only a tiny Llama config.json: enough for vLLM's
-    ModelConfig; no tokenizer and no weights (nothing loads a model)."""
+    ModelConfig; no tokenizer and no weights (nothing loads a model). layer_types
+    ("sliding_attention", "full_attention" per layer) and sliding_window make it hybrid."""
     os.makedirs(path, exist_ok=True)
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -26,6 +28,8 @@ def write_model_dir(path, num_layers=2, num_kv_heads=2, num_heads=4, head_dim=16
         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2,
         "tie_word_embeddings": False,
     }
+    if layer_types is not None:
+        config.update(layer_types=list(layer_types), sliding_window=sliding_window)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     return path
@@ -74,6 +78,7 @@ class RequestRecord:
     num_local_cached_tokens: int | None = None  # tokens at admission from connector/cache
     output_tokens: list = field(default_factory=list)
     block_ids: list = field(default_factory=list)  # its block table at its last forward
+    tables: list = field(default_factory=list)     # every group's (block_ids: the first's)
     finish_reason: str | None = None  # "length", "error", ...
     kv_transfer_params: dict | None = None  # from the connector's request_finished
     error: object = None

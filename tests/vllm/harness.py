@@ -12,11 +12,18 @@ KV tensors are what 0.33.0 hands register_kv_caches: per layer a view
 [num_blocks, num_kv_heads, block_size, 2 * head_size] (K in the first head_size
 entries of the last dim, V in the rest) over one int8 buffer, its strides set by the
 resolved KVCacheLayout (LBNHC for FlashAttention: memory order block, token, head).
+
+A model whose config has layer_types (sliding_attention, full_attention) and
+sliding_window is hybrid: its KV cache groups are the ones vLLM's planner forms
+(get_kv_cache_groups), each layer writes through its group's block table, and a
+sliding-window group's blocks behind the window are vLLM's null block.
 """
 import contextlib
+import multiprocessing
 import os
 import sys
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local config dir; never ask the Hub
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fake_model is beside us
@@ -26,7 +33,9 @@ import torch  # noqa: E402
 from vllm.config import (  # noqa: E402
     CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig,
     VllmConfig, set_current_vllm_config)
+from vllm.distributed import parallel_state  # noqa: E402
 from vllm.distributed.kv_transfer import kv_transfer_state  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole  # noqa: E402
 from vllm.forward_context import get_forward_context, set_forward_context  # noqa: E402
@@ -35,17 +44,26 @@ from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.attention.backend import AttentionMetadata  # noqa: E402
 from vllm.v1.attention.backends.utils import (  # noqa: E402
     get_supported_kv_cache_layouts, resolve_kv_cache_layout)
-from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups  # noqa: E402
+from vllm.v1.core.kv_cache_planning import (  # noqa: E402
+    get_kv_cache_config_from_groups, get_kv_cache_groups)
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     generate_scheduler_kv_cache_config, get_request_block_hasher, init_none_hash,
     resolve_cache_hit_alignment_tokens, resolve_kv_cache_block_sizes)
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from vllm.v1.worker.utils import allocate_kv_cache  # noqa: E402
+
+from vllm.platforms import current_platform  # noqa: E402
+
+# vLLM here is a CUDA build with no GPU: its platform is UnspecifiedPlatform, which refuses
+# the hybrid allocator. The harness stands in for a GPU (or CPU) engine, whose platform
+# supports it; the connector's own answer (SupportsHMA) still decides.
+if not current_platform.support_hybrid_kv_cache():
+    type(current_platform).support_hybrid_kv_cache = classmethod(lambda cls: True)
 
 from fake_model import (  # noqa: E402,F401 (re-exported for tests)
     LAYER_NAME, VOCAB_SIZE, RequestRecord, expected_outputs, kv_value, next_token,
@@ -77,14 +95,26 @@ class _AttentionStandIn:
 class Engine:
     """One vLLM engine: add_request, step / run_until_done (-> records: RequestRecord
     per request), kv(layer) for a registered KV tensor, read_kv / request_kv /
-    expected_kv to compare KV, close (or use as a context manager)."""
+    expected_kv to compare KV, close (or use as a context manager).
+
+    tp_size > 1: tensor parallelism, the scheduler here and one worker process per rank
+    (an Engine with tp_rank set: the rank's slice of the KV heads, its own worker-side
+    connector), driven step by step as vLLM's executor does, their outputs merged by
+    vLLM's KVOutputAggregator; rank(r) asks rank r for its KV."""
 
     def __init__(self, model_dir, block_size=16, num_gpu_blocks=64, kv_transfer_config=None,
                  dtype="bfloat16", max_num_batched_tokens=2048, max_num_seqs=16,
-                 max_model_len=2048, kv_layout=None, log_stats=False):
+                 max_model_len=2048, kv_layout=None, log_stats=False, tp_size=1,
+                 tp_rank=None):
         """kv_layout: a KVCacheLayout name (LBNHC, LBHNC, ...) to force, as a user's
         VLLM_KV_CACHE_LAYOUT would; None resolves it as EngineCore does for
         FlashAttention (honouring the connector's get_required_kvcache_layout)."""
+        self._args = dict(model_dir=model_dir, block_size=block_size,
+                          num_gpu_blocks=num_gpu_blocks, kv_transfer_config=kv_transfer_config,
+                          dtype=dtype, max_num_batched_tokens=max_num_batched_tokens,
+                          max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                          kv_layout=kv_layout)
+        self.tp_size, self.tp_rank, self.ranks = tp_size, tp_rank, []
         model_config = ModelConfig(model=model_dir, skip_tokenizer_init=True, dtype=dtype,
                                    max_model_len=max_model_len)
         # async_scheduling off: its AsyncScheduler is not the Scheduler under test.
@@ -101,24 +131,44 @@ class Engine:
         self.block_size = block_size
         self.num_layers = model_config.get_num_layers(self.vllm_config.parallel_config)
         self.num_kv_heads = model_config.get_total_num_kv_heads()
+        # The KV heads this process's KV holds: a rank's slice, or all of them.
+        per = self.num_kv_heads // tp_size if tp_rank is not None else self.num_kv_heads
+        self.heads = slice((tp_rank or 0) * per, ((tp_rank or 0) + 1) * per)
         self.head_size = model_config.get_head_size()
         self.dtype = model_config.dtype
         self.layer_names = [LAYER_NAME.format(i) for i in range(self.num_layers)]
-        with set_current_vllm_config(self.vllm_config):
-            self._init_kv_cache_config(kv_layout)
-            self._init_worker()
-            self._init_scheduler(log_stats)
+        hf = model_config.hf_text_config
+        self.layer_types = getattr(hf, "layer_types", None) or \
+            ["full_attention"] * self.num_layers
+        self.sliding_window = getattr(hf, "sliding_window", None)
         self.records: dict[str, RequestRecord] = {}
+        self._tables: dict[str, list[int]] = {}  # runner-side block tables
         self.kv_connector_outputs: list[KVConnectorOutput] = []  # the non-empty ones
         self.num_steps = 0
-        self._tables: dict[str, list[int]] = {}  # runner-side block tables
+        with set_current_vllm_config(self.vllm_config):
+            self._init_kv_cache_config(kv_layout)
+            if tp_rank is not None:
+                # vLLM's view from this rank: the parallel config and the rank's number.
+                self.vllm_config.parallel_config.tensor_parallel_size = tp_size
+                parallel_state.get_tensor_model_parallel_rank = lambda: tp_rank
+                self._init_worker()
+                return
+            if tp_size > 1:
+                self._start_ranks()
+            else:
+                self._init_worker()
+            self._init_scheduler(log_stats)
 
     # -- set-up, in EngineCore's order -------------------------------------------------
     def _init_kv_cache_config(self, kv_layout):
         register_all_kvcache_specs(self.vllm_config)
         cache_config = self.vllm_config.cache_config
-        spec = FullAttentionSpec(block_size=self.block_size, num_kv_heads=self.num_kv_heads,
-                                 head_size=self.head_size, dtype=self.dtype)
+        shape = dict(block_size=self.block_size,
+                     num_kv_heads=self.heads.stop - self.heads.start,
+                     head_size=self.head_size, dtype=self.dtype)
+        specs = {name: (SlidingWindowSpec(sliding_window=self.sliding_window, **shape)
+                        if kind == "sliding_attention" else FullAttentionSpec(**shape))
+                 for name, kind in zip(self.layer_names, self.layer_types)}
         if kv_layout is not None:
             cache_config.kv_cache_layout = kv_layout  # a pre-set layout wins resolution
         try:  # FlashAttention declares no layouts, so this is vLLM's default order
@@ -127,14 +177,17 @@ class Engine:
         except Exception:
             supported = get_supported_kv_cache_layouts([])
         self.kv_layout = resolve_kv_cache_layout(
-            self.vllm_config, [[layout.name for layout in supported]],
-            [spec] * self.num_layers)
-        # One full-attention group over all layers, as vLLM forms it for a uniform model;
-        # vLLM's planner places the layers (strides) for the resolved layout.
-        group = KVCacheGroupSpec(layer_names=list(self.layer_names), kv_cache_spec=spec)
+            self.vllm_config, [[layout.name for layout in supported]], list(specs.values()))
+        # The groups vLLM forms (one for a uniform model; for a hybrid one, per kind, cut to
+        # equal layer counts); vLLM's planner places the layers (strides) for the layout.
+        groups = get_kv_cache_groups(self.vllm_config, dict(specs))
+        self.layer_group = {name: g for g, group in enumerate(groups)
+                            for name in group.layer_names}
         num_blocks = cache_config.num_gpu_blocks_override
-        config = get_kv_cache_config_from_groups(
-            self.vllm_config, [group], spec.page_size_bytes * self.num_layers * num_blocks)
+        widest = max(len(g.layer_names) for g in groups)
+        page = next(iter(specs.values())).page_size_bytes
+        config = get_kv_cache_config_from_groups(self.vllm_config, groups,
+                                                 page * widest * num_blocks)
         assert config.num_blocks == num_blocks, (config.num_blocks, num_blocks)
         config.kv_cache_layout = cache_config.kv_cache_layout
         cache_config.num_gpu_blocks = config.num_blocks
@@ -164,6 +217,30 @@ class Engine:
                 config=self.vllm_config, role=KVConnectorRole.WORKER,
                 kv_cache_config=self.kv_cache_config)
             self.worker_connector.register_kv_caches(self.kv_caches)
+
+    def _start_ranks(self):
+        """A worker process per rank, each an Engine(tp_rank=r) answering _rank_main's ops."""
+        self.worker_connector = None
+        self.kv_caches = {}
+        ctx = multiprocessing.get_context("spawn")
+        for rank in range(self.tp_size):
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_rank_main, args=(theirs, self._args, rank,
+                                                        self.tp_size), daemon=True)
+            proc.start()
+            self.ranks.append((proc, ours))
+        for _, pipe in self.ranks:
+            assert pipe.recv() == "ready"
+        self._aggregator = KVOutputAggregator(expected_finished_count=self.tp_size)
+
+    def rank(self, r, op, *args):
+        """Runs op (a method of the rank's Engine) in rank r's process; its result."""
+        pipe = self.ranks[r][1]
+        pipe.send((op, args))
+        ok, value = pipe.recv()
+        if not ok:
+            raise RuntimeError(f"rank {r}: {op}: {value}")
+        return value
 
     def _init_scheduler(self, log_stats):
         # The scheduler's config is a copy, as generate_scheduler_kv_cache_config makes;
@@ -239,42 +316,52 @@ class Engine:
             self._tables.pop(req_id, None)
         starts = {}
         for new in so.scheduled_new_reqs:
-            self._tables[new.req_id] = list(new.block_ids[0])
+            self._tables[new.req_id] = [list(ids) for ids in new.block_ids]
             starts[new.req_id] = new.num_computed_tokens
         cached = so.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             new_ids = cached.new_block_ids[i]
             if req_id in cached.resumed_req_ids:  # a resumed table comes whole
-                self._tables[req_id] = list(new_ids[0])
+                self._tables[req_id] = [list(ids) for ids in new_ids]
             elif new_ids is not None:
-                self._tables[req_id].extend(new_ids[0])
+                for table, more in zip(self._tables[req_id], new_ids):
+                    table.extend(more)
             starts[req_id] = cached.num_computed_tokens[i]
+        self._zero_and_copy(so)
+        batch = []
+        for req_id, n in so.num_scheduled_tokens.items():
+            tables = self._tables[req_id]
+            # The tables we built as a runner must be the ones the manager holds, but for
+            # the blocks a sliding window left behind (vLLM nulls them, telling no runner).
+            held = [list(ids) for ids in self.scheduler.kv_cache_manager.get_block_ids(req_id)]
+            for table, ids in zip(tables, held):
+                assert len(table) == len(ids) and all(
+                    h in (t, 0) for t, h in zip(table, ids)), \
+                    f"{req_id}: runner table {table} != manager's {ids}"
+            start = starts[req_id]
+            tokens = list(self.scheduler.requests[req_id].all_token_ids)[start:start + n]
+            batch.append((req_id, start, tokens))
+            self.records[req_id].tables = held
+            self.records[req_id].block_ids = held[self.layer_group[self.layer_names[0]]]
+        return batch
+
+    def _zero_and_copy(self, so):
+        """The blocks the scheduler output says to zero, and its copy-on-write copies."""
         for block in so.new_block_ids_to_zero or ():
             for cache in self.kv_caches.values():
                 cache[block] = 0
         for copy in so.kv_cache_block_copies or ():
             for cache in self.kv_caches.values():
                 cache[copy.dst_block_id] = cache[copy.src_block_id]
-        batch = []
-        for req_id, n in so.num_scheduled_tokens.items():
-            table = self._tables[req_id]
-            # The table we built as a runner must be the one the manager holds.
-            held = list(self.scheduler.kv_cache_manager.get_block_ids(req_id)[0])
-            assert table == held, f"{req_id}: runner table {table} != manager's {held}"
-            start = starts[req_id]
-            tokens = list(self.scheduler.requests[req_id].all_token_ids)[start:start + n]
-            batch.append((req_id, start, tokens))
-            self.records[req_id].block_ids = list(table)
-        return batch
 
-    def _attn_metadata(self, batch):
+    def _attn_metadata(self, batch, group=0):
         lens = [len(tokens) for _, _, tokens in batch]
         qsl = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
         seq = torch.tensor([s + n for (_, s, _), n in zip(batch, lens)], dtype=torch.int32)
-        width = max(len(self._tables[r]) for r, _, _ in batch)
+        width = max(len(self._tables[r][group]) for r, _, _ in batch)
         table = torch.zeros(len(batch), width, dtype=torch.int32)
         for i, (r, _, _) in enumerate(batch):
-            table[i, :len(self._tables[r])] = torch.tensor(self._tables[r])
+            table[i, :len(self._tables[r][group])] = torch.tensor(self._tables[r][group])
         pos = torch.cat([torch.arange(s, s + n) for (_, s, _), n in zip(batch, lens)])
         row = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor(lens))
         slots = table[row, pos // self.block_size].long() * self.block_size + (
@@ -282,12 +369,55 @@ class Engine:
         return FakeAttnMetadata(sum(lens), max(lens), int(seq.max()), qsl, seq, table, slots)
 
     def _execute(self, so, batch):
+        """The workers' part of a step (here, or in each rank's process), then what the
+        sampler returns."""
+        if self.ranks:
+            lite = SimpleNamespace(
+                kv_connector_metadata=so.kv_connector_metadata,
+                has_sync_kv_loads=so.has_sync_kv_loads, finished_req_ids=so.finished_req_ids,
+                preempted_req_ids=so.preempted_req_ids,
+                new_block_ids_to_zero=so.new_block_ids_to_zero,
+                kv_cache_block_copies=so.kv_cache_block_copies)
+            tables = {r: self._tables[r] for r, _, _ in batch}
+            outs = [ModelRunnerOutput.with_kv_conn_output_only(
+                self.rank(r, "rank_step", lite, batch, tables)) for r in range(self.tp_size)]
+            kv_out = self._aggregator.aggregate(outs).kv_connector_output
+        else:
+            kv_out = self._worker_step(so, batch)
+        for req_id, start, toks in batch:
+            self.records[req_id].computed_positions.extend(range(start, start + len(toks)))
+        if not batch:
+            return ModelRunnerOutput.with_kv_conn_output_only(kv_out)
+        sampled = []
+        for req_id, start, tokens in batch:
+            done_prompt = start + len(tokens) >= self.scheduler.requests[req_id].num_tokens
+            sampled.append([next_token(tokens[-1])] if done_prompt else [])
+        req_ids = [r for r, _, _ in batch]
+        return ModelRunnerOutput(req_ids=req_ids,
+                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                 sampled_token_ids=sampled, kv_connector_output=kv_out)
+
+    def rank_step(self, so, batch, tables):
+        """A rank's part of a step: the runner's tables as the scheduler's process sent
+        them, zeroing and copies, then the forward and the connector's calls."""
+        for req_id in so.finished_req_ids | (so.preempted_req_ids or set()):
+            self._tables.pop(req_id, None)
+        self._tables.update(tables)
+        for req_id, table in tables.items():
+            self.records.setdefault(req_id, RequestRecord(req_id, [], 0)).tables = table
+        self._zero_and_copy(so)
+        out = self._worker_step(so, batch)
+        return out if out is not None and not out.is_empty() else None
+
+    def _worker_step(self, so, batch):
         """Mirrors V2's execute_model + sample_tokens around ActiveKVConnector:
         pre_forward (handle_preemptions, bind metadata, sync loads start before the
         forward), forward, finish_forward, then post_forward (async loads start,
         wait_for_save, transfer results, load errors, stats, clear metadata)."""
         conn = self.worker_connector
-        attn = self._attn_metadata(batch) if batch else None
+        num_groups = len(set(self.layer_group.values()))
+        groups = [self._attn_metadata(batch, g) for g in range(num_groups)] if batch else None
+        attn = groups[0] if batch else None
         # What V2's eager path passes start_load_kv besides the context; none when idle.
         load_kwargs = dict(
             scheduler_output=so, request_ids=[r for r, _, _ in batch],
@@ -295,8 +425,9 @@ class Engine:
             num_tokens=attn.num_actual_tokens) if batch else {}
         pending = None
         with self._as_worker():
-            per_layer = {n: attn for n in self.layer_names} if attn is not None else None
-            slot_map = ({n: attn.slot_mapping for n in self.layer_names}
+            per_layer = ({n: groups[self.layer_group[n]] for n in self.layer_names}
+                         if attn is not None else None)
+            slot_map = ({n: groups[self.layer_group[n]].slot_mapping for n in self.layer_names}
                         if attn is not None else None)
             with set_forward_context(per_layer, self.vllm_config,
                                      num_tokens=attn.num_actual_tokens if attn else None,
@@ -309,39 +440,29 @@ class Engine:
                         conn.start_load_kv(get_forward_context(), **pending)
                         pending = None
                 if batch:
-                    self._forward(batch, attn, conn)
+                    self._forward(batch, groups, conn)
             if conn is not None:
                 conn.finish_forward()
-            kv_out = self._post_forward(so, pending) if conn is not None else None
-        if not batch:
-            return ModelRunnerOutput.with_kv_conn_output_only(kv_out)
-        sampled = []
-        for req_id, start, tokens in batch:
-            done_prompt = start + len(tokens) >= self.scheduler.requests[req_id].num_tokens
-            sampled.append([next_token(tokens[-1])] if done_prompt else [])
-        req_ids = [r for r, _, _ in batch]
-        return ModelRunnerOutput(req_ids=req_ids,
-                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                 sampled_token_ids=sampled, kv_connector_output=kv_out)
+            return self._post_forward(so, pending) if conn is not None else None
 
-    def _forward(self, batch, attn, conn):
+    def _forward(self, batch, groups, conn):
         """Layer by layer, as maybe_transfer_kv_layer wraps an attention layer: wait for
-        the layer's load, write this step's K and V, offer the layer to save_kv_layer."""
+        the layer's load, write this step's K and V through the layer's group's table,
+        offer the layer to save_kv_layer."""
         tokens = torch.tensor([t for _, _, toks in batch for t in toks])
         pos = torch.cat([torch.arange(s, s + len(toks)) for _, s, toks in batch])
-        blocks = attn.slot_mapping // self.block_size
-        offsets = attn.slot_mapping % self.block_size
         hooks = conn is not None and conn.has_connector_metadata()
         for layer, name in enumerate(self.layer_names):
+            attn = groups[self.layer_group[name]]
+            blocks = attn.slot_mapping // self.block_size
+            offsets = attn.slot_mapping % self.block_size
             if hooks:
                 conn.wait_for_layer_load(name)
             k, v = kv_value(tokens, pos, layer, self.num_kv_heads, self.head_size)
-            self._k[layer][blocks, offsets] = k.to(self.dtype)
-            self._v[layer][blocks, offsets] = v.to(self.dtype)
+            self._k[layer][blocks, offsets] = k[:, self.heads].to(self.dtype)
+            self._v[layer][blocks, offsets] = v[:, self.heads].to(self.dtype)
             if hooks:
                 conn.save_kv_layer(name, self.kv_caches[name], attn)
-        for req_id, start, toks in batch:
-            self.records[req_id].computed_positions.extend(range(start, start + len(toks)))
 
     def _post_forward(self, so, pending):
         conn = self.worker_connector
@@ -389,25 +510,42 @@ class Engine:
         return (self._k[layer][blocks, offsets].float(),
                 self._v[layer][blocks, offsets].float())
 
-    def request_kv(self, req_id, layer, positions=None):
-        """read_kv over a request's last block table; by default every position whose
-        KV exists (all tokens but the last sampled one). Freed blocks can be reused by
-        later requests, so read before running others."""
+    def table(self, req_id, layer):
+        """A request's block table (at its last forward) of the layer's group."""
+        name = layer if isinstance(layer, str) else self.layer_names[layer]
+        return self.records[req_id].tables[self.layer_group[name]]
+
+    def kept_positions(self, req_id, layer):
+        """The positions whose KV the request still holds in a layer: all tokens but the
+        last sampled one, less those a sliding window left behind (null blocks)."""
         rec = self.records[req_id]
+        table = self.table(req_id, layer)
+        return [p for p in range(len(rec.prompt_token_ids) + len(rec.output_tokens) - 1)
+                if table[p // self.block_size]]
+
+    def request_kv(self, req_id, layer, positions=None):
+        """read_kv over a request's last block table; by default kept_positions. Freed
+        blocks can be reused by later requests, so read before running others."""
         if positions is None:
-            positions = range(len(rec.prompt_token_ids) + len(rec.output_tokens) - 1)
-        return self.read_kv(rec.block_ids, positions, layer)
+            positions = self.kept_positions(req_id, layer)
+        return self.read_kv(self.table(req_id, layer), positions, layer)
 
     def expected_kv(self, req_id, layer, positions=None):
         """What the fake model writes at those positions of a request."""
         rec = self.records[req_id]
         tokens = rec.prompt_token_ids + rec.output_tokens
-        positions = list(range(len(tokens) - 1) if positions is None else positions)
-        return kv_value([tokens[p] for p in positions], positions, layer,
+        positions = list(self.kept_positions(req_id, layer) if positions is None
+                         else positions)
+        k, v = kv_value([tokens[p] for p in positions], positions, layer,
                         self.num_kv_heads, self.head_size)
+        return k[:, self.heads], v[:, self.heads]
 
     def close(self):
-        self.scheduler.shutdown()
+        if self.tp_rank is None:
+            self.scheduler.shutdown()
+        for r, (proc, pipe) in enumerate(self.ranks):
+            pipe.send(("close", ()))
+            proc.join(timeout=30)
         if self.worker_connector is not None:
             self.worker_connector.shutdown()
         static = self.vllm_config.compilation_config.static_forward_context
@@ -419,3 +557,19 @@ class Engine:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _rank_main(pipe, args, rank, size):
+    """A tensor-parallel rank's process: Engine(tp_rank=rank) running the ops its
+    scheduler's process sends ((method name, args) -> (ok, result)) until "close"."""
+    engine = Engine(**args, tp_size=size, tp_rank=rank)
+    pipe.send("ready")
+    while True:
+        op, op_args = pipe.recv()
+        if op == "close":
+            engine.close()
+            return
+        try:
+            pipe.send((True, getattr(engine, op)(*op_args)))
+        except Exception as e:  # the test sees it, named
+            pipe.send((False, repr(e)))

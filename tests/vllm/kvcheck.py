@@ -7,13 +7,15 @@ import torch
 
 
 def kv_digest(engine, req_id, positions):
-    """sha256 of the raw bytes of K then V, layer by layer, at positions of a request."""
-    rec = engine.records[req_id]
-    pos = torch.as_tensor(list(positions), dtype=torch.int64)
-    blocks = torch.as_tensor(rec.block_ids, dtype=torch.int64)[pos // engine.block_size]
-    offsets = pos % engine.block_size
+    """sha256 of the raw bytes of K then V, layer by layer, at positions of a request
+    (a list for every layer, or a dict layer -> list), through each layer's group's table."""
     h = hashlib.sha256()
     for layer in range(engine.num_layers):
+        at = positions[layer] if isinstance(positions, dict) else positions
+        pos = torch.as_tensor(list(at), dtype=torch.int64)
+        table = torch.as_tensor(engine.table(req_id, layer), dtype=torch.int64)
+        blocks = table[pos // engine.block_size]
+        offsets = pos % engine.block_size
         for half in (engine._k[layer], engine._v[layer]):
             h.update(half[blocks, offsets].contiguous().view(torch.int16).numpy().tobytes())
     return h.hexdigest()

@@ -19,7 +19,6 @@ from conftest import BLOCK, HERE, NS, ROOT, connector_config  # noqa: E402
 import harness  # noqa: E402
 import kvpool  # noqa: E402
 from kvcheck import kv_digest, kv_is_model  # noqa: E402
-from vllm.v1.request import RequestStatus  # noqa: E402
 
 
 def tokens(n, seed):
@@ -68,41 +67,41 @@ def test_second_process_loads_the_first_ones_prompt(daemon, model_dir):
     assert rb["output_tokens"] == harness.expected_outputs(P + suffix, 4)
 
 
-def abort(engine, req_id):
-    engine.scheduler.finish_requests(req_id, RequestStatus.FINISHED_ABORTED)
-    engine.records[req_id].finish_reason = "abort"
-
-
 def test_hit_is_what_was_published(daemon, model_dir):
-    """A and B at once, the interleaving forced. A stops P1 after 3 blocks: while A's copy is
-    on its way (blocks allocated in the pool, not written), B's hit on P1 is 0. A stops P2
-    after k = 2 blocks and publishes them: B's hit on P2 is exactly those 2 blocks."""
-    P1, P2 = tokens(101, 3), tokens(101, 4)
+    """A computes P one block a step, each copied in its step and published with the next
+    step's batch. B serves P from inside A's 4th step, while A's copy of the 4th block is on
+    its way (allocated in the pool, not written): B's hit is exactly the 3 blocks A
+    published. Once A is done, C's hit is all A computed."""
+    P = tokens(101, 3)
     with engine(model_dir, daemon, max_num_batched_tokens=16) as a, \
             engine(model_dir, daemon) as b:
-        a.add_request("p1", P1, max_tokens=4)
+        a.add_request("p", P, max_tokens=4)
         for _ in range(3):
             a.step()
-        assert a.records["p1"].computed_positions == list(range(48))
-        abort(a, "p1")  # its 3 blocks are allocated in the pool; the copy is next step's
-        assert a.scheduler_connector._sched.saving
-        b.add_request("q1", P1, max_tokens=2)
-        rq1 = b.run_until_done()["q1"]
-        assert rq1.num_external_tokens == 0
-        assert rq1.computed_positions == list(range(102))
-        a.run_until_done()  # A's copy and COMMIT of P1's 3 blocks
+        assert a.records["p"].computed_positions == list(range(48))
+        assert counts(a)["saved_tokens"] == 32  # the 3rd block: with the 4th step's batch
+        worker = a.worker_connector._worker
+        save, seen = worker.save, {}
 
-        a.add_request("p2", P2, max_tokens=4)
-        for _ in range(2):
-            a.step()
-        abort(a, "p2")
+        def serve_b_first(meta):
+            if meta.saves and not seen:
+                seen["q"] = b.add_request("q", P, max_tokens=2) and b.run_until_done()["q"]
+            save(meta)
+        worker.save = serve_b_first
+        a.step()
+        rq = seen["q"]
+        assert rq.num_external_tokens == 48
+        assert rq.computed_positions == list(range(48, 102))
+        assert kv_is_model(b, "q")
         a.run_until_done()
-        assert counts(a)["saved_tokens"] == 48 + 32
-        b.add_request("q2", P2, max_tokens=2)
-        rq2 = b.run_until_done()["q2"]
-        assert rq2.num_external_tokens == 32
-        assert rq2.computed_positions == list(range(32, 102))
-        assert kv_is_model(b, "q2")
+        # 101 prompt tokens and 3 of the 4 generated have KV: 6 full blocks.
+        assert counts(a)["saved_tokens"] == 96
+    with engine(model_dir, daemon) as c:
+        c.add_request("r", P + [1], max_tokens=2)
+        rr = c.run_until_done()["r"]
+        assert rr.num_external_tokens == 96
+        assert rr.computed_positions == list(range(96, 103))
+        assert kv_is_model(c, "r")
 
 
 # A third process that takes N blocks (the pool's LRU end first: A's last blocks), then

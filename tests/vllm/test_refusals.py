@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """What KvpoolConnector refuses at start, each with its exact message: a pool whose geometry is
 not vLLM's (both named), one with other groups or the block layout, and what no pool holds or
-this connector does not share yet (fp8 KV, MLA, hybrid KV cache groups)."""
+the pool's groups cannot hold (fp8 KV, MLA, other kinds, groups of other shapes)."""
 import os
 from types import SimpleNamespace
 
@@ -27,10 +27,10 @@ def start(model_dir, daemon, pool, **extra):
 
 
 @pytest.mark.parametrize("pool,message", [
-    ("heads4", "pool 'heads4' does not match vLLM's KV cache: pool block_size 16, 2 layers, "
-               "4 kv heads, head_dim 16, bf16; vLLM block_size 16, 2 layers, 2 kv heads, "
-               "head_dim 16, bf16"),
-    ("hybrid", "pool 'hybrid' has groups 'full swa:32': vLLM's KV cache needs one group, full"),
+    ("heads4", "pool 'heads4' does not match vLLM's KV cache: pool groups full, block_size "
+               "16, 2 layers, 4 kv heads, head_dim 16, bf16; vLLM groups full, block_size 16, "
+               "2 layers, 2 kv heads, head_dim 16, bf16"),
+    ("hybrid", "pool 'hybrid' has groups 'full swa:32': vLLM's KV cache groups are 'full'"),
     ("blocklayout", "pool 'blocklayout' has layout=block: vLLM's blocks need layout=layer"),
 ])
 def test_pool_refused(daemon, model_dir, pool, message):
@@ -58,12 +58,17 @@ def test_connection_refused(daemon, model_dir, tmp_path):
                             "restricted to one namespace is mapped")
 
 
-def vllm_config(cache_dtype="auto", use_mla=False, tp=1, specs=("FullAttentionSpec",)):
+def spec(name, **kw):
+    fields = dict(block_size=16, num_kv_heads=2, head_size=16, dtype="torch.bfloat16")
+    return type(name, (), dict(fields, **kw))()
+
+
+def vllm_config(cache_dtype="auto", use_mla=False, tp=1, specs=(spec("FullAttentionSpec"),),
+                layers=1):
     """The fields from_vllm reads, as vLLM's configs carry them."""
-    groups = [SimpleNamespace(layer_names=["model.layers.0.self_attn.attn"],
-                              kv_cache_spec=type(name, (), dict(
-                                  block_size=16, num_kv_heads=2, head_size=16,
-                                  dtype="torch.bfloat16"))()) for name in specs]
+    groups = [SimpleNamespace(layer_names=[f"model.layers.{i}.self_attn.attn"
+                                           for i in range(layers)], kv_cache_spec=s)
+              for s in specs]
     return (SimpleNamespace(model_config=SimpleNamespace(use_mla=use_mla),
                             cache_config=SimpleNamespace(cache_dtype=cache_dtype),
                             parallel_config=SimpleNamespace(tensor_parallel_size=tp)),
@@ -75,10 +80,16 @@ def vllm_config(cache_dtype="auto", use_mla=False, tp=1, specs=("FullAttentionSp
                                    "f32 KV"),
     (dict(use_mla=True), "multi-head latent attention: a kvpool pool holds per-head K and V, "
                          "not MLA's latent cache"),
-    (dict(specs=("FullAttentionSpec", "SlidingWindowSpec")),
-     "2 KV cache groups: this connector shares one, of full attention"),
-    (dict(specs=("SlidingWindowSpec",)), "KV cache group 0 is SlidingWindowSpec: this "
-                                         "connector shares full attention only"),
+    (dict(specs=(spec("FullAttentionSpec"), spec("MambaSpec"))),
+     "KV cache group 1 is MambaSpec: a kvpool pool holds full, sliding window and chunked "
+     "local attention"),
+    (dict(specs=(spec("SlidingWindowSpec", sliding_window=64, extra_retained_tokens=3),)),
+     "KV cache group 0 keeps 3 tokens past its sliding window (speculative decoding's "
+     "re-prefill): a kvpool swa group keeps the window only"),
+    (dict(specs=(spec("FullAttentionSpec"), spec("SlidingWindowSpec", sliding_window=64,
+                                                 head_size=32))),
+     "KV cache group 1 has blocks of 16 tokens x 2 kv heads x head size 32 (torch.bfloat16), "
+     "group 0 16 x 2 x 16 (torch.bfloat16): a kvpool pool's groups share one block shape"),
 ])
 def test_vllm_config_refused(kw, message):
     with pytest.raises(ConfigError) as e:
@@ -88,9 +99,16 @@ def test_vllm_config_refused(kw, message):
 
 def test_vllm_geometry():
     g = from_vllm(*vllm_config())
-    assert str(g) == "block_size 16, 1 layers, 2 kv heads, head_dim 16, bf16"
+    assert str(g) == "groups full, block_size 16, 1 layers, 2 kv heads, head_dim 16, bf16"
     # 2 ranks of 2 heads each: the pool holds all 4.
     assert from_vllm(*vllm_config(tp=2)).kv_heads == 4
+    # Hybrid: one kvpool group per vLLM group, same kind and window, in vLLM's order.
+    g = from_vllm(*vllm_config(layers=3, specs=(
+        spec("SlidingWindowSpec", sliding_window=512, extra_retained_tokens=0),
+        spec("FullAttentionSpec"), spec("ChunkedLocalAttentionSpec",
+                                        attention_chunk_size=8192))))
+    assert str(g) == ("groups swa:512 full chunked:8192, block_size 16, 3 layers, 2 kv heads, "
+                      "head_dim 16, bf16")
 
 
 def test_rank_heads():

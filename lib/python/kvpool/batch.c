@@ -11,6 +11,7 @@
  * is full, or when the rings are.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "batch.h"
@@ -42,6 +43,7 @@ static void release_ops(BatchObject *self)
 		kvpy_array_release(&self->ops[i].v);
 		kvpy_attend_release(&self->ops[i].att);
 		PyMem_Free(self->ops[i].tokens);
+		free(self->ops[i].lists);
 	}
 	PyMem_Free(self->ops);
 	self->ops = NULL;
@@ -97,8 +99,9 @@ static PyObject *nth(PyObject *obj, Py_ssize_t i)
  * a list as long): one operation each, all added or none.
  */
 static PyObject *add_seq_ops(BatchObject *self, enum bop_kind kind, PyObject *seqs, PyObject *n,
-			     PyObject *lookahead, int use_cache)
+			     PyObject *lookahead, int use_cache, int blocks)
 {
+	const struct kvp_pool_info *pool = kvp_pool_info(self->client->c);
 	bool many = PyList_Check(seqs) || PyTuple_Check(seqs);
 	Py_ssize_t count = many ? PyObject_Length(seqs) : 1;
 	size_t first = self->nops;
@@ -117,6 +120,20 @@ static PyObject *add_seq_ops(BatchObject *self, enum bop_kind kind, PyObject *se
 			return NULL;
 		}
 		op->use_cache = use_cache;
+		if (blocks) {
+			/* ALLOC's new blocks: at most the new slots' blocks and one, per group. */
+			uint32_t bs = pool && pool->block_size ? pool->block_size : 1;
+			uint64_t per = ((uint64_t)op->n + op->lookahead + bs - 1) / bs + 2;
+			uint64_t bytes = sizeof(struct kvp_block_lists) +
+					 per * (pool ? pool->num_groups : 1) * sizeof(uint32_t);
+
+			if (bytes > UINT32_MAX) {
+				self->nops = first;
+				return PyErr_Format(PyExc_ValueError, "alloc: %u new tokens", op->n);
+			}
+			op->blocks = true;
+			op->lists_bytes = (uint32_t)bytes;
+		}
 		self->nops++;
 	}
 	Py_RETURN_NONE;
@@ -127,12 +144,13 @@ static PyObject *batch_alloc(BatchObject *self, PyObject *const *args, Py_ssize_
 			     PyObject *kwnames)
 {
 	PyObject *lookahead = nargs > 2 ? args[2] : NULL, *use_cache = nargs > 3 ? args[3] : NULL;
+	PyObject *blocks = nargs > 4 ? args[4] : NULL;
 	Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
-	int truth = 0;
+	int truth = 0, want_blocks = 0;
 
-	if (nargs < 2 || nargs > 4) {
+	if (nargs < 2 || nargs > 5) {
 		PyErr_SetString(PyExc_TypeError,
-				"alloc(seq, new_tokens, lookahead=0, use_cache=False)");
+				"alloc(seq, new_tokens, lookahead=0, use_cache=False, blocks=False)");
 		return NULL;
 	}
 	for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -142,12 +160,16 @@ static PyObject *batch_alloc(BatchObject *self, PyObject *const *args, Py_ssize_
 			lookahead = args[nargs + i];
 		else if (key && !strcmp(key, "use_cache"))
 			use_cache = args[nargs + i];
+		else if (key && !strcmp(key, "blocks"))
+			blocks = args[nargs + i];
 		else
 			return PyErr_Format(PyExc_TypeError, "alloc: unknown keyword %s", key);
 	}
 	if (use_cache && (truth = PyObject_IsTrue(use_cache)) < 0)
 		return NULL;
-	return add_seq_ops(self, BOP_ALLOC, args[0], args[1], lookahead, truth);
+	if (blocks && (want_blocks = PyObject_IsTrue(blocks)) < 0)
+		return NULL;
+	return add_seq_ops(self, BOP_ALLOC, args[0], args[1], lookahead, truth, want_blocks);
 }
 
 static PyObject *batch_commit(BatchObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -156,7 +178,7 @@ static PyObject *batch_commit(BatchObject *self, PyObject *const *args, Py_ssize
 		PyErr_SetString(PyExc_TypeError, "commit(seq, computed)");
 		return NULL;
 	}
-	return add_seq_ops(self, BOP_COMMIT, args[0], args[1], NULL, 0);
+	return add_seq_ops(self, BOP_COMMIT, args[0], args[1], NULL, 0, 0);
 }
 
 static PyObject *batch_free(BatchObject *self, PyObject *seq)
@@ -282,7 +304,16 @@ static PyObject *result_of(BatchObject *self, const struct bop *op)
 	if (op->res < 0)
 		return kvpy_error_new(self->client->st, op->res, names[op->kind], NULL);
 	switch (op->kind) {
-	case BOP_ALLOC: return PyLong_FromUnsignedLongLong(op->aux);
+	case BOP_ALLOC:
+		if (op->blocks) {
+			PyObject *lists = op->lists ? kvpy_lists_to_python(op->lists) : NULL;
+			PyObject *pair = lists ? Py_BuildValue("(KO)", (unsigned long long)op->aux,
+							      lists) : NULL;
+
+			Py_XDECREF(lists);
+			return pair;
+		}
+		return PyLong_FromUnsignedLongLong(op->aux);
 	case BOP_ATTEND:
 		return Py_NewRef(op->single ? PyList_GetItem(op->att.outs, 0) : op->att.outs);
 	default: Py_RETURN_NONE;
@@ -366,9 +397,11 @@ static PyMethodDef batch_methods[] = {
 	{ "__enter__", batch_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)batch_exit, METH_VARARGS, NULL },
 	{ "alloc", (PyCFunction)(void (*)(void))batch_alloc, METH_FASTCALL | METH_KEYWORDS,
-	  "alloc(seq, new_tokens, lookahead=0, use_cache=False)\n--\n\nAs Sequence.alloc; "
-	  "its result the hit, tokens. seq may be a list of sequences (new_tokens one count\n"
-	  "or a list as long): an operation, and a result, for each." },
+	  "alloc(seq, new_tokens, lookahead=0, use_cache=False, blocks=False)\n--\n\nAs "
+	  "Sequence.alloc; its result the hit, tokens, or with blocks=True (hit,\n"
+	  "new_blocks): the blocks this ALLOC put in the tables, a list per group, which\n"
+	  "end each table. seq may be a list of sequences (new_tokens one count or a\n"
+	  "list as long): an operation, and a result, for each." },
 	{ "commit", (PyCFunction)(void (*)(void))batch_commit, METH_FASTCALL,
 	  "commit(seq, computed)\n--\n\nAs Sequence.commit; its result None. seq may be a "
 	  "list of\nsequences (computed one count or a list as long)." },

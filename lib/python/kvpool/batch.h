@@ -9,7 +9,7 @@ enum bop_kind { BOP_ALLOC, BOP_COMMIT, BOP_FREE, BOP_APPEND, BOP_WRITE_KV, BOP_A
 
 struct bop {
 	enum bop_kind kind;
-	bool use_cache, single, in_flight, failed_here;
+	bool use_cache, single, in_flight, failed_here, blocks;
 	uint16_t group, layer;
 	uint32_t n, lookahead, first;
 	uint64_t handle;
@@ -19,6 +19,9 @@ struct bop {
 	uint64_t arena_off;
 	int res;
 	uint64_t aux;
+	/* ALLOC with blocks: the new blocks' lists, copied out of the arena at completion. */
+	struct kvp_block_lists *lists; /* malloc */
+	uint32_t lists_bytes;
 };
 
 /*

@@ -48,6 +48,26 @@ static void mark_busy(struct runner *r, uint64_t handle)
 	r->busy[r->nbusy++] = handle;
 }
 
+/* ALLOC's new blocks out of the arena before it is reused: 0, -EOVERFLOW or -ENOMEM. */
+static int copy_lists(struct runner *r, struct bop *op, uint32_t flags)
+{
+	const struct kvp_block_lists *head = (const void *)(r->arena + op->arena_off);
+	uint64_t bytes = sizeof(*head);
+
+	/* The bound the entry was given is enough for any ALLOC (arena_need): never here. */
+	if (flags & KVP_CQE_F_OVERFLOW)
+		return -EOVERFLOW;
+	for (uint32_t g = 0; g < head->num_groups && g < KVP_MAX_GROUPS; g++)
+		bytes += (uint64_t)head->counts[g] * sizeof(uint32_t);
+	if (head->num_groups > KVP_MAX_GROUPS || bytes > op->lists_bytes)
+		return -EPROTO;
+	op->lists = malloc(bytes);
+	if (!op->lists)
+		return -ENOMEM;
+	memcpy(op->lists, head, bytes);
+	return 0;
+}
+
 /* Submits what was filled and reaps every completion; the arena is free again after. */
 static void drain(struct runner *r, size_t upto)
 {
@@ -71,6 +91,8 @@ static void drain(struct runner *r, size_t upto)
 			op->aux = cqe->aux;
 		}
 		op->in_flight = false;
+		if (op->kind == BOP_ALLOC && op->blocks && op->res == 0 && !op->failed_here)
+			op->res = copy_lists(r, op, cqe->flags);
 		kvp_cqe_seen(r->c, cqe);
 		r->in_flight--;
 		if (op->kind == BOP_ATTEND && op->res == 0 && !op->failed_here)
@@ -98,6 +120,8 @@ static uint64_t arena_need(const struct bop *op)
 
 	if (op->kind == BOP_APPEND)
 		bytes = (uint64_t)op->n * sizeof(*op->tokens) + 8;
+	if (op->kind == BOP_ALLOC && op->blocks)
+		bytes = op->lists_bytes + 8;
 	if (op->kind == BOP_WRITE_KV)
 		bytes = 2 * kvpy_array_bytes(&op->k) + 16;
 	if (op->kind == BOP_ATTEND) {
@@ -118,6 +142,12 @@ static int fill(struct runner *r, struct bop *op, struct kvp_sqe *sqe)
 	switch (op->kind) {
 	case BOP_ALLOC:
 		kvp_prep_alloc(sqe, op->handle, op->n, op->lookahead, op->use_cache);
+		if (op->blocks) {
+			sqe->out_addr = off;
+			sqe->out_len = op->lists_bytes;
+			op->arena_off = off;
+			r->used = off + op->lists_bytes;
+		}
 		return 0;
 	case BOP_COMMIT:
 		kvp_prep_handle_op(sqe, KVP_OP_COMMIT, op->handle, op->n);

@@ -78,6 +78,9 @@ static inline void kvpy_free(void *obj)
 		Py_XDECREF(old_);                                                          \
 	} while (0)
 
+/* sequence.c: block lists (LOOKUP's, ALLOC's, GET_TABLE's) as a list of id lists per group. */
+PyObject *kvpy_lists_to_python(const struct kvp_block_lists *lists);
+
 /* _kvpool.c: errors. */
 /* A kvpool.Error (the subclass @err, a -errno, calls for) whose text names @what and @why. */
 PyObject *kvpy_error_new(struct kvpy_state *st, int err, const char *what, const char *why);

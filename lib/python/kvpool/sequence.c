@@ -165,7 +165,7 @@ static PyObject *sequence_free(SequenceObject *self, PyObject *unused)
 	return done(self, ret, "free");
 }
 
-static PyObject *lists_to_python(const struct kvp_block_lists *lists)
+PyObject *kvpy_lists_to_python(const struct kvp_block_lists *lists)
 {
 	PyObject *out = PyList_New(0);
 	const uint32_t *id = lists->ids;
@@ -209,7 +209,7 @@ static PyObject *sequence_table(SequenceObject *self, PyObject *unused)
 		bytes *= 4;
 	}
 	if (ret >= 0)
-		out = lists_to_python(lists);
+		out = kvpy_lists_to_python(lists);
 	else
 		done(self, ret, "table");
 	PyMem_Free(lists);

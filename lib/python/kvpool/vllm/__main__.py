@@ -10,11 +10,15 @@ from .geometry import ConfigError, from_model_dir, pool_section
 DESCRIPTION = """\
 pool-config prints the [pool.NAME] section of kvpool.conf(5) for a pool that holds
 the KV cache of the model whose config.json is in --model-dir, as vLLM lays it out:
-one group of full attention, every layer, the model's KV heads, head size and dtype,
-layout=layer, restricted to --namespace (a vLLM worker maps the pool, and only a
-pool restricted to one namespace is mapped). Add it to kvpoold's config file and
-reload (systemctl reload kvpoold), or pass the same keys to kvctl pool create.
---block-size must be vLLM's (--block-size of vllm serve; 16 by default)."""
+the model's KV heads, head size and dtype, layout=layer, restricted to --namespace
+(a vLLM worker maps the pool, and only a pool restricted to one namespace is mapped),
+and one group per KV cache group vLLM forms: one full group of every layer for most
+models; for a hybrid model (layer_types, or sliding_window_pattern, in config.json:
+Gemma 2 and 3, gpt-oss), its groups of sliding-window (swa:W) and full layers as
+vLLM's hybrid KV cache manager forms them, as many layers per group. Add it to
+kvpoold's config file and reload (systemctl reload kvpoold), or pass the same keys
+to kvctl pool create. --block-size must be vLLM's (--block-size of vllm serve; 16 by
+default)."""
 
 
 def main(argv=None):

@@ -9,6 +9,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
+    SupportsHMA,
 )
 
 from .meta import KvpoolWorkerMeta
@@ -26,9 +28,10 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 
-class KvpoolConnector(KVConnectorBase_V1):
+class KvpoolConnector(KVConnectorBase_V1, SupportsHMA):
     """kv_connector_extra_config: socket (kvpoold's; default $KVPOOL_SOCKET or
-    /run/kvpool/kvpool.sock), pool (its name), namespace (the pool's: required to map it)."""
+    /run/kvpool/kvpool.sock), pool (its name), namespace (the pool's: required to map it).
+    SupportsHMA: vLLM keeps its hybrid allocator, one kvpool group per KV cache group."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
                  kv_cache_config: "KVCacheConfig | None" = None):
@@ -61,16 +64,18 @@ class KvpoolConnector(KVConnectorBase_V1):
         self._sched.allocated(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
-        return self._sched.take_meta()
+        return self._sched.take_meta(scheduler_output)
 
     def request_finished(self, request: "Request",
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        return self._sched.finished(request, block_ids), None
+        return self._sched.finished(request), None
+
+    def request_finished_all_groups(self, request: "Request", block_ids: tuple[list[int], ...]
+                                    ) -> tuple[bool, dict[str, Any] | None]:
+        return self._sched.finished(request), None
 
     def update_connector_output(self, connector_output: "KVConnectorOutput"):
-        worker = connector_output.kv_connector_worker_meta
-        failed = worker.failed_saves if isinstance(worker, KvpoolWorkerMeta) else set()
-        self._sched.saved(connector_output.finished_sending or (), failed)
+        self._sched.reported(connector_output)
 
     def get_kv_connector_stats(self) -> KvpoolStats | None:
         delta = (self._sched or self._worker).interval.take()
@@ -102,12 +107,19 @@ class KvpoolConnector(KVConnectorBase_V1):
                                                                 set[str] | None]:
         return self._worker.finished(finished_req_ids)
 
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        # A load that failed whole (several KV cache groups) is received and failed: vLLM
+        # recomputes the request.
+        _, received = self._worker.finished(finished_req_ids)
+        return KVConnectorTransferResults(finished_recving=set(received or ()),
+                                          failed_recving=self._worker.take_failed_loads())
+
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self._worker.take_load_errors()
 
     def build_connector_worker_meta(self) -> KvpoolWorkerMeta | None:
-        failed = self._worker.take_failed_saves()
-        return KvpoolWorkerMeta(failed) if failed else None
+        answer = self._worker.take_answer()
+        return KvpoolWorkerMeta(*answer) if answer is not None else None
 
     def shutdown(self):
         for side in (self._sched, self._worker):

@@ -17,10 +17,20 @@ BACKOFF_FIRST, BACKOFF_MAX = 1.0, 30.0
 LOG_EVERY = 60.0
 
 
+def first_failure(e):
+    """The failed operation's own error of a kvpool.BatchError (its first), else e."""
+    import kvpool
+
+    if isinstance(e, kvpool.BatchError):
+        return next((x for x in e.results or () if isinstance(x, Exception)), e)
+    return e
+
+
 def cause_of(e):
     """A kvpool.Error's cause, as the counts name it."""
     import kvpool
 
+    e = first_failure(e)
     if isinstance(e, kvpool.Timeout):
         return "timeout"
     if isinstance(e, kvpool.Disconnected) or e.errno in _AWAY:
@@ -106,6 +116,7 @@ class Link:
 
     def failed(self, e, what):
         """A kvpool call failed: counted, logged, and the link dropped if the connection went."""
+        e = first_failure(e)
         cause = cause_of(e)
         if lost_connection(cause):
             self._down(cause, f"{what}: {e}; serving without hits until kvpoold is back")

@@ -64,26 +64,32 @@ def tp_rank(vllm_config):
     return get_tensor_model_parallel_rank(), size
 
 
+def layer_groups(kv_cache_config, caches):
+    """The layer names of each vLLM KV cache group, in vLLM's order within the group: layer j
+    of every group lives in the pool's layer j (vLLM aliases them the same way)."""
+    if kv_cache_config is not None and kv_cache_config.kv_cache_groups:
+        return [list(g.layer_names) for g in kv_cache_config.kv_cache_groups]
+    return [sorted(caches, key=layer_index)]
+
+
 class WorkerSide:
     def __init__(self, vllm_config, kv_cache_config, extra, rank=None):
         """rank: (rank, size) among the tensor-parallel ranks; default vLLM's."""
         self.rank = rank or tp_rank(vllm_config)
         # What vLLM's KV cache is, checked against the pool as the scheduler side does.
         self.want = from_vllm(vllm_config, kv_cache_config) if kv_cache_config else None
+        self.kv_cache_config = kv_cache_config
         self.pool = extra.get("pool")
         self.counts = dict(loaded_blocks=0, saved_blocks=0, loaded_bytes=0, saved_bytes=0)
         self.interval = Interval(self.counts)
         self.link = Link(extra, self._map, Failures(self.counts))
-        self.block_bytes = 0      # one block of every layer, K and V
+        self.group_bytes = []     # per group: one block of each of its layers, K and V
         self.caches = None
         self.map = None
-        self.layers = []          # [(vllm K, vllm V, pool K, pool V)] in layer order
-        self.received = set()     # loads done, to report
-        self.sent = set()         # saves done, to report once vLLM has said the request ended
-        self.failed_saves = set() # saves not made: the scheduler side must not publish them
-        self.reporting = set()    # the saves finished() reported last
-        self.ended = {}           # requests vLLM said ended -> the call it said so in
-        self.calls = 0
+        self.layers = []          # per group: [(vllm K, vllm V, pool K, pool V)] by layer
+        self.received = set()     # loads done (or failed whole), to report
+        self.failed_loads = set() # of those, the ones vLLM must recompute whole
+        self.answer = None        # (step, saves not made) for the step's saves
         self.load_errors = set()
         self.on_gpu = False
         self.ready = None         # (the metadata, whether its copies may be made)
@@ -104,24 +110,33 @@ class WorkerSide:
         if m.layout != "layer":
             raise ConfigError(f"pool '{pool}' has layout={m.layout}: vLLM's blocks need "
                               "layout=layer")
-        names = sorted(self.caches, key=layer_index)
-        if len(names) != m.num_layers:
+        groups = layer_groups(self.kv_cache_config, self.caches)
+        widest = max(len(names) for names in groups)
+        if widest != m.num_layers:
             raise ConfigError(f"pool '{pool}' holds {m.num_layers} layers, vLLM has "
-                              f"{len(names)} KV cache layers")
+                              f"{widest} KV cache layers" +
+                              (" per group" if len(groups) > 1 else ""))
+        h0, h1 = rank_heads(m.kv_heads, self.rank[1], self.rank[0])
+        # This rank's heads of the pool's blocks, per pool layer: [blocks, block_size, heads,
+        # head_dim].
+        pool_kv = [tuple(as_tensor(x, m.dtype)[:, :, h0:h1] for x in m.kv_cache(j))
+                   for j in range(m.num_layers)]
         layers = []
-        for i, name in enumerate(names):
-            t = self.caches[name]
-            if pool_dtype(t.dtype) != m.dtype:
-                raise ConfigError(f"KV cache layer '{name}': {t.dtype}; pool '{pool}' holds "
-                                  f"{m.dtype}")
-            h0, h1 = rank_heads(m.kv_heads, self.rank[1], self.rank[0])
-            k, v = split_kv(name, t, m.block_size, h1 - h0, m.head_dim)
-            # This rank's heads of the pool's blocks: [blocks, block_size, heads, head_dim].
-            pk, pv = (as_tensor(x, m.dtype)[:, :, h0:h1] for x in m.kv_cache(i))
-            layers.append((k, v, pk, pv))
-            self.on_gpu |= "cuda" in (k.device.type, pk.device.type)
+        for names in groups:
+            group = []
+            for j, name in enumerate(names):
+                t = self.caches[name]
+                if pool_dtype(t.dtype) != m.dtype:
+                    raise ConfigError(f"KV cache layer '{name}': {t.dtype}; pool '{pool}' "
+                                      f"holds {m.dtype}")
+                k, v = split_kv(name, t, m.block_size, h1 - h0, m.head_dim)
+                pk, pv = pool_kv[j]
+                group.append((k, v, pk, pv))
+                self.on_gpu |= "cuda" in (k.device.type, pk.device.type)
+            layers.append(group)
         self.map, self.layers = m, layers
-        self.block_bytes = sum(pk[0].numel() * pk.element_size() * 2 for _, _, pk, _ in layers)
+        self.group_bytes = [sum(pk[0].numel() * pk.element_size() * 2 for _, _, pk, _ in g)
+                            for g in layers]
 
     def _ready(self, meta):
         """Whether this step's copies may be made: the mapping's daemon is alive (a NOP). One
@@ -144,68 +159,74 @@ class WorkerSide:
         return ok
 
     def _copy(self, c, to_pool):
-        """c's blocks, every layer's K and V: vLLM's into the pool's, or back."""
-        if not c.pool_blocks:
-            return
-        for k, v, pk, pv in self.layers:
-            for ours, pools in ((k, pk), (v, pv)):
-                vi = torch.tensor(c.vllm_blocks, dtype=torch.long, device=ours.device)
-                pi = torch.tensor(c.pool_blocks, dtype=torch.long, device=pools.device)
-                src, si, dst, di = (ours, vi, pools, pi) if to_pool else (pools, pi, ours, vi)
-                dst.index_copy_(0, di, src.index_select(0, si).to(dst.device))
+        """c's blocks, group by group, every layer's K and V: vLLM's into the pool's, or
+        back. Returns the bytes copied."""
+        copied = 0
+        for g, (pools, vllms) in enumerate(zip(c.pool_blocks, c.vllm_blocks)):
+            if not pools:
+                continue
+            group = self.layers[g]
+            device = group[0][0].device
+            vi = torch.tensor(vllms, dtype=torch.long, device=device)
+            pi = torch.tensor(pools, dtype=torch.long, device=group[0][2].device)
+            for k, v, pk, pv in group:
+                for ours, theirs in ((k, pk), (v, pv)):
+                    src, si, dst, di = (ours, vi, theirs, pi) if to_pool else \
+                        (theirs, pi, ours, vi)
+                    dst.index_copy_(0, di.to(dst.device), src.index_select(0, si).to(dst.device))
+            copied += len(pools) * self.group_bytes[g]
+        return copied
 
     def load(self, meta):
         ok = (meta.loads or meta.saves) and self._ready(meta)
         for c in meta.loads:
             if not (ok and self._try(c, to_pool=False)):
-                self.load_errors.update(c.vllm_blocks)
+                if len(c.vllm_blocks) > 1:
+                    self.failed_loads.add(c.req_id)
+                else:
+                    self.load_errors.update(b for g in c.vllm_blocks for b in g)
             self.received.add(c.req_id)
         self.load_errors.update(meta.load_errors)
+        for req_id in getattr(meta, "failed_loads", ()):
+            self.failed_loads.add(req_id)
+            self.received.add(req_id)
 
     def save(self, meta):
         ok = (meta.loads or meta.saves) and self._ready(meta)
+        failed = set()
         for c in meta.saves:
             if not (ok and self._try(c, to_pool=True)):
-                self.failed_saves.add(c.req_id)
-            self.sent.add(c.req_id)
+                failed.add(c.req_id)
+        if meta.saves:
+            self.answer = (getattr(meta, "step", 0), failed)
         if meta.saves and ok and self.on_gpu:
             torch.cuda.synchronize()  # in the pool before the scheduler side publishes it
 
     def _try(self, c, to_pool):
         try:
-            self._copy(c, to_pool)
+            copied = self._copy(c, to_pool)
             way = "saved" if to_pool else "loaded"
-            self.counts[f"{way}_blocks"] += len(c.pool_blocks)
-            self.counts[f"{way}_bytes"] += len(c.pool_blocks) * self.block_bytes
+            self.counts[f"{way}_blocks"] += c.num_blocks if hasattr(c, "num_blocks") else \
+                sum(len(g) for g in c.pool_blocks)
+            self.counts[f"{way}_bytes"] += copied
             return True
         except Exception as e:  # a copy vLLM must never see fail: counted, logged
             self.link.failures.note("copy_failed", f"request {c.req_id}: copy failed: {e!r}")
             return False
 
-    def take_failed_saves(self):
-        """The failed among the saves finished() just reported: vLLM asks for both in one
-        step's output, finished() first, and the scheduler side reads them together."""
-        failed = self.failed_saves & self.reporting
-        self.failed_saves -= failed
-        self.reporting = set()
-        return failed
+    def take_answer(self):
+        """(step, saves not made) for the last step that had saves, once."""
+        answer, self.answer = self.answer, None
+        return answer
 
     def finished(self, finished_req_ids):
-        # vLLM takes a save as done only for a request it has said ended (this call or before).
-        # It says so in the step whose metadata carries the save: an id kept 64 calls is one
-        # that was not saved.
-        self.calls += 1
-        for req_id in finished_req_ids:
-            self.ended[req_id] = self.calls
-        sent = {r for r in self.sent if r in self.ended}
-        self.sent -= sent
-        self.reporting = sent
-        for req_id in sent:
-            del self.ended[req_id]
-        if len(self.ended) > 1024:
-            self.ended = {r: n for r, n in self.ended.items() if self.calls - n < 64}
+        """(None, loads done): saves are made within their step, nothing waits on them."""
         received, self.received = self.received, set()
-        return sent or None, received or None
+        return None, received or None
+
+    def take_failed_loads(self):
+        failed, self.failed_loads = self.failed_loads, set()
+        return failed
 
     def take_load_errors(self):
         errors, self.load_errors = self.load_errors, set()
