@@ -42,6 +42,7 @@ struct kvpd {
 	bool accept_paused;       /* accept failed (out of descriptors): until a client leaves */
 	bool accept_paused_logged;
 	long ncpus;
+	uint64_t boot_id;         /* this run's, random, never 0: kvp_setup_reply.boot_id */
 
 	struct kvpd_pool *pools[KVPD_MAX_POOLS];
 	unsigned npools;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -161,6 +162,16 @@ static unsigned fds_open(void)
  * Raises RLIMIT_NOFILE's soft limit to its hard one and lowers max_clients to
  * what fits: with more, accept would fail with EMFILE while slots look free.
  */
+/* This run's id: random (never 0, which says "a daemon before boot ids"), or -errno. */
+static int make_boot_id(uint64_t *id)
+{
+	do {
+		if (getrandom(id, sizeof(*id), 0) != (ssize_t)sizeof(*id))
+			return -errno ?: -EIO;
+	} while (!*id);
+	return 0;
+}
+
 static void fit_descriptors(struct kvpd *d)
 {
 	struct rlimit rl;
@@ -508,6 +519,11 @@ int main(int argc, char **argv)
 	if (d.cfg.socket_group && !getgrnam(d.cfg.socket_group)) {
 		kvpd_log(&d, KVPD_LOG_ERR, "socket group '%s': no such group", d.cfg.socket_group);
 		ret = -ENOENT;
+		goto out_config;
+	}
+	ret = make_boot_id(&d.boot_id);
+	if (ret) {
+		kvpd_log(&d, KVPD_LOG_ERR, "getrandom: %s", strerror(-ret));
 		goto out_config;
 	}
 	fit_descriptors(&d);

@@ -169,6 +169,7 @@ static int map_rings(struct kvp_client *c, const struct kvp_setup_reply *r, int 
 	c->sq_local_tail = *c->sq_tail;
 	c->features = r->features;
 	c->daemon_version = r->version;
+	c->boot_id = r->boot_id;
 	c->pool = r->pool;
 	return 0;
 }
@@ -291,7 +292,7 @@ int kvp_connect(const struct kvp_connect_opts *opts, struct kvp_client **out)
 	s.sq_entries = opts->sq_entries ? opts->sq_entries : 64;
 	s.arena_bytes = opts->arena_bytes ? opts->arena_bytes : 1u << 20;
 	if (opts->admin)
-		s.features |= KVP_FEAT_ADMIN;
+		s.features |= KVP_FEAT_ADMIN | KVP_FEAT_POOL_KEYS;
 	if (opts->stats_page)
 		s.features |= KVP_FEAT_STATS_PAGE;
 	if (opts->pool_map)
@@ -388,6 +389,11 @@ const struct kvp_pool_info *kvp_pool_info(const struct kvp_client *c)
 uint64_t kvp_features(const struct kvp_client *c)
 {
 	return c->features;
+}
+
+uint64_t kvp_boot_id(const struct kvp_client *c)
+{
+	return c->boot_id;
 }
 
 uint32_t kvp_daemon_version(const struct kvp_client *c)

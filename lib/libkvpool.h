@@ -86,6 +86,14 @@ const struct kvp_pool_info *kvp_pool_info(const struct kvp_client *c);
 /* kvp_features - the KVP_FEAT_* bits agreed at setup. */
 uint64_t kvp_features(const struct kvp_client *c);
 
+/*
+ * kvp_boot_id - the daemon's run this connection reached: random at its start,
+ * never 0 (0 from a daemon before 0.3). Two connections with the same one
+ * reach the same daemon, so block ids one of them got mean the same to the
+ * other; after a restart they differ.
+ */
+uint64_t kvp_boot_id(const struct kvp_client *c);
+
 /* kvp_daemon_version - the daemon's release, KVP_VERSION_CODE(major, minor, patch); 0 before 0.2.0. */
 uint32_t kvp_daemon_version(const struct kvp_client *c);
 
@@ -420,6 +428,17 @@ int kvp_pool_create_owned(struct kvp_client *c, const struct kvp_pool_params *pa
  */
 int kvp_pool_create_v2(struct kvp_client *c, const struct kvp_pool_params_v2 *params,
 		       uint32_t op_flags, char *why, size_t why_len);
+
+/*
+ * kvp_pool_create_v3 - as kvp_pool_create_v2, with @keys (NUL-terminated, at
+ * most KVP_POOL_KEYS_MAX bytes; NULL: none) a text of `key = value` lines in
+ * kvpool.conf(5)'s [pool.NAME] words, which the daemon applies over @params
+ * and refuses, naming the key, as it refuses the config file's. Needs
+ * KVP_FEAT_POOL_KEYS (asked for with the admin feature): -EOPNOTSUPP, with a
+ * reason, from an older daemon.
+ */
+int kvp_pool_create_v3(struct kvp_client *c, const struct kvp_pool_params_v2 *params,
+		       const char *keys, uint32_t op_flags, char *why, size_t why_len);
 
 /* kvp_pool_destroy - destroy a pool; -EBUSY while another client uses it. */
 int kvp_pool_destroy(struct kvp_client *c, const char *name);

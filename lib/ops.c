@@ -304,23 +304,57 @@ static int pool_create(struct kvp_client *c, const struct kvp_pool_params *param
 	return run(c, &call);
 }
 
-int kvp_pool_create_v2(struct kvp_client *c, const struct kvp_pool_params_v2 *params,
-		       uint32_t op_flags, char *why, size_t why_len)
+/* POOL_CREATE of the @len bytes staged at @off: room for a refusal's reason, run, the reason. */
+static int create_staged(struct kvp_client *c, struct call *call, int64_t off, uint32_t len,
+			 char *why, size_t why_len)
 {
-	struct call call = { .sqe = { .opcode = KVP_OP_POOL_CREATE, .len = sizeof(*params),
-				      .op_flags = op_flags } };
-	int64_t off = stage(c, &call, params, sizeof(*params));
 	int ret;
 
 	if (off < 0)
 		return (int)off;
-	call.sqe.addr = (uint64_t)off;
-	ret = reserve_out(c, &call, KVP_REASON_MAX);
+	call->sqe.addr = (uint64_t)off;
+	call->sqe.len = len;
+	ret = reserve_out(c, call, KVP_REASON_MAX);
 	if (ret)
 		return ret;
-	ret = run(c, &call);
-	take_reason(c, &call, ret, why, why_len);
+	ret = run(c, call);
+	take_reason(c, call, ret, why, why_len);
 	return ret;
+}
+
+int kvp_pool_create_v2(struct kvp_client *c, const struct kvp_pool_params_v2 *params,
+		       uint32_t op_flags, char *why, size_t why_len)
+{
+	struct call call = { .sqe = { .opcode = KVP_OP_POOL_CREATE, .op_flags = op_flags } };
+
+	return create_staged(c, &call, stage(c, &call, params, sizeof(*params)), sizeof(*params),
+			     why, why_len);
+}
+
+int kvp_pool_create_v3(struct kvp_client *c, const struct kvp_pool_params_v2 *params,
+		       const char *keys, uint32_t op_flags, char *why, size_t why_len)
+{
+	struct kvp_pool_params_v3 v3 = { .v2 = *params };
+	struct call call = { .sqe = { .opcode = KVP_OP_POOL_CREATE, .op_flags = op_flags } };
+	size_t keys_len = keys ? strlen(keys) : 0;
+	int64_t off;
+
+	if (why && why_len)
+		*why = '\0';
+	if (!(c->features & KVP_FEAT_POOL_KEYS)) {
+		if (why && why_len)
+			snprintf(why, why_len, "the daemon takes no pool keys (POOL_CREATE v3): "
+				 "an older kvpoold");
+		return -EOPNOTSUPP;
+	}
+	if (keys_len > KVP_POOL_KEYS_MAX)
+		return -E2BIG;
+	v3.keys_len = (uint32_t)keys_len;
+	off = stage(c, &call, &v3, sizeof(v3));
+	/* The text right after the struct: v3 and its keys are one range. */
+	if (off >= 0 && keys_len && stage(c, &call, keys, keys_len) != off + (int64_t)sizeof(v3))
+		off = -E2BIG;
+	return create_staged(c, &call, off, (uint32_t)(sizeof(v3) + keys_len), why, why_len);
 }
 
 int kvp_pool_create(struct kvp_client *c, const struct kvp_pool_params *params)

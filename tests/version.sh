@@ -32,7 +32,7 @@ for _ in $(seq 100); do [ -S "$dir/sock" ] && break; sleep 0.05; done
 out=$(KVPOOL_SOCKET=$dir/sock "$bin/kvctl" version) || fail "kvctl version: exit $?"
 want="kvctl $version
 libkvpool $version abi 2
-kvpoold $version abi 2 features $([ "$(id -u)" = 0 ] && echo 0x1f || echo 0x1d)"
+kvpoold $version abi 2 features $([ "$(id -u)" = 0 ] && echo 0x3f || echo 0x3d)"
 [ "$out" = "$want" ] || fail "kvctl version said '$out'"
 "$bin/kvctl" --socket "$dir/sock" version extra 2>/dev/null
 [ $? = 2 ] || fail "kvctl version extra: exit status not 2"

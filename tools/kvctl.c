@@ -148,6 +148,8 @@ static const char pool_create_help[] =
 	"  dtype=f32|f16|bf16  the KV's element type (default f32)\n"
 	"  backend=host|cuda, device=N, layout=block|layer\n"
 	"  namespace=NAME      only NAME's clients attach, and they may map the pool\n"
+	"Every KEY=VALUE goes to the daemon as it is (POOL_CREATE v3's key text), so\n"
+	"keys a newer kvpoold takes pass through; kvctl itself checks the keys above.\n"
 	"\n"
 	"Prints one line:\n"
 	"  pool NAME created: N blocks of BS tokens, groups G, KV SIZE\n"
@@ -418,30 +420,59 @@ static void busy_pool(struct kvp_client *c, const char *name, char *buf, size_t 
 	kvp_stats_view_release(&s);
 }
 
-static int pool_settings(const char *cmd, struct cmd_opts *o, struct kvp_pool_params_v2 *params)
+/*
+ * The keys kvctl knows, checked into @params; every KEY=VALUE, known or not,
+ * into @keys as "KEY = VALUE" lines for the daemon (POOL_CREATE v3). The
+ * first unknown key's argument in @unknown (NULL: none), for a daemon that
+ * takes no key text.
+ */
+static int pool_settings(const char *cmd, struct cmd_opts *o, struct kvp_pool_params_v2 *params,
+			 char *keys, size_t keys_len, const char **unknown)
 {
+	size_t used = 0;
+
 	kvp_pool_params_v2_init(params, o->args[1]);
+	*keys = '\0';
+	*unknown = NULL;
 	for (int i = 2; i < o->nargs; i++) {
 		char *eq = strchr(o->args[i], '=');
 		const char *help;
-		int ret;
+		int ret, n;
 
-		if (!eq)
+		if (!eq || eq == o->args[i] || strchr(o->args[i], '\n'))
 			return usage_error(cmd, "bad pool setting '%s': not KEY=VALUE", o->args[i]);
 		*eq = '\0';
 		ret = kvp_pool_params_v2_set(params, o->args[i], eq + 1);
 		help = kvp_pool_param_help(o->args[i]);
+		n = snprintf(keys + used, keys_len - used, "%s = %s\n", o->args[i], eq + 1);
 		*eq = '=';
+		if (n < 0 || (size_t)n >= keys_len - used)
+			return usage_error(cmd, "the pool settings are longer than %zu bytes",
+					   keys_len - 1);
+		used += (size_t)n;
 		if (ret && help)
 			return usage_error(cmd, "%s: %.*s is %s", o->args[i], (int)(eq - o->args[i]),
 					   o->args[i], help);
-		if (ret)
-			return usage_error(cmd, "%s: unknown key (keys: %s)", o->args[i],
-					   kvp_pool_param_help(NULL));
+		if (ret && !*unknown)
+			*unknown = o->args[i];
 	}
 	if (!params->v1.num_blocks || !params->v1.block_size || !params->v1.num_groups)
 		return usage_error(cmd, "blocks=, block_size= and groups= are required");
 	return 0;
+}
+
+/* POOL_CREATE v3 where the daemon takes key text; else v2, which cannot carry @unknown. */
+static int pool_create(struct kvp_client *c, const struct kvp_pool_params_v2 *p, const char *keys,
+		       const char *unknown, char *why, size_t why_len)
+{
+	if (kvp_features(c) & KVP_FEAT_POOL_KEYS)
+		return kvp_pool_create_v3(c, p, keys, 0, why, why_len);
+	if (unknown) {
+		snprintf(why, why_len, "%s: unknown key (keys: %s)", unknown,
+			 kvp_pool_param_help(NULL));
+		return -EINVAL;
+	}
+	return kvp_pool_create_v2(c, p, 0, why, why_len);
 }
 
 /* The subcommand: the first word that is neither an option nor --socket's value. */
@@ -465,7 +496,8 @@ static int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	bool create = sub && !strcmp(sub, "create"), destroy = sub && !strcmp(sub, "destroy");
 	const char *cmd = create ? "pool create" : destroy ? "pool destroy" : "pool";
 	struct kvp_pool_params_v2 params;
-	char why[KVP_REASON_MAX] = "";
+	char why[KVP_REASON_MAX] = "", keys[KVP_POOL_KEYS_MAX + 1];
+	const char *unknown = NULL;
 	struct kvp_client *c;
 	const char *name;
 	int ret;
@@ -484,11 +516,11 @@ static int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 		return usage_error(cmd, "unexpected argument '%s'", o->args[2]);
 	if (strlen(name) >= KVP_NAME_MAX)
 		return usage_error(cmd, "pool name '%s': longer than %d bytes", name, KVP_NAME_MAX - 1);
-	if (create && (ret = pool_settings(cmd, o, &params)))
+	if (create && (ret = pool_settings(cmd, o, &params, keys, sizeof(keys), &unknown)))
 		return ret;
 	if (connect_to(o->socket, true, &c))
 		return 1;
-	ret = create ? kvp_pool_create_v2(c, &params, 0, why, sizeof(why))
+	ret = create ? pool_create(c, &params, keys, unknown, why, sizeof(why))
 		     : kvp_pool_destroy(c, name);
 	if (ret == -EBUSY && destroy)
 		busy_pool(c, name, why, sizeof(why));

@@ -59,8 +59,9 @@
  * (and namespace's) max_clients: watching cannot exhaust the daemon.
  */
 #define KVP_FEAT_MONITOR (1ull << 4)
+#define KVP_FEAT_POOL_KEYS (1ull << 5)   /* POOL_CREATE v3: v2 and a text of pool keys */
 #define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE | \
-				KVP_FEAT_POOL_MAP | KVP_FEAT_MONITOR)
+				KVP_FEAT_POOL_MAP | KVP_FEAT_MONITOR | KVP_FEAT_POOL_KEYS)
 
 /*
  * Client -> daemon, the first message on the socket, exactly this size. A bad
@@ -146,7 +147,11 @@ struct kvp_setup_reply {
 				* of ABI 1 left it 0) */
 	__u32 version;         /* kvpoold's version, KVP_VERSION_CODE(major, minor, patch), set in
 				* refusals too (0 from a daemon before 0.2.0) */
-	__u64 resv[2];         /* zero */
+	__u64 boot_id;         /* this run of the daemon: random at its start, never 0 (0 from a
+				* daemon before 0.3): block ids and handles mean something only to
+				* the daemon that gave them, and two clients tell whether theirs is
+				* the same one by it */
+	__u64 resv[1];         /* zero */
 };
 
 /* A version as kvp_setup_reply.version carries it: 0.2.0 is 0x000200. */
@@ -199,7 +204,8 @@ enum kvp_opcode {
 			       * in piece order). res: how many. -EPERM (reason in out) unless the
 			       * pool is restricted to this client's namespace */
 	/* Admin (KVP_FEAT_ADMIN): */
-	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params (len = its size); KVP_POOL_OWNED */
+	KVP_OP_POOL_CREATE = 64, /* addr: struct kvp_pool_params, _v2 or _v3 and its keys (len: their
+				  * size); KVP_POOL_OWNED */
 	KVP_OP_POOL_DESTROY,  /* addr: pool name (len bytes); -EBUSY while in use by others */
 	KVP_OP_EVICT,         /* addr: block ids (__u32[len], repeats allowed) of the attached pool.
 			       * res: hashes removed */
@@ -384,6 +390,24 @@ struct kvp_pool_params_v2 {
 	char namespace_[KVP_NAME_MAX]; /* "": any namespace's clients attach; a name: only
 				 * that namespace's (others -EPERM), and they may map it */
 	__u64 resv[8];          /* must be zero (else -EINVAL) */
+};
+
+/*
+ * POOL_CREATE with sqe.len == sizeof(struct kvp_pool_params_v3) + keys_len
+ * (KVP_FEAT_POOL_KEYS): v2, then keys_len bytes of text: `key = value` lines
+ * with kvpool.conf(5)'s [pool.NAME] keys, parsed by the daemon's table for
+ * that section (blank lines and lines starting with '#' or ';' are skipped; a
+ * ';' after a blank starts a comment). Each key the text sets replaces v2's
+ * field; keys that v2 has no field for (those added later) exist only here,
+ * so they need no new struct. A key set twice, an unknown key, a bad value or
+ * a NUL byte: -EINVAL with the reason naming the key.
+ */
+#define KVP_POOL_KEYS_MAX 4096 /* keys_len's most */
+struct kvp_pool_params_v3 {
+	struct kvp_pool_params_v2 v2;
+	__u32 keys_len;         /* bytes of text after this struct, 0..KVP_POOL_KEYS_MAX */
+	__u32 resv0;            /* must be zero (else -EINVAL) */
+	__u64 resv[3];          /* must be zero (else -EINVAL) */
 };
 
 #define KVP_REASON_MAX 128   /* a refusal's reason text, NUL included */
@@ -687,7 +711,9 @@ _Static_assert(__builtin_offsetof(struct kvp_setup_reply, abi_version) == 232,
 	       "kvp_setup_reply.abi_version");
 _Static_assert(__builtin_offsetof(struct kvp_setup_reply, version) == 236,
 	       "kvp_setup_reply.version");
-_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv) == 240, "kvp_setup_reply.resv");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, boot_id) == 240,
+	       "kvp_setup_reply.boot_id");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv) == 248, "kvp_setup_reply.resv");
 
 _Static_assert(sizeof(struct kvp_sqe) == 64, "kvp_sqe");
 _Static_assert(__builtin_offsetof(struct kvp_sqe, opcode) == 0, "kvp_sqe.opcode");
@@ -748,6 +774,11 @@ _Static_assert(__builtin_offsetof(struct kvp_pool_stats, blocks_cached) == 12,
 
 _Static_assert(sizeof(struct kvp_pool_params) == 168, "kvp_pool_params");
 _Static_assert(sizeof(struct kvp_pool_params_v2) == 280, "kvp_pool_params_v2");
+_Static_assert(sizeof(struct kvp_pool_params_v3) == 312, "kvp_pool_params_v3");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params_v3, keys_len) == 280,
+	       "kvp_pool_params_v3.keys_len");
+_Static_assert(__builtin_offsetof(struct kvp_pool_params_v3, resv) == 288,
+	       "kvp_pool_params_v3.resv");
 _Static_assert(__builtin_offsetof(struct kvp_pool_params_v2, backend) == 168,
 	       "kvp_pool_params_v2.backend");
 _Static_assert(__builtin_offsetof(struct kvp_pool_params_v2, namespace_) == 184,

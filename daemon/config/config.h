@@ -135,6 +135,15 @@ const char *kvpd_conf_name_problem(const char *name);
 /* Pool and namespace names: 1 to KVP_NAME_MAX - 1 printable ASCII bytes, no blanks. */
 bool kvpd_name_valid(const char *name);
 
+/*
+ * pool_keys.c: POOL_CREATE v3's text of pool keys (@len bytes at @text, a NUL
+ * after them; the text is cut in place) applied over @p with the [pool.NAME]
+ * table: -EINVAL with @why naming the key (unknown, set twice, a bad value, a
+ * line without '='; a NUL byte in the text); -ENOMEM.
+ */
+int kvpd_pool_keys_apply(struct kvp_pool_params_v2 *p, char *text, size_t len, char *why,
+			 size_t why_len);
+
 /* pool_check.c: every parameter in its range; -EINVAL naming the first that is not. */
 int kvpd_pool_params_check(const struct kvp_pool_params_v2 *p, char *why, size_t why_len);
 

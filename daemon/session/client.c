@@ -348,6 +348,7 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 	if (ret)
 		return kvpd_refuse(why, why_len, ret, "its rings: %s", strerror(-ret));
 	r->client_id = c->gen;
+	r->boot_id = d->boot_id;
 	r->features = s->features & KVP_FEATURES_SUPPORTED & (c->admin ? ~0ull : ~KVP_FEAT_ADMIN);
 	c->may_map = r->features & KVP_FEAT_POOL_MAP;
 	if (r->features & KVP_FEAT_STATS_PAGE) {

@@ -8,7 +8,10 @@
  * and its pools are created, as main() does, in the in-process daemon of
  * fuzz_daemon.c (their sizes clamped, so that a config asking for a 16M-block
  * pool costs the fuzzer nothing), then destroyed. The config is released
- * after every input, loaded or not: nothing may leak.
+ * after every input, loaded or not: nothing may leak. The same input is also
+ * POOL_CREATE v3's key text (pool_keys.c, the [pool.NAME] table over a
+ * client's bytes): applied over the defaults, it is refused with a reason or
+ * gives parameters that pool_check.c judges, and the pool they make is made.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -91,6 +94,33 @@ static void start_pools(const struct kvpd_config *cfg)
 	fz_teardown(d);
 }
 
+/* The input as POOL_CREATE v3's keys: the daemon's copy of them, NUL after, cut in place. */
+static void pool_keys(const uint8_t *data, size_t size)
+{
+	static char text[KVP_POOL_KEYS_MAX + 1];
+	struct kvp_pool_params_v2 p;
+	char why[KVP_REASON_MAX] = "";
+	struct kvpd *d;
+	int ret;
+
+	if (size > KVP_POOL_KEYS_MAX)
+		return;
+	memcpy(text, data, size);
+	text[size] = '\0';
+	kvp_pool_params_v2_init(&p, "keys");
+	ret = kvpd_pool_keys_apply(&p, text, size, why, sizeof(why));
+	if (ret && (ret != -EINVAL || !*why))
+		fz_fail("pool keys: %s, reason '%s'", strerror(-ret), why);
+	if (ret || p.backend == KVP_BACKEND_CUDA)
+		return;
+	d = fz_daemon();
+	fz_clamp_pool_params(&p.v1);
+	ret = kvpd_pool_create(d, &p, NULL, why, sizeof(why));
+	if (ret && (ret != -EINVAL || !*why))
+		fz_fail("pool keys: pool refused: %s, reason '%s'", strerror(-ret), why);
+	fz_teardown(d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static int memfd = -1;
@@ -114,5 +144,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		start_pools(&cfg);
 	}
 	kvpd_config_release(&cfg);
+	pool_keys(data, size);
 	return 0;
 }

@@ -376,6 +376,23 @@ def test_create_pool_kv_geometry(daemon):
         assert a.pool.name == "geo" and a.pool.dtype == "f16"
 
 
+def test_create_pool_keys(daemon):
+    """keys: POOL_CREATE v3's text, applied by the daemon over the arguments, refused naming
+    the key."""
+    with daemon.client(admin=True) as a:
+        a.create_pool("keyed", 16, 8, [("full", 0)],
+                      keys="blocks = 32\n# the window\ngroups = full swa:16\nmax_len = 64\n")
+        with daemon.client(pool="keyed") as c:
+            assert tuple(c.pool) == ("keyed", 32, 8, [("full", 0), ("swa", 16)], 0, 0, "bf16",
+                                     0, 64)
+        with pytest.raises(kvpool.Error) as ei:
+            a.create_pool("bad", 16, 8, [("full", 0)], keys="bogus = 1\n")
+        assert (ei.value.errno, ei.value.reason) == (errno.EINVAL, "bogus: unknown pool key")
+        with pytest.raises(kvpool.Error) as ei:
+            a.create_pool("bad", 16, 8, [("full", 0)], keys="blocks = 1\n")
+        assert ei.value.reason == "blocks = 1: out of range (2..16777216)"
+
+
 def test_create_pool_restricted_namespace(daemon):
     with daemon.client(admin=True) as a:
         a.create_pool("ns1only", 8, 4, [("full", 0)], namespace="ns1", kv_heads=1, head_dim=4,

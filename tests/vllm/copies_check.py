@@ -70,6 +70,14 @@ def check(socket, device, backend, shape_name):
                 assert torch.equal(t[untouched] if size[0] == BLOCKS else t[:, untouched],
                                    before[name][untouched] if size[0] == BLOCKS
                                    else before[name][:, untouched]), name
+        # Block ids of another daemon run (planned before a restart): no copy is made, the
+        # load is reported failed and vLLM's blocks are as they were.
+        after = {name: t.clone() for name, t in caches.items()}
+        w.load(copy(step=3, boot_id=w.link.client.boot_id ^ 1,
+                    loads=[copy(req_id="x", pool_blocks=[[5]], vllm_blocks=[[6]])],
+                    saves=[], load_errors=[], failed_loads=[]))
+        assert w.take_load_errors() == {6}
+        assert all(torch.equal(t, after[name]) for name, t in caches.items())
         w.close()
 
 

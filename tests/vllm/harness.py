@@ -397,6 +397,17 @@ class Engine:
                                  req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                  sampled_token_ids=sampled, kv_connector_output=kv_out)
 
+    def fail_saves(self):
+        """This engine's worker-side copies into the pool fail from now on (a test's fault)."""
+        worker = self.worker_connector._worker
+        copy = worker._copy
+
+        def failing(c, to_pool):
+            if to_pool:
+                raise OSError("injected: the copy into the pool failed")
+            return copy(c, to_pool)
+        worker._copy = failing
+
     def rank_step(self, so, batch, tables):
         """A rank's part of a step: the runner's tables as the scheduler's process sent
         them, zeroing and copies, then the forward and the connector's calls."""

@@ -16,7 +16,7 @@ try:
 except Exception as e:
     pytest.skip(f"vllm is not importable: {e!r}", allow_module_level=True)
 
-from conftest import BLOCK, ROOT, connector_config, start_daemon  # noqa: E402
+from conftest import BLOCK, NS, ROOT, connector_config, start_daemon  # noqa: E402
 import harness  # noqa: E402
 from kvcheck import kv_is_model  # noqa: E402
 import kvpool.vllm.link  # noqa: E402
@@ -126,3 +126,54 @@ def test_pool_full_and_quota(daemon, model_dir):
         serve(b, "quota", tokens(60, 3))
         c = counts(b)
         assert (c.get("quota"), c["save_skipped"], c["saved_tokens"]) == (1, 1, 0), str(c)
+
+
+HOLD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import kvpool
+c = kvpool.Client(sys.argv[2], pool="small", namespace="team")
+seqs = []
+try:
+    while True:
+        seqs.append(c.open([700 + len(seqs)] * 16))
+        seqs[-1].alloc(16)
+except kvpool.Error:
+    pass
+print("full", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_failed_pin_saves_nothing(daemon, model_dir):
+    """The pool is full at B's pin (another client holds every block, A's cached ones too),
+    and has room again at once: B's load is recomputed, and none of B's blocks is ever
+    published (its pin's blocks are not known, so none of them could be paired with vLLM's);
+    another client finds nothing of B's prompt."""
+    P, suffix = tokens(69, 7), tokens(10, 8)
+    with harness.Engine(model_dir, block_size=BLOCK,
+                        kv_transfer_config=connector_config(daemon, "small")) as a:
+        serve(a, "p", P)
+        assert counts(a)["saved_tokens"] == 64
+    with harness.Engine(model_dir, block_size=BLOCK,
+                        kv_transfer_config=connector_config(daemon, "small")) as b:
+        side = b.scheduler_connector._sched
+        pin = side._pin
+
+        def pin_in_a_full_pool(r):
+            holder = subprocess.Popen([sys.executable, "-c", HOLD,
+                                       os.path.join(ROOT, "lib", "python"), daemon.socket],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert holder.stdout.readline() == "full\n"
+                return pin(r)
+            finally:
+                holder.stdin.close()
+                holder.wait(timeout=30)
+        side._pin = pin_in_a_full_pool
+        rec = serve(b, "q", P + suffix)
+        assert rec.computed_positions == list(range(0, 80))
+        c = counts(b)
+        assert (c["pool_full"], c["saved_tokens"], c["save_skipped"]) == (1, 0, 1), str(c)
+    with daemon.client(pool="small", namespace=NS) as c, c.open(P + suffix + [1]) as s:
+        assert s.lookup() == 0

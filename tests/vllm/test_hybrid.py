@@ -165,6 +165,26 @@ def test_chunked_prefill_saves_before_the_window_moves(daemon, hybrid_model_dir)
         assert kv_is_model(b, "q")
 
 
+def test_a_hit_inside_the_first_chunk(daemon, hybrid_model_dir):
+    """A computes P 32 tokens a step; vLLM drops a sliding-window block as soon as the window
+    has passed it (blocks 0-1 once 64 tokens are computed). B shares only P's first 40 tokens:
+    its hit is 32, whose window (blocks 0-1 of the sliding-window group) only a save made in
+    A's first step holds; a small vLLM pool reuses what A freed."""
+    P = tokens(130, 5)
+    with engine(hybrid_model_dir, daemon, max_num_batched_tokens=32, num_gpu_blocks=24) as a:
+        a.add_request("p", P, max_tokens=2)
+        a.run_until_done()
+        assert counts(a)["saved_tokens"] == 128
+    with engine(hybrid_model_dir, daemon) as b:
+        loads = recording_loads(b)
+        b.add_request("q", P[:40] + tokens(30, 6), max_tokens=2)
+        rb = b.run_until_done()["q"]
+        assert rb.num_external_tokens == 32
+        assert [[len(g) for g in c.vllm_blocks] for c, _ in loads] == [[2, 2]]
+        assert rb.computed_positions == list(range(32, 71))
+        assert kv_is_model(b, "q")
+
+
 def evict_all(daemon):
     """Another client takes every free block of the pool (the cached ones too), then lets
     them go unpublished: nothing A saved is left."""

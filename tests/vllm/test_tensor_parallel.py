@@ -67,3 +67,22 @@ def test_two_ranks_save_and_load_their_heads(daemon, model_dir):
             everything = range(66)
             assert same(rank_kv(b, r, "q", everything), model_kv(b, "q", everything, r))
         assert rb.output_tokens == harness.expected_outputs(P + suffix, 2)
+
+
+def test_a_save_one_rank_could_not_make_is_not_published(daemon, model_dir):
+    """Rank 1's copies into the pool fail: the step's save is published only if every rank
+    made it (vLLM merges their answers), so nothing of the prompt is, and B finds no hit."""
+    P = tokens(53, 3)
+    cfg = connector_config(daemon)
+    with harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg, tp_size=2) as a:
+        a.rank(1, "fail_saves")
+        a.add_request("p", P, max_tokens=2)
+        ra = a.run_until_done()["p"]
+        assert ra.output_tokens == harness.expected_outputs(P, 2)
+        c = a.scheduler_connector._sched.counts
+        assert (c["saved_tokens"], c["save_skipped"]) == (0, 1), str(c)
+    with harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg, tp_size=2) as b:
+        b.add_request("q", P + [1, 2], max_tokens=2)
+        rb = b.run_until_done()["q"]
+        assert rb.num_external_tokens == 0
+        assert rb.computed_positions == list(range(56))

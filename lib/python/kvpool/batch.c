@@ -306,9 +306,13 @@ static PyObject *result_of(BatchObject *self, const struct bop *op)
 	switch (op->kind) {
 	case BOP_ALLOC:
 		if (op->blocks) {
-			PyObject *lists = op->lists ? kvpy_lists_to_python(op->lists) : NULL;
-			PyObject *pair = lists ? Py_BuildValue("(KO)", (unsigned long long)op->aux,
-							      lists) : NULL;
+			PyObject *lists, *pair;
+
+			/* A completion without its lists: not an ALLOC's (ALLOC answers 0). */
+			if (!op->lists)
+				return kvpy_error_new(self->client->st, -EPROTO, "alloc", NULL);
+			lists = kvpy_lists_to_python(op->lists);
+			pair = lists ? Py_BuildValue("(KO)", (unsigned long long)op->aux, lists) : NULL;
 
 			Py_XDECREF(lists);
 			return pair;

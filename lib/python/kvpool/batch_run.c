@@ -51,20 +51,24 @@ static void mark_busy(struct runner *r, uint64_t handle)
 /* ALLOC's new blocks out of the arena before it is reused: 0, -EOVERFLOW or -ENOMEM. */
 static int copy_lists(struct runner *r, struct bop *op, uint32_t flags)
 {
-	const struct kvp_block_lists *head = (const void *)(r->arena + op->arena_off);
-	uint64_t bytes = sizeof(*head);
+	const uint8_t *src = r->arena + op->arena_off;
+	struct kvp_block_lists head;
+	uint64_t bytes = sizeof(head);
 
 	/* The bound the entry was given is enough for any ALLOC (arena_need): never here. */
 	if (flags & KVP_CQE_F_OVERFLOW)
 		return -EOVERFLOW;
-	for (uint32_t g = 0; g < head->num_groups && g < KVP_MAX_GROUPS; g++)
-		bytes += (uint64_t)head->counts[g] * sizeof(uint32_t);
-	if (head->num_groups > KVP_MAX_GROUPS || bytes > op->lists_bytes)
+	/* The counts read once: the copy made is the one checked. */
+	memcpy(&head, src, sizeof(head));
+	for (uint32_t g = 0; g < head.num_groups && g < KVP_MAX_GROUPS; g++)
+		bytes += (uint64_t)head.counts[g] * sizeof(uint32_t);
+	if (head.num_groups > KVP_MAX_GROUPS || bytes > op->lists_bytes)
 		return -EPROTO;
 	op->lists = malloc(bytes);
 	if (!op->lists)
 		return -ENOMEM;
-	memcpy(op->lists, head, bytes);
+	memcpy(op->lists, &head, sizeof(head));
+	memcpy(op->lists->ids, src + sizeof(head), bytes - sizeof(head));
 	return 0;
 }
 

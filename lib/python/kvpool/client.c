@@ -164,6 +164,12 @@ static PyObject *client_get_features(ClientObject *self, void *closure)
 	return PyLong_FromUnsignedLongLong(self->c ? kvp_features(self->c) : 0);
 }
 
+static PyObject *client_get_boot_id(ClientObject *self, void *closure)
+{
+	(void)closure;
+	return PyLong_FromUnsignedLongLong(self->c ? kvp_boot_id(self->c) : 0);
+}
+
 static PyObject *client_nop(ClientObject *self, PyObject *unused)
 {
 	int ret;
@@ -307,10 +313,12 @@ static PyMethodDef client_methods[] = {
 	  "create_pool(name, blocks, block_size, groups, kv_heads=0, head_dim=0,\n"
 	  "            layers_per_group=1, dtype='bf16', max_len=None, namespace='',\n"
 	  "            backend='host', layout=None, owned=False, *, device=None,\n"
-	  "            max_step_tokens=None)\n--\n\n"
+	  "            max_step_tokens=None, keys=None)\n--\n\n"
 	  "Create a pool (needs admin=True). groups: [('full', 0), ('swa', 128)].\n"
 	  "owned: the pool is destroyed once this client is gone and nothing uses it.\n"
-	  "max_step_tokens: the most tokens one alloc adds (sizes cyclic rings; default 1)." },
+	  "max_step_tokens: the most tokens one alloc adds (sizes cyclic rings; default 1).\n"
+	  "keys: 'key = value' lines of kvpool.conf(5)'s [pool.NAME] keys, which the daemon\n"
+	  "applies over the arguments (POOL_CREATE v3), refusing any it does not take." },
 	{ "open", (PyCFunction)(void (*)(void))client_open, METH_VARARGS | METH_KEYWORDS,
 	  "open(tokens, salt=None, prefix=None)\n--\n\n"
 	  "Open a sequence with its prompt; a Sequence (a context manager that closes it).\n"
@@ -332,6 +340,9 @@ static PyGetSetDef client_getset[] = {
 	{ "pool", (getter)client_get_pool, NULL, "The attached pool (PoolInfo), or None.", NULL },
 	{ "closed", (getter)client_get_closed, NULL, "True once closed.", NULL },
 	{ "features", (getter)client_get_features, NULL, "The KVP_FEAT_* bits agreed.", NULL },
+	{ "boot_id", (getter)client_get_boot_id, NULL,
+	  "The daemon's run (random at its start; 0 from an older daemon): block ids mean\n"
+	  "the same to two clients with the same one.", NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 

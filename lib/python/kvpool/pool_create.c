@@ -80,20 +80,20 @@ PyObject *kvpy_create_pool(ClientObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = { "name", "blocks", "block_size", "groups", "kv_heads", "head_dim",
 				  "layers_per_group", "dtype", "max_len", "namespace", "backend",
-				  "layout", "owned", "device", "max_step_tokens", NULL };
+				  "layout", "owned", "device", "max_step_tokens", "keys", NULL };
 	PyObject *blocks, *block_size, *groups, *kv_heads = NULL, *head_dim = NULL,
 		 *layers = NULL, *dtype = NULL, *max_len = Py_None, *ns = NULL, *backend = NULL,
 		 *layout = Py_None, *device = Py_None, *max_step = Py_None, *words;
-	const char *name;
+	const char *name, *keys = NULL;
 	char why[KVP_REASON_MAX], what[KVP_NAME_MAX + 16];
 	struct kvp_pool_params_v2 p;
 	int owned = 0, ret;
 	bool holds_kv;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOO|OOOOOOOOp$OO:create_pool", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOO|OOOOOOOOp$OOz:create_pool", kwlist,
 					 &name, &blocks, &block_size, &groups, &kv_heads, &head_dim,
 					 &layers, &dtype, &max_len, &ns, &backend, &layout, &owned,
-					 &device, &max_step))
+					 &device, &max_step, &keys))
 		return NULL;
 	if (!*name || strlen(name) >= KVP_NAME_MAX)
 		return PyErr_Format(PyExc_ValueError, "create_pool: name: 1..%d bytes",
@@ -131,8 +131,15 @@ PyObject *kvpy_create_pool(ClientObject *self, PyObject *args, PyObject *kwds)
 	}
 	if (ret)
 		return NULL;
-	KVPY_LOCKED_CALL(self, ret, kvp_pool_create_v2(self->c, &p, owned ? KVP_POOL_OWNED : 0,
-						       why, sizeof(why)));
+	/* keys: POOL_CREATE v3's text, applied by the daemon over the arguments above. */
+	if (keys)
+		KVPY_LOCKED_CALL(self, ret, kvp_pool_create_v3(self->c, &p, keys,
+							       owned ? KVP_POOL_OWNED : 0, why,
+							       sizeof(why)));
+	else
+		KVPY_LOCKED_CALL(self, ret, kvp_pool_create_v2(self->c, &p,
+							       owned ? KVP_POOL_OWNED : 0, why,
+							       sizeof(why)));
 	if (ret == INT32_MIN)
 		return NULL;
 	if (ret < 0) {

@@ -86,8 +86,12 @@ class Link:
     (re)connect (the geometry): its ConfigError refuses at start, and after start keeps the
     link down (logged) until the pool is right again."""
 
-    def __init__(self, extra, check, failures):
+    def __init__(self, extra, check, failures, defer_close=False):
+        """defer_close: a dropped connection goes to .retired, for the owner to close once
+        nothing it allocated is in use (close_retired), instead of at once."""
         self.extra, self.check, self.failures = extra, check, failures
+        self.defer_close = defer_close
+        self.retired = {}  # connects count -> the dropped client
         self.client = None
         self.connects = 0
         self.backoff = BACKOFF_FIRST
@@ -105,11 +109,13 @@ class Link:
 
     def get(self):
         """The client, or None while the daemon is away (tried again when the back-off ends)."""
+        import kvpool
+
         if self.client is None and time.monotonic() >= self.next_try:
             try:
                 self._connect()
                 logger.warning("kvpool: connected to pool '%s'", self.extra.get("pool"))
-            except ConfigError as e:
+            except (ConfigError, kvpool.Error) as e:
                 self._down("daemon_away" if self._away(e) else "refused",
                            f"cannot reconnect: {e}")
         return self.client
@@ -118,7 +124,10 @@ class Link:
         """A kvpool call failed: counted, logged, and the link dropped if the connection went."""
         e = first_failure(e)
         cause = cause_of(e)
-        if lost_connection(cause):
+        if lost_connection(cause) and self.client is None:
+            # Already down: counted, but one back-off per outage, not one per failed call.
+            self.failures.note(cause, f"{what}: {e}")
+        elif lost_connection(cause):
             self._down(cause, f"{what}: {e}; serving without hits until kvpoold is back")
             # A restarted daemon is there at once: the first try now, the back-off after it.
             self.next_try = time.monotonic()
@@ -143,16 +152,28 @@ class Link:
 
     def _down(self, cause, what):
         self.failures.note(cause, what)
-        if self.client is not None:
-            try:
-                self.client.close()
-            except Exception:  # a dead daemon's client: nothing more to undo
-                pass
+        if self.client is not None and self.defer_close:
+            self.retired[self.connects] = self.client
+        elif self.client is not None:
+            self._close(self.client)
         self.client = None
         self.next_try = time.monotonic() + self.backoff
         self.backoff = min(2 * self.backoff, BACKOFF_MAX)
 
+    @staticmethod
+    def _close(client):
+        try:
+            client.close()
+        except Exception:  # a dead daemon's client: nothing more to undo
+            pass
+
+    def close_retired(self, keep=()):
+        """Closes the dropped connections but those whose connects count is in keep."""
+        for connects in [c for c in self.retired if c not in keep]:
+            self._close(self.retired.pop(connects))
+
     def close(self):
+        self.close_retired()
         if self.client is not None:
             self.client.close()
             self.client = None

@@ -26,6 +26,8 @@ class Copy:
 @dataclass
 class KvpoolMeta(KVConnectorMetadata):
     step: int = 0
+    # The daemon run (Client.boot_id) the block ids below belong to; 0: not known.
+    boot_id: int = 0
     # Pool -> vLLM before the forward, then report the request as received.
     loads: list[Copy] = field(default_factory=list)
     # vLLM blocks offered for a load that the pool lost before they were pinned: the

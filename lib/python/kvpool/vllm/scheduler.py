@@ -21,9 +21,14 @@ logger = logging.getLogger("kvpool.vllm")
 
 
 def passthrough_reason(request):
-    """Why a request is neither loaded nor saved, or None: multimodal inputs, whose KV
-    depends on more than the tokens (vLLM hashes the inputs' identities; kvpool the tokens)."""
-    return "multimodal" if request.mm_features else None
+    """Why a request is neither loaded nor saved, or None: multimodal inputs or prompt
+    embeddings, whose KV depends on more than the tokens (vLLM hashes the inputs' identities;
+    kvpool the tokens)."""
+    if request.mm_features:
+        return "multimodal"
+    if request.prompt_token_ids is None or getattr(request, "prompt_embeds", None) is not None:
+        return "prompt_embeds"
+    return None
 
 
 def salt_of(request):
@@ -68,14 +73,18 @@ class SchedulerSide:
         self.max_len = None
         # What a deployment wants to see: offers, pins cut short, saves; failures by cause.
         self.counts = dict(offered_tokens=0, loaded_tokens=0, lost_tokens=0, saved_tokens=0,
-                           save_skipped=0, multimodal=0)
+                           save_skipped=0, multimodal=0, prompt_embeds=0)
+        self.num_groups = len(want.groups)
         self.failures = Failures(self.counts)
         self.interval = Interval(self.counts)
 
         def check_pool(client):
             check(self.pool_name, client.pool, want)
             self.max_len = client.pool.max_len
-        self.link = Link(extra, check_pool, self.failures)
+        # A dropped connection is closed only once no copy of its sequences' blocks is in
+        # flight (_reap): closing it frees them, and another client could take one that a
+        # worker is still writing.
+        self.link = Link(extra, check_pool, self.failures, defer_close=True)
         self.link.start()
         self.reqs = {}        # request id -> _Req (None: passed through), offer to end
         self.plans = {}       # step -> [(_Req, end, tokens)]: saves awaiting the workers
@@ -102,6 +111,15 @@ class SchedulerSide:
         flight: a block released under a worker's copy could be another request's by then."""
         if r.ended and r.busy == 0:
             self._close(r)
+
+    def _reap(self):
+        """Closes the dropped connections no request in flight still has blocks on."""
+        if not self.link.retired:
+            return
+        busy = {r.connection for r in list(self.reqs.values()) + list(self.loading.values()) +
+                [e[0] for ps in self.plans.values() for e in ps] +
+                [e[0] for e in self.to_publish] if r is not None and r.busy}
+        self.link.close_retired(keep=busy)
 
     def _stop_saving(self, r):
         if not r.stopped:
@@ -154,12 +172,16 @@ class SchedulerSide:
         r.pinned = r.committed = r.planned = 0
         if not self._live(r):
             return False
+        r.pool_new = []
         try:
             with self.link.client.batch() as b:
                 b.alloc(r.seq, 1, use_cache=True, blocks=True)
             hit, lists = b.results[0]
         except kvpool.Error as e:
+            # Refused, or done with its blocks unknown (BatchError): either way nothing of
+            # this sequence is saved, ever.
             self.link.failed(e, "cannot pin a hit")
+            self._stop_saving(r)
             return False
         r.pinned = r.committed = r.planned = hit
         r.pool_new = [{} for _ in lists]
@@ -242,6 +264,7 @@ class SchedulerSide:
         full blocks this step computes. The publication of the last step's saves and this
         step's allocations go to the daemon together, in one batch (one wake-up a step)."""
         self.step += 1
+        self._reap()
         meta, self.meta = self.meta, KvpoolMeta()
         meta.step = self.step
         due = self._due(so)
@@ -251,6 +274,9 @@ class SchedulerSide:
             if plans:
                 meta.saves = [copy for copy, _, _, _ in plans]
                 self.plans[self.step] = [(r, end, tokens) for _, r, end, tokens in plans]
+        # Which daemon's block ids these are: a worker whose connection reaches another
+        # run of it (restarted since) makes none of the copies.
+        meta.boot_id = self.link.client.boot_id if self.link.client is not None else 0
         return meta
 
     def _due(self, so):
@@ -299,6 +325,7 @@ class SchedulerSide:
                 self._stop_saving(r)
         due = [(r, end) for r, end in due if not r.stopped and end > r.planned and
                self._live(r)]
+        publish = self._still_live(publish)
         if not publish and not due:
             return []
         # What each sequence's computed count is once the batch's COMMITs are done: a later
@@ -337,6 +364,9 @@ class SchedulerSide:
         """(Copy, r, end, tokens) from the pool's new blocks of r up to end to vLLM's at the
         same positions, or None when vLLM does not hold one of them."""
         bs = self.block_size
+        if len(r.pool_new) != self.num_groups:
+            self._stop_saving(r)  # the pool's blocks for it are not known: nothing to pair
+            return None
         pools, vllms = [], []
         for g, pending in enumerate(r.pool_new):
             vllm_table = r.table[g] if g < len(r.table) else []
@@ -388,9 +418,24 @@ class SchedulerSide:
                 else:
                     (now if r.ended else self.to_publish).append((r, end, tokens))
         self._publish(now)
+        self._reap()
+
+    def _still_live(self, entries):
+        """The publish entries whose sequence is on the link's connection; the others are
+        not published (their daemon is gone, or another connection holds them)."""
+        live = []
+        for e in entries:
+            if self._live(e[0]):
+                live.append(e)
+            else:
+                self._stop_saving(e[0])
+                e[0].busy -= 1
+                self._settle(e[0])
+        return live
 
     def _publish(self, entries):
         """COMMITs of saves the workers made, in one batch, now."""
+        entries = self._still_live(entries)
         if not entries:
             return
 
@@ -408,9 +453,11 @@ class SchedulerSide:
             with self.link.client.batch() as b:
                 ops(b)
             return iter(b.results)
-        except kvpool.Error as e:
+        except Exception as e:  # nothing raises into vLLM: each operation failed with it
             # kvpool.BatchError carries every operation's result; anything else (the
-            # connection itself) leaves none of them known.
+            # connection itself, a sequence of another connection) leaves none known.
+            if not isinstance(e, kvpool.Error):
+                e = kvpool.Error(errno.EINVAL, f"batch: {e!r}")
             return iter(getattr(e, "results", None) or [e] * count)
 
     def _published(self, entries, results):

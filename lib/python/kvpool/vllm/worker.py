@@ -91,7 +91,7 @@ class WorkerSide:
         self.failed_loads = set() # of those, the ones vLLM must recompute whole
         self.answer = None        # (step, saves not made) for the step's saves
         self.load_errors = set()
-        self.on_gpu = False
+        self.cuda_devices = set()  # the devices of vLLM's and the pool's tensors, if any
         self.ready = None         # (the metadata, whether its copies may be made)
 
     def register(self, kv_caches):
@@ -132,7 +132,7 @@ class WorkerSide:
                 k, v = split_kv(name, t, m.block_size, h1 - h0, m.head_dim)
                 pk, pv = pool_kv[j]
                 group.append((k, v, pk, pv))
-                self.on_gpu |= "cuda" in (k.device.type, pk.device.type)
+                self.cuda_devices |= {t.device for t in (k, pk) if t.device.type == "cuda"}
             layers.append(group)
         self.map, self.layers = m, layers
         self.group_bytes = [sum(pk[0].numel() * pk.element_size() * 2 for _, _, pk, _ in g)
@@ -149,7 +149,10 @@ class WorkerSide:
         if self.link.client is not None:
             try:
                 self.link.client.nop()
-                ok = bool(self.layers)
+                # The scheduler side planned them on the daemon this connection reaches,
+                # not on one that died and was replaced since.
+                ok = bool(self.layers) and getattr(meta, "boot_id", 0) in (
+                    0, self.link.client.boot_id)
             except kvpool.Error as e:
                 self.link.failed(e, "the worker's connection")
         if self.link.client is None:
@@ -199,8 +202,9 @@ class WorkerSide:
                 failed.add(c.req_id)
         if meta.saves:
             self.answer = (getattr(meta, "step", 0), failed)
-        if meta.saves and ok and self.on_gpu:
-            torch.cuda.synchronize()  # in the pool before the scheduler side publishes it
+        if meta.saves and ok:
+            for device in self.cuda_devices:  # in the pool before the scheduler publishes it
+                torch.cuda.synchronize(device)
 
     def _try(self, c, to_pool):
         try:
