@@ -88,7 +88,7 @@ uint64_t kvp_features(const struct kvp_client *c);
 
 /*
  * kvp_boot_id - the daemon's run this connection reached: random at its start,
- * never 0 (0 from a daemon before 0.3). Two connections with the same one
+ * never 0 (0 from an older daemon). Two connections with the same one
  * reach the same daemon, so block ids one of them got mean the same to the
  * other; after a restart they differ.
  */

@@ -147,8 +147,8 @@ struct kvp_setup_reply {
 				* of ABI 1 left it 0) */
 	__u32 version;         /* kvpoold's version, KVP_VERSION_CODE(major, minor, patch), set in
 				* refusals too (0 from a daemon before 0.2.0) */
-	__u64 boot_id;         /* this run of the daemon: random at its start, never 0 (0 from a
-				* daemon before 0.3): block ids and handles mean something only to
+	__u64 boot_id;         /* this run of the daemon: random at its start, never 0 (0 from an
+				* older daemon): block ids and handles mean something only to
 				* the daemon that gave them, and two clients tell whether theirs is
 				* the same one by it */
 	__u64 resv[1];         /* zero */
