@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fuzz_daemon.h"
+#include "../../lib/libkvpool.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
