@@ -109,9 +109,11 @@ static void read_reply(struct kvpd *d, struct fz_client *fc, const struct kvp_se
 		if (fz_client_of(d, fc))
 			fz_fail("a client is set up but got no reply (%zd)", n);
 	} else if (r.abi_version != KVP_ABI_VERSION || r.version != KVPOOL_VERSION_CODE ||
-		   r.resv[0] || r.resv[1]) {
-		fz_fail("setup reply: abi %u, version %#x, reserved fields %llu %llu", r.abi_version,
-			r.version, (unsigned long long)r.resv[0], (unsigned long long)r.resv[1]);
+		   r.boot_id != d->boot_id || r.resv[0]) {
+		fz_fail("setup reply: abi %u, version %#x, boot id %#llx (the daemon's %#llx), "
+			"reserved field %llu", r.abi_version, r.version,
+			(unsigned long long)r.boot_id, (unsigned long long)d->boot_id,
+			(unsigned long long)r.resv[0]);
 	} else if (r.result) {
 		if (nfds || fz_client_of(d, fc))
 			fz_fail("refused (%d) but %d descriptors came, or the client stays", r.result, nfds);
