@@ -49,6 +49,7 @@ from vllm.v1.core.kv_cache_planning import (  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     generate_scheduler_kv_cache_config, get_request_block_hasher, init_none_hash,
     resolve_cache_hit_alignment_tokens, resolve_kv_cache_block_sizes)
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec  # noqa: E402
@@ -105,22 +106,25 @@ class Engine:
     def __init__(self, model_dir, block_size=16, num_gpu_blocks=64, kv_transfer_config=None,
                  dtype="bfloat16", max_num_batched_tokens=2048, max_num_seqs=16,
                  max_model_len=2048, kv_layout=None, log_stats=False, tp_size=1,
-                 tp_rank=None):
+                 tp_rank=None, async_scheduling=False):
         """kv_layout: a KVCacheLayout name (LBNHC, LBHNC, ...) to force, as a user's
         VLLM_KV_CACHE_LAYOUT would; None resolves it as EngineCore does for
-        FlashAttention (honouring the connector's get_required_kvcache_layout)."""
+        FlashAttention (honouring the connector's get_required_kvcache_layout).
+        async_scheduling: vLLM's AsyncScheduler, each step scheduled before the previous
+        one's output is taken (as EngineCore's batch queue of two does)."""
         self._args = dict(model_dir=model_dir, block_size=block_size,
                           num_gpu_blocks=num_gpu_blocks, kv_transfer_config=kv_transfer_config,
                           dtype=dtype, max_num_batched_tokens=max_num_batched_tokens,
                           max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           kv_layout=kv_layout)
         self.tp_size, self.tp_rank, self.ranks = tp_size, tp_rank, []
+        self.async_scheduling, self._in_flight = async_scheduling, None
         model_config = ModelConfig(model=model_dir, skip_tokenizer_init=True, dtype=dtype,
                                    max_model_len=max_model_len)
-        # async_scheduling off: its AsyncScheduler is not the Scheduler under test.
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len, is_encoder_decoder=False, async_scheduling=False)
+            max_model_len=max_model_len, is_encoder_decoder=False,
+            async_scheduling=async_scheduling)
         cache_config = CacheConfig(block_size=block_size, enable_prefix_caching=True,
                                    num_gpu_blocks_override=num_gpu_blocks)
         self.vllm_config = VllmConfig(
@@ -245,7 +249,7 @@ class Engine:
     def _init_scheduler(self, log_stats):
         # The scheduler's config is a copy, as generate_scheduler_kv_cache_config makes;
         # the Scheduler creates the SCHEDULER-role connector through the factory itself.
-        self.scheduler = Scheduler(
+        self.scheduler = (AsyncScheduler if self.async_scheduling else Scheduler)(
             vllm_config=self.vllm_config,
             kv_cache_config=generate_scheduler_kv_cache_config([self.kv_cache_config]),
             structured_output_manager=StructuredOutputManager(self.vllm_config),
@@ -287,7 +291,7 @@ class Engine:
         """Step until the scheduler holds nothing (finished requests whose blocks wait
         on a connector included); a stuck engine raises instead of spinning."""
         start = self.num_steps
-        while self.scheduler.has_requests() or not all(
+        while self.scheduler.has_requests() or self._in_flight or not all(
                 r.finished for r in self.records.values()):
             if self.num_steps - start >= max_steps:
                 pending = [r for r, rec in self.records.items() if not rec.finished]
@@ -297,11 +301,31 @@ class Engine:
 
     # -- one engine step ---------------------------------------------------------------
     def step(self):
-        """One EngineCore.step: schedule, run the worker, update_from_output."""
+        """One EngineCore.step: schedule, run the worker, update_from_output. With async
+        scheduling: schedule the next step, take the output of the one in flight, then
+        run the next (its tokens are known by then: what the runner's own sampled tokens
+        would give it)."""
+        if self.async_scheduling:
+            return self._step_async()
         with set_current_vllm_config(self.vllm_config):
             so = self.scheduler.schedule()
             output = self._execute(so, self._update_states(so))
             outputs = self.scheduler.update_from_output(so, output)
+        for eco in outputs.values():
+            for out in eco.outputs:
+                self._record_output(out)
+        self.num_steps += 1
+        return so, outputs
+
+    def _step_async(self):
+        with set_current_vllm_config(self.vllm_config):
+            so = self.scheduler.schedule() if self.scheduler.has_requests() else None
+            outputs = {}
+            if self._in_flight is not None:
+                outputs = self.scheduler.update_from_output(*self._in_flight)
+                self._in_flight = None
+            if so is not None:
+                self._in_flight = (so, self._execute(so, self._update_states(so)))
         for eco in outputs.values():
             for out in eco.outputs:
                 self._record_output(out)
