@@ -16,8 +16,6 @@
 #include "session/kvwritten.h"
 #include "session/sizes.h"
 
-/* dispatch()'s answer for a request the workers complete: no result is an INT_MIN. */
-#define KVPD_LATER INT_MIN
 /* EVICT reads its ids out of the arena this many at a time. */
 #define EVICT_CHUNK 256
 
@@ -435,80 +433,6 @@ static void give_reason(const struct kvpd_client *c, const struct kvp_sqe *sqe,
 	kvpd_client_reason(c, sqe->out_addr, sqe->out_len, why, cqe);
 }
 
-/*
- * POOL_CREATE v3's keys applied over its v2 (@src: the request's @len bytes in
- * the arena, v3 and the text). The text is copied out of the arena first: the
- * client may change it while it is read.
- */
-static int pool_keys(struct kvp_pool_params_v2 *params, const uint8_t *src, uint32_t len,
-		     char *why, size_t why_len)
-{
-	struct kvp_pool_params_v3 v3;
-	char *text;
-	int ret;
-
-	memcpy(&v3, src, sizeof(v3));
-	if (v3.resv0 || v3.resv[0] || v3.resv[1] || v3.resv[2])
-		return kvpd_refuse(why, why_len, -EINVAL, "kvp_pool_params_v3: reserved fields "
-				   "must be zero");
-	if (v3.keys_len > KVP_POOL_KEYS_MAX || len != sizeof(v3) + v3.keys_len)
-		return kvpd_refuse(why, why_len, -EINVAL, "len %u: must be %zu + keys_len (%u, at "
-				   "most %u)", len, sizeof(v3), v3.keys_len, KVP_POOL_KEYS_MAX);
-	*params = v3.v2;
-	text = malloc((size_t)v3.keys_len + 1);
-	if (!text)
-		return -ENOMEM;
-	memcpy(text, src + sizeof(v3), v3.keys_len);
-	text[v3.keys_len] = '\0';
-	ret = kvpd_pool_keys_apply(params, text, v3.keys_len, why, why_len);
-	free(text);
-	return ret;
-}
-
-/*
- * v1 (its size in len), v2, or v3 and its keys; v1 is a host pool in the
- * default layout, open to every namespace.
- */
-static int op_pool_create(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
-			  struct kvp_cqe *cqe)
-{
-	struct kvp_pool_params_v2 params = { 0 };
-	struct kvpd_pool_owner owner = { .id = c->gen, .uid = c->uid };
-	struct kvpd_pool *pool;
-	char why[KVP_REASON_MAX] = "";
-	const void *src = kvpd_arena_range(c, sqe->addr, sqe->len);
-	int ret;
-
-	if (!src || (sqe->len != sizeof(params.v1) && sqe->len != sizeof(params) &&
-		     sqe->len < sizeof(struct kvp_pool_params_v3))) {
-		snprintf(why, sizeof(why), "len %u: must be %zu (v1), %zu (v2) or %zu and keys (v3) "
-			 "inside the arena", sqe->len, sizeof(params.v1), sizeof(params),
-			 sizeof(struct kvp_pool_params_v3));
-		give_reason(c, sqe, cqe, why);
-		return -EINVAL;
-	}
-	if (sqe->len >= sizeof(struct kvp_pool_params_v3)) {
-		ret = pool_keys(&params, src, sqe->len, why, sizeof(why));
-		if (ret) {
-			give_reason(c, sqe, cqe, why);
-			return ret;
-		}
-	} else {
-		memcpy(&params, src, sqe->len);
-	}
-	ret = kvpd_pool_prepare(d, &params, sqe->op_flags & KVP_POOL_OWNED ? &owner : NULL, &pool,
-				why, sizeof(why));
-	if (ret) {
-		give_reason(c, sqe, cqe, why);
-		return ret;
-	}
-	/* Built on a worker (seconds for millions of blocks): completed when it is there. */
-	ret = kvpd_pool_build_start(d, c, sqe, pool);
-	if (ret)
-		kvpd_pool_discard(d, pool);
-	return ret ?: KVPD_LATER;
-}
-
 /* Refused while a client other than @c is attached or any sequence is open. */
 static int op_pool_destroy(struct kvpd *d, struct kvpd_client *c, const char *name)
 {
@@ -532,7 +456,7 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return -EPERM;
 	switch (sqe->opcode) {
 	case KVP_OP_POOL_CREATE:
-		return op_pool_create(d, c, sqe, cqe);
+		return kvpd_pool_create_request(d, c, sqe, cqe);
 	case KVP_OP_POOL_DESTROY:
 		return arena_name(c, sqe, name) ?: op_pool_destroy(d, c, name);
 	}
