@@ -18,10 +18,6 @@ class Copy:
     pool_blocks: list[list[int]]
     vllm_blocks: list[list[int]]
 
-    @property
-    def num_blocks(self):
-        return sum(len(blocks) for blocks in self.pool_blocks)
-
 
 @dataclass
 class KvpoolMeta(KVConnectorMetadata):

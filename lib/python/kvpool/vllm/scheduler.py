@@ -173,16 +173,14 @@ class SchedulerSide:
         if not self._live(r):
             return False
         r.pool_new = []
-        try:
-            with self.link.client.batch() as b:
-                b.alloc(r.seq, 1, use_cache=True, blocks=True)
-            hit, lists = b.results[0]
-        except kvpool.Error as e:
-            # Refused, or done with its blocks unknown (BatchError): either way nothing of
-            # this sequence is saved, ever.
-            self.link.failed(e, "cannot pin a hit")
+        result = next(self._batch(lambda b: b.alloc(r.seq, 1, use_cache=True, blocks=True), 1))
+        if isinstance(result, Exception):
+            # Refused, or done with its blocks unknown: either way nothing of this sequence
+            # is saved, ever.
+            self.link.failed(result, "cannot pin a hit")
             self._stop_saving(r)
             return False
+        hit, lists = result
         r.pinned = r.committed = r.planned = hit
         r.pool_new = [{} for _ in lists]
         self._absorb(r, hit + 1, lists)

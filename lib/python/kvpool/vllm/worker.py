@@ -210,8 +210,7 @@ class WorkerSide:
         try:
             copied = self._copy(c, to_pool)
             way = "saved" if to_pool else "loaded"
-            self.counts[f"{way}_blocks"] += c.num_blocks if hasattr(c, "num_blocks") else \
-                sum(len(g) for g in c.pool_blocks)
+            self.counts[f"{way}_blocks"] += sum(len(g) for g in c.pool_blocks)
             self.counts[f"{way}_bytes"] += copied
             return True
         except Exception as e:  # a copy vLLM must never see fail: counted, logged
