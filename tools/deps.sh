@@ -44,8 +44,15 @@ venv() {
 		return 0
 	fi
 	[ -x "$root/.venv/bin/python" ] || /usr/bin/python3 -m venv "$root/.venv"
-	echo "deps: installing lib/python/requirements-vllm.txt into .venv"
-	"$root/.venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+	echo "deps: installing lib/python/requirements-vllm.txt into .venv" \
+		"($(df -h --output=avail "$root" | tail -1 | tr -d ' ') free; it takes about 10G)"
+	# No cache: pip's wheel cache would hold a second copy of the several GB, and CI's disk
+	# is not always that large.
+	if ! "$root/.venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir -r "$req"; then
+		echo "deps: pip failed installing into .venv;" \
+			"$(df -h --output=avail "$root" | tail -1 | tr -d ' ') left free on $root" >&2
+		return 1
+	fi
 	cp "$req" "$stamp"
 }
 missing=()
