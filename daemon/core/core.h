@@ -7,10 +7,6 @@
 
 #define KVC_BUCKET_END 0u /* block 0 is never hashed, so it can end a chain */
 
-struct kvc_hash {
-	uint64_t lo, hi;
-};
-
 /* 48 bytes: one per block, plus 4 bytes of bucket head per block. */
 struct kvc_block {
 	struct kvc_hash hash;
@@ -19,6 +15,7 @@ struct kvc_block {
 	uint32_t q_prev, q_next;         /* free queue; sentinel is index N */
 	uint32_t bucket_next;            /* chain of the oldest block of each key */
 	uint32_t dup_prev, dup_next;     /* ring of the blocks sharing one key */
+	uint32_t gen;                    /* times handed out (kvc_block_state) */
 	uint16_t group;                  /* group that took the block last (and owns its hash) */
 	uint8_t hashed;
 	uint8_t queued;
@@ -64,7 +61,13 @@ struct kvc_pool {
 	uint8_t *hash_buf; /* parent hash + one block of tokens */
 
 	struct kvc_seq_list seqs; /* every live sequence, for kvc_pool_check */
+	/* What the last kvc_alloc promoted from the tier, grown like hit_ids. */
+	struct kvc_promotion *promotions;
+	uint32_t promotions_cap;
+
 	struct kvc_pool_counters counters;
+	kvc_tier_has_fn tier_has;
+	void *tier;
 	kvc_hold_fn hold;
 	kvc_admit_fn admit;
 };

@@ -22,6 +22,7 @@ static void link_after(struct kvc_pool *pool, uint32_t after, uint32_t id)
 	pool->blocks[after].q_next = id;
 	b->queued = 1;
 	pool->nfree++;
+	pool->counters.queue_ops++;
 	pool->counters.in_use[b->group]--;
 }
 
@@ -33,6 +34,7 @@ void kvc_queue_remove(struct kvc_pool *pool, uint32_t id)
 	pool->blocks[b->q_next].q_prev = b->q_prev;
 	b->queued = 0;
 	pool->nfree--;
+	pool->counters.queue_ops++;
 	pool->counters.in_use[b->group]++;
 }
 
@@ -57,6 +59,7 @@ uint32_t kvc_queue_pop(struct kvc_pool *pool, uint32_t group)
 		pool->counters.evicted_reuse++;
 	}
 	pool->blocks[id].group = (uint16_t)group;
+	pool->blocks[id].gen++;
 	kvc_queue_remove(pool, id);
 	pool->blocks[id].ref = 1;
 	return id;

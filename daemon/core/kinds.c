@@ -43,7 +43,7 @@ bool kvc_publish_all(const struct kvc_seq *seq, const struct kvc_group *g, uint3
 	return true;
 }
 
-/* A position hits a bundle only if every group of it has a cached entry there. */
+/* A position hits a bundle only if every group of it has a cached entry there, in the pool or its tier. */
 bool kvc_bundle_hit_at(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t pos)
 {
 	struct kvc_pool *pool = seq->pool;
@@ -52,8 +52,11 @@ bool kvc_bundle_hit_at(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t
 		uint32_t g = b->groups[i];
 		uint32_t id = kvc_cache_get(pool, g, &seq->hashes[pos]);
 
-		if (id == KVC_NULL_BLOCK)
-			return false;
+		if (id == KVC_NULL_BLOCK) {
+			if (!pool->tier_has || !pool->tier_has(pool->tier, g, &seq->hashes[pos]))
+				return false;
+			id = KVC_TIER_BLOCK;
+		}
 		pool->hit_ids[g][pos] = id;
 	}
 	return true;

@@ -66,6 +66,11 @@ struct kvc_pool_config {
 struct kvc_pool;
 struct kvc_seq;
 
+/* A block's prefix-cache key: the chained hash of its tokens, of every block before them and of the salt. */
+struct kvc_hash {
+	uint64_t lo, hi;
+};
+
 /* The defaults of kvtrace's `pool` line: caching on, split, commit, max_len 2^31-1, S 1. */
 void kvc_pool_config_init(struct kvc_pool_config *cfg, uint32_t num_blocks,
 			  uint32_t block_size);
@@ -102,6 +107,7 @@ struct kvc_pool_counters {
 	uint64_t evicted_reuse;  /* cache entries lost because their free block was reused */
 	uint64_t evicted_admin;  /* removed by kvc_pool_evict */
 	uint64_t evicted_reset;  /* removed by kvc_pool_reset */
+	uint64_t queue_ops;      /* free-queue links and unlinks: whether its head may have moved */
 	uint64_t dropped[KVC_MAX_GROUPS];   /* blocks dropped by windows, per group */
 	uint32_t in_use[KVC_MAX_GROUPS];    /* blocks in use now, by the group that took them */
 };
@@ -134,6 +140,32 @@ struct kvc_admit {
  */
 typedef int (*kvc_admit_fn)(void *owner, const struct kvc_admit *admit);
 void kvc_pool_set_admit_hook(struct kvc_pool *pool, kvc_admit_fn fn);
+
+/*
+ * A lower tier of the prefix cache (host memory, disk): lookups and ALLOC with
+ * the cache count a position a hit in a group when the pool has its block or
+ * @has says the tier has its key, so vLLM's hit rules apply over both. A tier
+ * position's id is KVC_TIER_BLOCK in kvc_lookup's ids and the admission hook's;
+ * kvc_alloc gives it a block off the free queue, caches its key at once (so a
+ * second sequence shares it rather than reading it again) and lists it in
+ * kvc_alloc_res.promotions: the caller fills it from the tier before anyone
+ * reads it. @has must not call into the pool. NULL: no tier.
+ */
+#define KVC_TIER_BLOCK UINT32_MAX
+typedef bool (*kvc_tier_has_fn)(void *tier, uint32_t group, const struct kvc_hash *key);
+void kvc_pool_set_tier(struct kvc_pool *pool, kvc_tier_has_fn has, void *tier);
+
+/* What the tier needs of one block (kvc_block_state). */
+struct kvc_block_state {
+	struct kvc_hash key; /* hashed: its cache key */
+	uint32_t group;      /* the group that took it last (and owns its key) */
+	uint32_t gen;        /* times it was handed out: a copy made at one gen is its data only
+			      * while gen has not moved */
+	uint32_t ref;
+	bool hashed, queued;
+};
+/* -EINVAL for an id out of range (0 included). */
+int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_state *st);
 
 /* Clears every cache hash if no block is in use: 0, else -EBUSY. */
 int kvc_pool_reset(struct kvc_pool *pool);
@@ -190,10 +222,19 @@ struct kvc_alloc_req {
 	bool use_cache;      /* look the prefix cache up first; only when not running */
 };
 
+/* A tier position of an allocation's hit and the block it was given. */
+struct kvc_promotion {
+	uint32_t group, pos, block;
+	struct kvc_hash key;
+};
+
 struct kvc_alloc_res {
-	uint32_t hit_tokens;                 /* h, 0 without use_cache */
+	uint32_t hit_tokens;                 /* h, 0 without use_cache; promoted positions included */
 	uint32_t taken;                      /* blocks that left the free queue: popped or hit */
 	uint32_t first_new[KVC_MAX_GROUPS];  /* table index of the first new block */
+	uint32_t promoted;                   /* entries of promotions (a tier's part of the hit) */
+	uint32_t promoted_from;              /* the lowest position promoted (hit blocks if none) */
+	const struct kvc_promotion *promotions; /* the pool's, valid until its next call */
 };
 
 /*

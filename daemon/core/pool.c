@@ -103,6 +103,7 @@ void kvc_pool_destroy(struct kvc_pool *pool)
 		kvc_seq_destroy(pool->seqs.next);
 	for (uint32_t g = 0; g < pool->cfg.num_groups; g++)
 		free(pool->hit_ids[g]);
+	free(pool->promotions);
 	free(pool->buckets);
 	free(pool->hash_buf);
 	free(pool->blocks);
@@ -143,6 +144,24 @@ void kvc_pool_counters(const struct kvc_pool *pool, struct kvc_pool_counters *c)
 void kvc_pool_set_admit_hook(struct kvc_pool *pool, kvc_admit_fn fn)
 {
 	pool->admit = fn;
+}
+
+void kvc_pool_set_tier(struct kvc_pool *pool, kvc_tier_has_fn has, void *tier)
+{
+	pool->tier_has = has;
+	pool->tier = tier;
+}
+
+int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_state *st)
+{
+	const struct kvc_block *b;
+
+	if (id == KVC_NULL_BLOCK || id >= pool->cfg.num_blocks)
+		return -EINVAL;
+	b = &pool->blocks[id];
+	*st = (struct kvc_block_state){ .key = b->hash, .group = b->group, .gen = b->gen,
+					.ref = b->ref, .hashed = b->hashed, .queued = b->queued };
+	return 0;
 }
 
 void kvc_pool_set_hold_hook(struct kvc_pool *pool, kvc_hold_fn fn)

@@ -183,6 +183,7 @@ struct alloc_plan {
 	uint32_t start[KVC_MAX_GROUPS];    /* new sequence: table length before new blocks */
 	uint32_t skipped[KVC_MAX_GROUPS];  /* new sequence: hit positions that become null */
 	uint32_t take_new[KVC_MAX_GROUPS]; /* blocks popped from the queue */
+	uint32_t promote;    /* new sequence: hit positions in the tier, popped too */
 	uint64_t take;       /* blocks leaving the queue: popped + touched hit blocks */
 };
 
@@ -229,7 +230,12 @@ static int plan_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req,
 			for (uint32_t p = sb; p < plan->hit_blocks; p++) {
 				uint32_t id = pool->hit_ids[g][p];
 
-				plan->take += id != KVC_NULL_BLOCK && pool->blocks[id].ref == 0;
+				if (id == KVC_TIER_BLOCK) {
+					plan->promote++;
+					plan->take++;
+				} else {
+					plan->take += id != KVC_NULL_BLOCK && pool->blocks[id].ref == 0;
+				}
 			}
 		}
 		plan->take_new[g] = group_need > have ? group_need - have : 0;
@@ -252,6 +258,7 @@ static const struct kvc_admit *admit_of(const struct kvc_seq *seq, const struct 
 {
 	const struct kvc_pool *pool = seq->pool;
 
+	a->popped = plan->promote;
 	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
 		a->popped += plan->take_new[g];
 		if (!seq->running) {
@@ -265,6 +272,16 @@ static const struct kvc_admit *admit_of(const struct kvc_seq *seq, const struct 
 
 static int reserve_tables(struct kvc_seq *seq, const struct alloc_plan *plan)
 {
+	struct kvc_pool *pool = seq->pool;
+
+	if (plan->promote > pool->promotions_cap) {
+		struct kvc_promotion *p = realloc(pool->promotions, plan->promote * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		pool->promotions = p;
+		pool->promotions_cap = plan->promote;
+	}
 	for (uint32_t g = 0; g < seq->pool->cfg.num_groups; g++) {
 		struct kvc_table *t = &seq->tables[g];
 		uint64_t len = seq->running ? t->len : plan->start[g];
@@ -276,8 +293,43 @@ static int reserve_tables(struct kvc_seq *seq, const struct alloc_plan *plan)
 	return 0;
 }
 
-/* A new sequence's table starts with its hit: nulls where the window skips, touched blocks after. */
-static void place_hit(struct kvc_seq *seq, const struct alloc_plan *plan)
+/*
+ * Gives each tier position of the hit a block and caches its key. After every
+ * pool hit is touched: a pop must not evict a hit block still in the queue.
+ */
+static void promote_hit(struct kvc_seq *seq, const struct alloc_plan *plan,
+			struct kvc_alloc_res *res)
+{
+	struct kvc_pool *pool = seq->pool;
+
+	res->promoted = 0;
+	res->promoted_from = plan->hit_blocks;
+	res->promotions = pool->promotions;
+	for (uint32_t g = 0; g < pool->cfg.num_groups && plan->promote; g++) {
+		struct kvc_table *t = &seq->tables[g];
+
+		for (uint32_t p = plan->skipped[g]; p < plan->hit_blocks; p++) {
+			uint32_t id;
+
+			if (t->ids[p] != KVC_TIER_BLOCK)
+				continue;
+			id = t->ids[p] = kvc_queue_pop(pool, g);
+			held(seq, id, true);
+			kvc_cache_insert(pool, g, &seq->hashes[p], id);
+			pool->promotions[res->promoted++] =
+				(struct kvc_promotion){ g, p, id, seq->hashes[p] };
+			if (p < res->promoted_from)
+				res->promoted_from = p;
+		}
+	}
+}
+
+/*
+ * A new sequence's table starts with its hit: nulls where the window skips,
+ * touched blocks after, tier positions marked for promote_hit.
+ */
+static void place_hit(struct kvc_seq *seq, const struct alloc_plan *plan,
+		      struct kvc_alloc_res *res)
 {
 	struct kvc_pool *pool = seq->pool;
 
@@ -289,7 +341,7 @@ static void place_hit(struct kvc_seq *seq, const struct alloc_plan *plan)
 
 			if (p >= plan->skipped[g] && p < plan->hit_blocks)
 				id = pool->hit_ids[g][p];
-			if (id != KVC_NULL_BLOCK) {
+			if (id != KVC_NULL_BLOCK && id != KVC_TIER_BLOCK) {
 				kvc_touch(pool, id);
 				held(seq, id, true);
 			}
@@ -297,6 +349,7 @@ static void place_hit(struct kvc_seq *seq, const struct alloc_plan *plan)
 		}
 		t->len = t->published = plan->start[g];
 	}
+	promote_hit(seq, plan, res);
 }
 
 int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_alloc_res *res)
@@ -324,8 +377,11 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 	ret = reserve_tables(seq, &plan);
 	if (ret)
 		return ret;
+	res->promoted = 0;
+	res->promoted_from = plan.hit_blocks;
+	res->promotions = pool->promotions;
 	if (!seq->running) {
-		place_hit(seq, &plan);
+		place_hit(seq, &plan, res);
 		seq->computed = plan.total;
 	}
 	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {

@@ -208,6 +208,7 @@ int kvpd_tenants_admit(void *owner, const struct kvc_admit *a)
 		for (uint32_t g = 0; g < KVC_MAX_GROUPS; g++)
 			for (uint32_t p = a->hit_first[g]; p < a->hit_end[g]; p++)
 				adds += a->hit_ids[g][p] != KVC_NULL_BLOCK &&
+					a->hit_ids[g][p] != KVC_TIER_BLOCK &&
 					!kvpd_charge_holds(ch, a->hit_ids[g][p]);
 		if (ch->blocks > ch->limit || adds > ch->limit - ch->blocks)
 			return -EDQUOT;

@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A lower tier under the prefix cache (kvc_pool_set_tier): lookups and ALLOC
+ * count a position the tier holds as a hit, with vLLM's rules per kind; ALLOC
+ * gives each needed tier position a block off the free queue, caches its key
+ * at once and lists it as a promotion. The tier here is a list of keys the
+ * test fills from blocks it has seen cached.
+ */
+#include "helpers.h"
+
+#define TIER_MAX 64
+
+static struct {
+	uint32_t n, asked;
+	uint32_t group[TIER_MAX];
+	struct kvc_hash key[TIER_MAX];
+} tier;
+
+static bool tier_has(void *ctx, uint32_t group, const struct kvc_hash *key)
+{
+	assert_ptr_equal(ctx, &tier);
+	tier.asked++;
+	for (uint32_t i = 0; i < tier.n; i++)
+		if (tier.group[i] == group && tier.key[i].lo == key->lo && tier.key[i].hi == key->hi)
+			return true;
+	return false;
+}
+
+/* Block @id's key goes to the tier, as a copy down would put it there. */
+static void tier_store(uint32_t id)
+{
+	struct kvc_block_state st;
+
+	assert_int_equal(kvc_block_state(P, id, &st), 0);
+	assert_true(st.hashed);
+	assert_true(tier.n < TIER_MAX);
+	tier.group[tier.n] = st.group;
+	tier.key[tier.n++] = st.key;
+}
+
+static struct kvc_pool *tier_pool(uint32_t n, uint32_t bs, const char *groups)
+{
+	memset(&tier, 0, sizeof(tier));
+	pool_new(n, bs, groups);
+	kvc_pool_set_tier(P, tier_has, &tier);
+	return P;
+}
+
+/* "g:pos->block" for each promotion of the last EXPECT_ALLOC, and its keys checked. */
+static void expect_promoted_at(const char *exp, uint32_t from, const char *file, int line)
+{
+	char got[HBUF] = "";
+
+	for (uint32_t i = 0; i < last_res.promoted; i++) {
+		const struct kvc_promotion *p = &last_res.promotions[i];
+		struct kvc_block_state st;
+		size_t o = strlen(got);
+
+		snprintf(got + o, sizeof(got) - o, "%s%u:%u->%u", i ? " " : "", p->group, p->pos,
+			 p->block);
+		/* Cached at once under the key the tier holds, in use by the sequence. */
+		_assert_int_equal(kvc_block_state(P, p->block, &st), 0, file, line);
+		_assert_true(st.hashed && st.ref == 1 && !st.queued, "promoted block", file, line);
+		_assert_true(tier_has(&tier, p->group, &p->key), "key in the tier", file, line);
+		_assert_true(st.key.lo == p->key.lo && st.key.hi == p->key.hi, "key", file, line);
+	}
+	_assert_string_equal(got, exp, file, line);
+	_assert_int_equal(last_res.promoted_from, from, file, line);
+}
+#define EXPECT_PROMOTED(exp, from) expect_promoted_at(exp, from, __FILE__, __LINE__)
+
+static void test_tier_full_prefix_promoted(void **state)
+{
+	struct kvc_seq *a, *b, *c;
+	uint32_t gen;
+	struct kvc_block_state st;
+
+	(void)state;
+	tier_pool(8, 2, "full");
+	a = seq_new("1 2 3 4 5 6 7 8");
+	EXPECT_ALLOC(a, 8, 0, false, "ok [1,2,3,4]");
+	COMPUTED(a, 8);
+	for (uint32_t id = 1; id <= 4; id++)
+		tier_store(id);
+	SEQ_FREE(a);
+	/* The pool loses blocks 2..4 (reused elsewhere, say); the tier still has them. */
+	EXPECT_EVICT(3, 2, 3, 4);
+	b = seq_new("1 2 3 4 5 6 7 8 9");
+	EXPECT_HIT(b, "8 [1,4294967295,4294967295,4294967295]");
+	EXPECT_COST(b, 1, 0, true, 5); /* 1 touched, 3 promoted, 1 new */
+	assert_int_equal(kvc_block_state(P, 5, &st), 0);
+	gen = st.gen;
+	EXPECT_ALLOC(b, 1, 0, true, "ok [4]");
+	EXPECT_TABLE(b, "[1,5,6,7,4]");
+	EXPECT_PROMOTED("0:1->5 0:2->6 0:3->7", 1);
+	assert_int_equal(last_res.hit_tokens, 8);
+	assert_int_equal(last_res.taken, 5);
+	assert_int_equal(kvc_block_state(P, 5, &st), 0);
+	assert_int_equal(st.gen, gen + 1); /* handed out once more */
+	EXPECT_STATS("free=2 used=5 cached=4");
+	/* A second sequence finds the promoted blocks in the pool: nothing is promoted twice. */
+	c = seq_new("1 2 3 4 5 6 7 8 9");
+	EXPECT_HIT(c, "8 [1,5,6,7]");
+	EXPECT_ALLOC(c, 1, 0, true, "ok [3]");
+	EXPECT_PROMOTED("", 4);
+	EXPECT_TABLE(c, "[1,5,6,7,3]");
+}
+
+static void test_tier_pool_first(void **state)
+{
+	struct kvc_seq *a, *b;
+
+	(void)state;
+	tier_pool(8, 2, "full");
+	a = seq_new("1 2 3 4 5");
+	EXPECT_ALLOC(a, 5, 0, false, "ok [1,2,3]");
+	COMPUTED(a, 5);
+	tier_store(1);
+	tier_store(2);
+	SEQ_FREE(a);
+	/* Both in the pool and the tier: the pool's blocks, and the tier is not asked. */
+	tier.asked = 0;
+	b = seq_new("1 2 3 4 5");
+	EXPECT_ALLOC(b, 1, 0, true, "ok [3]");
+	EXPECT_PROMOTED("", 2);
+	EXPECT_TABLE(b, "[1,2,3]");
+	assert_int_equal(tier.asked, 0);
+}
+
+static void test_tier_swa_reads_the_window_only(void **state)
+{
+	struct kvc_seq *a, *b;
+
+	(void)state;
+	/* swa:4 with bs 2: a hit needs cdiv(3, 2) = 2 blocks before its end. */
+	tier_pool(16, 2, "swa:4");
+	a = seq_new("1 2 3 4 5 6 7 8 9 10 11 12");
+	EXPECT_ALLOC(a, 12, 0, false, "ok [1,2,3,4,5,6]");
+	COMPUTED(a, 8); /* 1..4 hashed; positions 0..1 dropped */
+	for (uint32_t id = 1; id <= 4; id++)
+		tier_store(id);
+	COMPUTED(a, 12);
+	tier_store(5);
+	tier_store(6);
+	SEQ_FREE(a);
+	EXPECT_RESET(0);
+	tier.asked = 0;
+	b = seq_new("1 2 3 4 5 6 7 8 9 10 11 12 13");
+	EXPECT_HIT(b, "12 [0,0,0,0,4294967295,4294967295]");
+	assert_int_equal(tier.asked, 2); /* from the end down: a full window at once */
+	EXPECT_ALLOC(b, 1, 0, true, "ok [9]");
+	EXPECT_PROMOTED("0:4->7 0:5->8", 4);
+	EXPECT_TABLE(b, "[0,0,0,0,7,8,9]");
+}
+
+static void test_tier_hybrid_groups_mix(void **state)
+{
+	struct kvc_seq *a, *b;
+
+	(void)state;
+	tier_pool(16, 2, "full swa:4");
+	a = seq_new("1 2 3 4 5 6 7 8 9");
+	EXPECT_ALLOC(a, 9, 0, false, "ok [1,2,3,4,5] [6,7,8,9,10]");
+	COMPUTED(a, 8);
+	/* full: 1..4; swa: only what the window kept, 8 (pos 2) and 9 (pos 3). */
+	for (uint32_t id = 1; id <= 4; id++)
+		tier_store(id);
+	tier_store(8);
+	tier_store(9);
+	SEQ_FREE(a);
+	/* The pool keeps full's blocks 1, 2 and swa's 9; the rest only the tier has. */
+	EXPECT_EVICT(3, 3, 4, 8);
+	b = seq_new("1 2 3 4 5 6 7 8 9");
+	EXPECT_HIT(b, "8 [1,2,4294967295,4294967295] [0,0,4294967295,9]");
+	EXPECT_ALLOC(b, 1, 0, true, "ok [12] [13]");
+	EXPECT_PROMOTED("0:2->10 0:3->5 1:2->11", 2);
+	EXPECT_TABLE(b, "[1,2,10,5,12] [0,0,11,9,13]");
+}
+
+/* Promotion pops only after every hit block is out of the queue: a pop never takes one. */
+static void test_tier_pop_spares_hit_blocks(void **state)
+{
+	struct kvc_seq *a, *y, *z, *b;
+
+	(void)state;
+	tier_pool(4, 2, "full");
+	a = seq_new("1 2 3 4");
+	EXPECT_ALLOC(a, 4, 0, false, "ok [1,2]");
+	COMPUTED(a, 4);
+	tier_store(1);
+	EXPECT_EVICT(1, 1);
+	SEQ_FREE(a);
+	EXPECT_FREEQ("[1,3,2]");
+	y = seq_new("7 8");
+	EXPECT_ALLOC(y, 2, 0, false, "ok [1]");
+	COMPUTED(y, 2);
+	z = seq_new("9 10");
+	EXPECT_ALLOC(z, 2, 0, false, "ok [3]");
+	COMPUTED(z, 2);
+	SEQ_FREE(y);
+	SEQ_FREE(z);
+	EXPECT_FREEQ("[2,1,3]"); /* the hit block 2 at the head */
+	b = seq_new("1 2 3 4 5");
+	EXPECT_HIT(b, "4 [4294967295,2]");
+	EXPECT_ALLOC(b, 1, 0, true, "ok [3]");
+	EXPECT_PROMOTED("0:0->1", 0);
+	EXPECT_TABLE(b, "[1,2,3]");
+	EXPECT_FREEQ("[]");
+}
+
+/* The admission hook sees promotions as popped blocks, tier positions in its ids. */
+static uint32_t admit_popped;
+static int admit_count(void *owner, const struct kvc_admit *a)
+{
+	(void)owner;
+	admit_popped = a->popped;
+	assert_int_equal(a->hit_ids[0][0], KVC_TIER_BLOCK);
+	return -EDQUOT;
+}
+
+static void test_tier_admission_counts_promotions(void **state)
+{
+	struct kvc_seq *a, *b;
+
+	(void)state;
+	tier_pool(8, 2, "full");
+	a = seq_new("1 2 3 4 5");
+	EXPECT_ALLOC(a, 5, 0, false, "ok [1,2,3]");
+	COMPUTED(a, 5);
+	tier_store(1);
+	tier_store(2);
+	SEQ_FREE(a);
+	EXPECT_RESET(0);
+	kvc_pool_set_admit_hook(P, admit_count);
+	b = seq_new("1 2 3 4 5");
+	EXPECT_ALLOC(b, 1, 0, true, "error -122");
+	assert_int_equal(admit_popped, 3);
+	EXPECT_STATS("free=7 used=0 cached=0"); /* refused: nothing taken, nothing cached */
+}
+
+static void test_tier_block_state(void **state)
+{
+	struct kvc_block_state st;
+	struct kvc_seq *a;
+
+	(void)state;
+	tier_pool(8, 2, "full swa:4");
+	assert_int_equal(kvc_block_state(P, 0, &st), -EINVAL);
+	assert_int_equal(kvc_block_state(P, 8, &st), -EINVAL);
+	assert_int_equal(kvc_block_state(P, 1, &st), 0);
+	assert_true(!st.hashed && st.queued && st.gen == 0 && st.ref == 0);
+	a = seq_new("1 2 3");
+	EXPECT_ALLOC(a, 3, 0, false, "ok [1,2] [3,4]");
+	COMPUTED(a, 2);
+	assert_int_equal(kvc_block_state(P, 3, &st), 0);
+	assert_true(st.hashed && !st.queued && st.gen == 1 && st.ref == 1 && st.group == 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_tier_full_prefix_promoted),
+		T(test_tier_pool_first),
+		T(test_tier_swa_reads_the_window_only),
+		T(test_tier_hybrid_groups_mix),
+		T(test_tier_pop_spares_hit_blocks),
+		T(test_tier_admission_counts_promotions),
+		T(test_tier_block_state),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
