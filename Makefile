@@ -1,7 +1,7 @@
 # kvpool. `make` builds everything; `make test` builds the normal and the
 # sanitizer variants and runs the suite; `make demo` runs the main job.
 #
-# Variants: VARIANT=asan (ASan+UBSan, invariant checks inside the core),
+# Variants: VARIANT=asan (ASan+UBSan, invariant checks inside the core, test hooks),
 # VARIANT=tsan (ThreadSanitizer, for the threaded data path: workers, split-K)
 # and VARIANT=clang build into build/<variant>/ with their binaries in
 # build/<variant>/bin; the default build puts its tools in tools/.
@@ -31,7 +31,8 @@ BIN := tools
 else ifeq ($(VARIANT),asan)
 BUILD := build/asan
 BIN := $(BUILD)/bin
-OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DKVCORE_DEBUG
+OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DKVCORE_DEBUG \
+       -DKVPD_TEST_HOOKS
 else ifeq ($(VARIANT),clang)
 CC := clang
 CXX := clang++
@@ -81,7 +82,7 @@ PY_EXT := $(if $(VARIANT),,$(if $(wildcard $(PY_INCLUDE)/Python.h),lib/python/kv
 ATTN_SRC ?= $(filter-out daemon/attn/bench_kernel.c,$(wildcard daemon/attn/*.c))
 ATTN_OBJ := $(ATTN_SRC:%.c=$(BUILD)/%.o)
 # The daemon's rooms, top first (daemon/ROOMS ranks them; tests/rooms.sh checks the includes).
-DAEMON_ROOMS := requests data session pools tenants observe loop config
+DAEMON_ROOMS := requests data tier session pools tenants observe loop config
 DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
@@ -261,7 +262,7 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_render.o kvctl_tenants.o kvctl_top.o)
+KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_pool.o kvctl_render.o kvctl_tenants.o kvctl_tiers.o kvctl_top.o)
 
 $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)

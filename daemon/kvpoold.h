@@ -12,6 +12,7 @@
 #ifndef KVPOOLD_H
 #define KVPOOLD_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,12 +22,16 @@
 #include "loop/evloop.h"
 
 struct kvpd_pool;        /* pools/pools.h */
+struct kvpd_tier;        /* tier/tier.h */
 struct kvpd_client;      /* session/session.h */
 struct kvpd_tenant;      /* tenants/tenants.h */
 struct kvpd_workers;     /* pools/jobs.h */
 struct kvpd_plugin;      /* pools/plugin.h */
 struct kvpd_statpage;    /* observe/statpage.h */
 struct kvpd_statview;
+
+/* A request's answer when it completes later (the workers, a tier): no result is an INT_MIN. */
+#define KVPD_LATER INT_MIN
 
 struct kvpd {
 	struct kvpd_config cfg;

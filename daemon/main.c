@@ -547,16 +547,9 @@ int main(int argc, char **argv)
 		kvpd_log(&d, KVPD_LOG_ERR, "stats page: %s", strerror(-ret));
 		goto out_clients;
 	}
-	for (unsigned i = 0; i < d.cfg.npools; i++) {
-		ret = kvpd_pool_create(&d, &d.cfg.pools[i], NULL, why, sizeof(why));
-		if (!ret)
-			kvpd_pool_find(&d, d.cfg.pools[i].v1.name)->configured = true;
-		if (ret) {
-			kvpd_log(&d, KVPD_LOG_ERR, "pool %s: %s", d.cfg.pools[i].v1.name,
-				*why ? why : strerror(-ret));
-			goto out_pools;
-		}
-	}
+	ret = kvpd_pools_start(&d);
+	if (ret)
+		goto out_pools;
 	ret = inherit_socket(&d, why, sizeof(why));
 	if (ret < 0) {
 		kvpd_log(&d, KVPD_LOG_ERR, "%s", why);

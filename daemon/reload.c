@@ -54,9 +54,9 @@ static void note_restart_settings(struct kvpd *d, const struct kvpd_config *next
 }
 
 /* The first key whose value differs, in the config's words; NULL when none does. */
-static const char *changed_key(const struct kvp_pool_params_v2 *a,
-			       const struct kvp_pool_params_v2 *b)
+static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvpd_pool_spec *sb)
 {
+	const struct kvp_pool_params_v2 *a = &sa->v2, *b = &sb->v2;
 	const struct kvp_pool_params *x = &a->v1, *y = &b->v1;
 
 	if (x->num_blocks != y->num_blocks)
@@ -93,6 +93,10 @@ static const char *changed_key(const struct kvp_pool_params_v2 *a,
 		return "layout";
 	if (strncmp(a->namespace_, b->namespace_, KVP_NAME_MAX))
 		return "namespace";
+	if (sa->tier_host_bytes != sb->tier_host_bytes)
+		return "tier_host_bytes";
+	if (sa->tier_policy != sb->tier_policy)
+		return "tier_policy";
 	return NULL;
 }
 
@@ -100,8 +104,10 @@ struct reload_counts {
 	unsigned created, kept, refused, removed, failed;
 };
 
-static void reload_pool(struct kvpd *d, const struct kvp_pool_params_v2 *p, struct reload_counts *n)
+static void reload_pool(struct kvpd *d, const struct kvpd_pool_spec *spec,
+			struct reload_counts *n)
 {
+	const struct kvp_pool_params_v2 *p = &spec->v2;
 	struct kvpd_pool *pool = kvpd_pool_find(d, p->v1.name);
 	char why[KVP_REASON_MAX];
 	const char *key;
@@ -113,7 +119,7 @@ static void reload_pool(struct kvpd *d, const struct kvp_pool_params_v2 *p, stru
 	}
 	if (!pool) {
 		/* Built on a worker: the pool's own line ("created", or why not) is logged then. */
-		ret = kvpd_pool_prepare(d, p, NULL, &pool, why, sizeof(why));
+		ret = kvpd_pool_prepare(d, spec, NULL, &pool, why, sizeof(why));
 		if (!ret) {
 			pool->configured = true;
 			ret = kvpd_pool_build_start(d, NULL, NULL, pool);
@@ -129,7 +135,7 @@ static void reload_pool(struct kvpd *d, const struct kvp_pool_params_v2 *p, stru
 		n->created++;
 		return;
 	}
-	key = changed_key(&pool->spec, p);
+	key = changed_key(&pool->spec, spec);
 	if (key) {
 		kvpd_log(d, KVPD_LOG_WARNING, "reload: pool %s: %s changed: refused, the pool keeps "
 			 "its parameters (destroy it, or restart, to change them)", pool->name, key);
@@ -156,7 +162,7 @@ static void reload_pools(struct kvpd *d, const struct kvpd_config *next, struct 
 		bool listed = false;
 
 		for (unsigned j = 0; j < next->npools && !listed; j++)
-			listed = !strncmp(next->pools[j].v1.name, pool->name, KVP_NAME_MAX);
+			listed = !strncmp(next->pools[j].v2.v1.name, pool->name, KVP_NAME_MAX);
 		if (listed || !pool->configured || pool->removed)
 			continue;
 		pool->removed = true;
@@ -214,4 +220,26 @@ void kvpd_reload(struct kvpd *d)
 		 n.kept, n.refused, n.removed, n.failed, d->cfg.nnamespaces, d->cfg.nuid_quotas);
 out_release:
 	kvpd_config_release(&next);
+}
+
+int kvpd_pools_start(struct kvpd *d)
+{
+	for (unsigned i = 0; i < d->cfg.npools; i++) {
+		const char *name = d->cfg.pools[i].v2.v1.name;
+		char why[KVP_REASON_MAX] = "";
+		int ret = kvpd_pool_create(d, &d->cfg.pools[i], NULL, why, sizeof(why));
+
+		if (!ret) {
+			struct kvpd_pool *pool = kvpd_pool_find(d, name);
+
+			pool->configured = true;
+			ret = kvpd_tier_attach(pool, why, sizeof(why));
+		}
+		if (ret) {
+			kvpd_log(d, KVPD_LOG_ERR, "pool %s: %s", name, *why ? why : strerror(-ret));
+			return ret;
+		}
+	}
+	kvpd_tier_turn(d); /* the tiers' stats rows, before any client reads the page */
+	return 0;
 }

@@ -308,6 +308,9 @@ int kvpd_loop_run(struct kvpd *d)
 			kvpd_jobs_complete(d);
 			done++;
 		}
+		/* What the turn's requests moved to the free queues' heads goes down to their tiers. */
+		if (done)
+			kvpd_tier_turn(d);
 		/* idle: a short task run here is one worker fewer to wake, and to wait for */
 		if (!done && kvpd_workers_help(d->workers))
 			done++;

@@ -23,5 +23,7 @@ extern const struct kvpd_stats_hooks kvpd_stats_hooks;
 
 /* reload.c: SIGHUP: read the config file again (see reload.c for what applies). */
 void kvpd_reload(struct kvpd *d);
+/* Start-up: the config's pools, each with its tier; -errno (logged, naming the pool) if one fails. */
+int kvpd_pools_start(struct kvpd *d);
 
 #endif

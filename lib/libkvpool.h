@@ -316,6 +316,8 @@ struct kvp_stats_view {
 	const struct kvp_stats_op *ops;         /* KVP_STATS_OPS entries, by opcode */
 	const struct kvp_stats_tenant *tenants; /* max_tenants entries (in_use marks live ones) */
 	unsigned max_tenants;
+	const struct kvp_stats_tier *tiers;     /* page->max_pools, parallel to pools; NULL from
+						 * a daemon without tiers */
 	uint64_t taken_ns;                      /* CLOCK_MONOTONIC when copied */
 };
 
@@ -326,6 +328,14 @@ int kvp_stats_view_take(struct kvp_client *c, struct kvp_stats_view *v);
 	for (const struct kvp_stats_pool *p = (v)->pools; p < (v)->pools + (v)->page->max_pools; \
 	     p++)                                                                            \
 		if (p->in_use)
+/* Pool @p's tier row in view @v, or NULL when it has none (or the daemon has no tiers). */
+static inline const struct kvp_stats_tier *kvp_stats_tier_of(const struct kvp_stats_view *v,
+							     const struct kvp_stats_pool *p)
+{
+	const struct kvp_stats_tier *t = v->tiers ? &v->tiers[p - v->pools] : NULL;
+
+	return t && t->in_use ? t : NULL;
+}
 #define KVP_STATS_FOR_EACH_CLIENT(v, c)                                                      \
 	for (const struct kvp_stats_client *c = (v)->clients;                                \
 	     c < (v)->clients + (v)->page->max_clients; c++)                                  \
@@ -442,6 +452,12 @@ int kvp_pool_create_v3(struct kvp_client *c, const struct kvp_pool_params_v2 *pa
 
 /* kvp_pool_destroy - destroy a pool; -EBUSY while another client uses it. */
 int kvp_pool_destroy(struct kvp_client *c, const char *name);
+/*
+ * kvp_pool_sync - wait until every copy into pool @name's tier (NULL: the
+ * attached pool's) queued before the call has finished; 0 at once for a pool
+ * without a tier. -ENOENT: no such pool.
+ */
+int kvp_pool_sync(struct kvp_client *c, const char *name);
 
 /* kvp_evict - remove the cache entries of the given blocks; returns how many had one. */
 int kvp_evict(struct kvp_client *c, const uint32_t *ids, uint32_t n);

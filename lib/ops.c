@@ -291,6 +291,11 @@ int kvp_pool_destroy(struct kvp_client *c, const char *name)
 	return name_call(c, KVP_OP_POOL_DESTROY, name);
 }
 
+int kvp_pool_sync(struct kvp_client *c, const char *name)
+{
+	return name_call(c, KVP_OP_POOL_SYNC, name ? name : "");
+}
+
 static int pool_create(struct kvp_client *c, const struct kvp_pool_params *params,
 		       uint32_t op_flags)
 {

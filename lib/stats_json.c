@@ -31,7 +31,37 @@ static json_object *client_json(const struct kvp_stats_client *c)
 	return o;
 }
 
-static json_object *pool_json(const struct kvp_stats_pool *p)
+/* A pool's tier, or null: kvctl's TIERS table in JSON. */
+static json_object *tier_json(const struct kvp_stats_tier *t)
+{
+	json_object *o;
+
+	if (!t || !t->in_use)
+		return NULL;
+	o = json_object_new_object();
+	json_object_object_add(o, "kind", json_object_new_string("host"));
+	json_object_object_add(o, "bytes", ju64(t->bytes));
+	json_object_object_add(o, "slots", ju64(t->slots));
+	json_object_object_add(o, "held", ju64(t->held));
+	json_object_object_add(o, "held_bytes", ju64(t->slots ? t->bytes / t->slots * t->held : 0));
+	json_object_object_add(o, "queued", ju64(t->queued));
+	json_object_object_add(o, "stored", ju64(t->stored));
+	json_object_object_add(o, "skipped", ju64(t->skipped));
+	json_object_object_add(o, "abandoned", ju64(t->abandoned));
+	json_object_object_add(o, "evicted", ju64(t->evicted));
+	json_object_object_add(o, "promoted", ju64(t->promoted));
+	json_object_object_add(o, "read_failures", ju64(t->read_failures));
+	json_object_object_add(o, "hit_tokens", ju64(t->hit_tokens));
+	json_object_object_add(o, "bytes_down", ju64(t->bytes_down));
+	json_object_object_add(o, "bytes_up", ju64(t->bytes_up));
+	json_object_object_add(o, "mb_per_s_down", json_object_new_double(
+		t->ns_down ? (double)t->bytes_down / (double)t->ns_down * 1000.0 : 0.0));
+	json_object_object_add(o, "mb_per_s_up", json_object_new_double(
+		t->ns_up ? (double)t->bytes_up / (double)t->ns_up * 1000.0 : 0.0));
+	return o;
+}
+
+static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_stats_tier *t)
 {
 	json_object *o = json_object_new_object(), *pc = json_object_new_object(),
 		    *ev = json_object_new_object(), *groups = json_object_new_array();
@@ -70,6 +100,7 @@ static json_object *pool_json(const struct kvp_stats_pool *p)
 		json_object_array_add(groups, go);
 	}
 	json_object_object_add(o, "groups", groups);
+	json_object_object_add(o, "tier", tier_json(t));
 	return o;
 }
 
@@ -135,7 +166,7 @@ char *kvp_stats_json(const struct kvp_stats_view *s, bool clients_only)
 		json_object *pools = json_object_new_array();
 
 		KVP_STATS_FOR_EACH_POOL(s, p)
-			json_object_array_add(pools, pool_json(p));
+			json_object_array_add(pools, pool_json(p, kvp_stats_tier_of(s, p)));
 		json_object_object_add(root, "pools", pools);
 	}
 	json_object_object_add(root, "clients", clients);

@@ -18,7 +18,7 @@ static const char *const opcode_names[KVP_STATS_OPS] = {
 	[KVP_OP_ATTEND] = "ATTEND",     [KVP_OP_POOL_CREATE] = "POOL_CREATE",
 	[KVP_OP_POOL_DESTROY] = "POOL_DESTROY", [KVP_OP_EVICT] = "EVICT",
 	[KVP_OP_RESET] = "RESET",       [KVP_OP_DUMP_FREEQ] = "DUMP_FREEQ",
-	[KVP_OP_CHECK] = "CHECK",
+	[KVP_OP_CHECK] = "CHECK",       [KVP_OP_POOL_SYNC] = "POOL_SYNC",
 };
 
 const char *kvp_opcode_name(unsigned opcode)
@@ -70,7 +70,7 @@ uint64_t kvp_hist_percentile(const __u64 *hist, unsigned buckets, double p)
 static int validate(struct kvp_stats_view *s)
 {
 	const struct kvp_stats_page *pg = s->buf;
-	uint64_t pools_end, clients_end, ops_end, tenants_end;
+	uint64_t pools_end, clients_end, ops_end, tenants_end, tiers_end;
 
 	if (s->bytes < sizeof(*pg) || pg->magic != KVP_STATS_MAGIC || pg->version != KVP_STATS_VERSION)
 		return -EPROTO;
@@ -78,8 +78,9 @@ static int validate(struct kvp_stats_view *s)
 	clients_end = pg->clients_off + (uint64_t)pg->max_clients * sizeof(struct kvp_stats_client);
 	ops_end = pg->ops_off + KVP_STATS_OPS * sizeof(struct kvp_stats_op);
 	tenants_end = pg->tenants_off + (uint64_t)pg->max_tenants * sizeof(struct kvp_stats_tenant);
+	tiers_end = pg->tiers_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_tier);
 	if (pools_end > s->bytes || clients_end > s->bytes || ops_end > s->bytes ||
-	    tenants_end > s->bytes ||
+	    tenants_end > s->bytes || (pg->tiers_off && tiers_end > s->bytes) ||
 	    pg->hist_buckets != KVP_HIST_BUCKETS)
 		return -EPROTO;
 	s->page = pg;
@@ -88,6 +89,7 @@ static int validate(struct kvp_stats_view *s)
 	s->ops = (const void *)((const char *)s->buf + pg->ops_off);
 	s->tenants = (const void *)((const char *)s->buf + pg->tenants_off);
 	s->max_tenants = pg->max_tenants;
+	s->tiers = pg->tiers_off ? (const void *)((const char *)s->buf + pg->tiers_off) : NULL;
 	return 0;
 }
 

@@ -20,6 +20,10 @@ void print_prometheus(const struct kvp_stats_view *s);
 /* One label of a Prometheus sample, its value escaped; @first: no comma before it. */
 void prom_label(const char *key, const char *value, size_t max, bool first);
 
+/* kvctl_tiers.c: the pools' tiers; nothing for a daemon whose pools have none. */
+void print_tiers_table(const struct kvp_stats_view *s);
+void print_tiers_prometheus(const struct kvp_stats_view *s);
+
 /* kvctl_tenants.c: the uids' and namespaces' use of their quotas. */
 void print_tenants_table(const struct kvp_stats_view *s);
 void print_tenants_prometheus(const struct kvp_stats_view *s);
@@ -27,5 +31,44 @@ void print_tenants_prometheus(const struct kvp_stats_view *s);
 int kvctl_top(struct kvp_client *c, bool json, unsigned interval_ms, unsigned count);
 /* kvctl acct: @argv from "acct" on; a -s/--socket there overrides @socket_path. */
 int kvctl_acct(int argc, char **argv, const char *socket_path);
+
+/* kvctl.c: what every command shares. */
+#define SOCKET_HELP                                                                        \
+	"  -s, --socket PATH   the daemon's socket (default $KVPOOL_SOCKET, else\n"       \
+	"                      " KVP_DEFAULT_SOCKET ")\n"                                  \
+	"  -h, --help          show this help and exit\n"
+
+/* What the options after a command set. */
+struct cmd_opts {
+	const char *socket;
+	bool json, prom;
+	unsigned interval, count;
+	int nargs;     /* operands, in order */
+	char **args;
+};
+
+enum { OPT_JSON = 256, OPT_PROM, OPT_INTERVAL, OPT_COUNT };
+/* parse_cmd printed the command's help: kvctl exits 0. */
+#define HELP_SHOWN (-1)
+/* Options a command takes beyond -s and -h: bits (1 << (OPT_x - OPT_JSON)). */
+#define TAKES(opt) (1u << ((opt) - OPT_JSON))
+
+/* "kvctl: CMD: what is wrong", and where to read more. Returns 2, kvctl's usage status. */
+int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * The options of command @cmd ("stats", "pool create"), before or after its
+ * operands: -s/--socket and -h/--help for every command, @takes of the rest.
+ * Returns 0 (the operands in o->args), HELP_SHOWN, or 2 for a usage error
+ * (said on stderr). o->args must hold @argc entries.
+ */
+int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char **argv,
+	      struct cmd_opts *o);
+/* The socket kvctl talks to: --socket, else $KVPOOL_SOCKET, else the default. */
+const char *socket_path(const char *socket);
+/* Every kvctl connection is a monitor: it watches the clients, it is not one of them. */
+int connect_to(const char *socket, bool admin, struct kvp_client **c);
+
+/* kvctl_pool.c: pool create | destroy | sync. */
+int cmd_pool(int argc, char **argv, struct cmd_opts *o);
 
 #endif

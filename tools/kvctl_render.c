@@ -57,6 +57,7 @@ void print_stats_table(const struct kvp_stats_view *s)
 				       (gr->tokens_held != 0));
 		}
 	}
+	print_tiers_table(s);
 	printf("\n");
 	print_clients_table(s);
 	print_tenants_table(s);
@@ -297,4 +298,5 @@ void print_prometheus(const struct kvp_stats_view *s)
 			       (unsigned long long)s->ops[o].errors);
 	print_histograms(s);
 	print_tenants_prometheus(s);
+	print_tiers_prometheus(s);
 }

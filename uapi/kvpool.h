@@ -166,6 +166,9 @@ enum { KVP_FD_MEM, KVP_FD_DOORBELL, KVP_FD_STATS, KVP_NUM_FDS };
  * client that saturates it has only silenced its own doorbell).
  */
 
+/* LOOKUP's id for a hit position the pool's tier holds (ALLOC copies it up into a block). */
+#define KVP_BLOCK_TIER 0xffffffffu
+
 enum kvp_opcode {
 	KVP_OP_NOP = 0,
 	KVP_OP_SEQ_OPEN,      /* addr: tokens (__u32[len], len >= 1), then salt (arg2 bytes);
@@ -173,7 +176,8 @@ enum kvp_opcode {
 	KVP_OP_SEQ_CLOSE,     /* handle: free the blocks and forget the sequence */
 	KVP_OP_APPEND_TOKENS, /* handle, addr: tokens (__u32[len]) */
 	KVP_OP_LOOKUP,        /* handle; out (optional): struct kvp_block_lists, cqe.aux: its bytes.
-			       * res: hit tokens, or -EOVERFLOW if out_len is short */
+			       * res: hit tokens, or -EOVERFLOW if out_len is short. A position
+			       * the pool's tier holds is KVP_BLOCK_TIER in the lists */
 	KVP_OP_ALLOC,         /* handle, len: new tokens, arg1: lookahead, KVP_ALLOC_USE_CACHE;
 			       * out (optional): the new blocks as struct kvp_block_lists; out_len
 			       * is 0 or >= its 68-byte head (else -EINVAL, nothing changes).
@@ -212,6 +216,9 @@ enum kvp_opcode {
 	KVP_OP_RESET,         /* the attached pool's prefix cache; -EBUSY while blocks are used */
 	KVP_OP_DUMP_FREEQ,    /* out: __u32 ids, head first. res: queue length */
 	KVP_OP_CHECK,         /* attached pool's invariants: 0 or -EUCLEAN; out: reason text */
+	KVP_OP_POOL_SYNC,     /* addr: pool name (len bytes; len 0: the attached pool, -ENODEV
+			       * without one). Completes (res 0) once every copy into the pool's
+			       * tier queued before it has finished; at once without a tier */
 	KVP_OP_LAST,
 };
 
@@ -598,6 +605,31 @@ struct kvp_stats_tenant {
 };
 
 /*
+ * A pool's tier (tier_host_bytes): entry i of the page's tiers is pools[i]'s,
+ * in_use 0 for a pool without one. Blocks are the pool's, slot_bytes each (K
+ * and V of every layer). MB/s each way: bytes_* / ns_* * 1000.
+ */
+#define KVP_TIER_HOST 1
+struct kvp_stats_tier {
+	__u32 in_use;        /* 0: an unused entry (all zero) */
+	__u32 kind;          /* KVP_TIER_HOST */
+	__u64 bytes;         /* its memory */
+	__u32 slots;         /* blocks it can hold */
+	__u32 held;          /* blocks it holds, hittable */
+	__u32 queued;        /* copies down in flight now */
+	__u32 resv;          /* zero */
+	__u64 stored;        /* blocks copied down and kept */
+	__u64 skipped;       /* blocks not copied down: the queue was full or no slot free */
+	__u64 abandoned;     /* copies dropped: their block was handed out meanwhile */
+	__u64 evicted;       /* entries dropped for room */
+	__u64 promoted;      /* blocks copied up into the pool by ALLOC */
+	__u64 read_failures; /* blocks whose copy up failed (the ALLOC failed with it) */
+	__u64 hit_tokens;    /* ALLOC's hit tokens from its first promoted position on */
+	__u64 bytes_down, bytes_up; /* copied into the tier, out of it */
+	__u64 ns_down, ns_up;       /* the copies' time, job by job */
+};
+
+/*
  * The page a client without KVP_FEAT_ADMIN maps is its uid's: client rows of
  * that uid only (the others counted in other_clients), and its uid's tenant
  * row; pools and operations are the daemon's.
@@ -627,7 +659,8 @@ struct kvp_stats_page {
 	__s32 daemon_pid;   /* the daemon's pid (zero from a daemon before 0.2.0): with socket
 			     * activation, a connection's peer credentials are systemd's */
 	__u32 resv0;        /* zero */
-	__u64 resv;         /* zero */
+	__u64 tiers_off;    /* bytes from the page's start: struct kvp_stats_tier[max_pools]
+			     * (zero from a daemon without tiers) */
 };
 
 /*
@@ -792,6 +825,8 @@ _Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, head_stride) == 40
 	       "kvp_kv_layer_layout.head_stride");
 _Static_assert(sizeof(struct kvp_kv_layout) == 64, "kvp_kv_layout");
 _Static_assert(sizeof(struct kvp_map_msg) == 32, "kvp_map_msg");
+_Static_assert(sizeof(struct kvp_stats_tier) == 120, "kvp_stats_tier");
+_Static_assert(__builtin_offsetof(struct kvp_stats_tier, stored) == 32, "kvp_stats_tier.stored");
 _Static_assert(__builtin_offsetof(struct kvp_kv_layout, num_pieces) == 16,
 	       "kvp_kv_layout.num_pieces");
 _Static_assert(__builtin_offsetof(struct kvp_kv_layout, resv) == 48, "kvp_kv_layout.resv");
@@ -975,7 +1010,8 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_page, monitors) == 116,
 	       "kvp_stats_page.monitors");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, daemon_pid) == 120,
 	       "kvp_stats_page.daemon_pid");
-_Static_assert(__builtin_offsetof(struct kvp_stats_page, resv) == 128, "kvp_stats_page.resv");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, tiers_off) == 128,
+	       "kvp_stats_page.tiers_off");
 _Static_assert(sizeof(struct kvp_stats_tenant) == 128, "kvp_stats_tenant");
 _Static_assert(__builtin_offsetof(struct kvp_stats_tenant, namespace_) == 16,
 	       "kvp_stats_tenant.namespace_");
@@ -992,6 +1028,7 @@ _Static_assert(KVP_OP_NOP == 0 && KVP_OP_SEQ_OPEN == 1 && KVP_OP_SEQ_CLOSE == 2 
 	       KVP_OP_WRITE_KV == 12 && KVP_OP_READ_KV == 13 && KVP_OP_ATTEND == 14, "opcodes");
 _Static_assert(KVP_OP_POOL_CREATE == 64 && KVP_OP_POOL_DESTROY == 65 && KVP_OP_EVICT == 66 &&
 	       KVP_OP_RESET == 67 && KVP_OP_DUMP_FREEQ == 68 && KVP_OP_CHECK == 69 &&
+	       KVP_OP_POOL_SYNC == 70 &&
 	       KVP_OP_LAST <= KVP_STATS_OPS, "admin opcodes");
 _Static_assert(KVP_KIND_FULL == 0 && KVP_KIND_SWA == 1 && KVP_KIND_RSWA == 2 &&
 	       KVP_KIND_CHUNKED == 3 && KVP_KIND_CYCLIC == 4, "group kinds");

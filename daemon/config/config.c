@@ -160,7 +160,7 @@ static void open_pool(struct load_ctx *ctx, const char *section, const char *nam
 		return;
 	}
 	for (unsigned i = 0; i < cfg->npools; i++) {
-		if (!strcmp(cfg->pools[i].v1.name, name)) {
+		if (!strcmp(cfg->pools[i].v2.v1.name, name)) {
 			report(ctx, ctx->lineno, "[%s] appears twice (first at line %u)", section,
 			       ctx->pool_line[i]);
 			return;
@@ -171,7 +171,8 @@ static void open_pool(struct load_ctx *ctx, const char *section, const char *nam
 		return;
 	}
 	ctx->pool_line[cfg->npools] = ctx->lineno;
-	kvp_pool_params_v2_init(&cfg->pools[cfg->npools], name);
+	cfg->pools[cfg->npools] = (struct kvpd_pool_spec){ 0 };
+	kvp_pool_params_v2_init(&cfg->pools[cfg->npools].v2, name);
 	enter(ctx, KVPD_CONF_POOL, &cfg->pools[cfg->npools++], section);
 }
 

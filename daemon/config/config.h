@@ -53,6 +53,21 @@ enum kvpd_evloop_choice { KVPD_EVLOOP_AUTO, KVPD_EVLOOP_IO_URING, KVPD_EVLOOP_EP
 #define KVPD_MAX_CLIENTS_MAX (1u << 16)
 #define KVPD_THREADS_MAX 1024
 
+enum kvpd_tier_policy {
+	KVPD_TIER_LRU, /* the least recently stored or hit block goes first */
+};
+
+/*
+ * A pool as the config file's [pool.NAME] or POOL_CREATE v3's keys describe it:
+ * v2's fields, and the keys that only the text sets (no struct of the ABI has
+ * them).
+ */
+struct kvpd_pool_spec {
+	struct kvp_pool_params_v2 v2;
+	uint64_t tier_host_bytes; /* a host-memory tier under the pool's cache; 0: none */
+	uint32_t tier_policy;     /* enum kvpd_tier_policy */
+};
+
 struct kvpd_config {
 	const char *socket_path;
 	const char *socket_group; /* NULL: the daemon's group */
@@ -64,7 +79,7 @@ struct kvpd_config {
 	int log_level;            /* KVPD_LOG_*; 0: not set */
 	const char *plugin_dir;   /* --plugin-dir: where libkvpool_cuda.so is; NULL: the default */
 	uint64_t max_host_bytes;  /* the host pools' KV memory, all together; 0: kvpd_host_bytes_max's */
-	struct kvp_pool_params_v2 pools[KVPD_MAX_POOLS];
+	struct kvpd_pool_spec pools[KVPD_MAX_POOLS];
 	unsigned npools;
 	struct kvpd_namespace namespaces[KVPD_MAX_NAMESPACES];
 	unsigned nnamespaces;
@@ -115,7 +130,7 @@ bool kvpd_namespace_allowed(const struct kvpd_config *cfg, const char *ns, uid_t
 enum kvpd_conf_section {
 	KVPD_CONF_DAEMON, KVPD_CONF_POOL, KVPD_CONF_NAMESPACE, KVPD_CONF_QUOTA, KVPD_CONF_UID
 };
-#define KVPD_CONF_MAX_KEYS 16 /* the most keys a section has ([pool.NAME]'s) */
+#define KVPD_CONF_MAX_KEYS 24 /* the most keys a section has ([pool.NAME]'s) */
 /* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
 int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
 /* Key @name's index in a section of @kind; -ENOENT when it has no such key. */
@@ -141,10 +156,12 @@ bool kvpd_name_valid(const char *name);
  * table: -EINVAL with @why naming the key (unknown, set twice, a bad value, a
  * line without '='; a NUL byte in the text); -ENOMEM.
  */
-int kvpd_pool_keys_apply(struct kvp_pool_params_v2 *p, char *text, size_t len, char *why,
+int kvpd_pool_keys_apply(struct kvpd_pool_spec *p, char *text, size_t len, char *why,
 			 size_t why_len);
 
 /* pool_check.c: every parameter in its range; -EINVAL naming the first that is not. */
 int kvpd_pool_params_check(const struct kvp_pool_params_v2 *p, char *why, size_t why_len);
+/* v2's check, then the keys only the spec has (a tier needs KV and the prefix cache). */
+int kvpd_pool_spec_check(const struct kvpd_pool_spec *spec, char *why, size_t why_len);
 
 #endif

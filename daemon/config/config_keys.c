@@ -71,6 +71,10 @@ static const char *const publishes[] = { "commit", "alloc", NULL };
 static const char *const dtypes[] = { "f32", "f16", "bf16", NULL };
 static const char *const backends[] = { "host", "cuda", NULL };
 static const char *const layouts[] = { "default", "block", "layer", NULL };
+static const char *const tier_policies[] = { [KVPD_TIER_LRU] = "lru", NULL };
+
+/* [pool.NAME]'s keys past v2's 16 (stored in struct kvpd_pool_spec itself, not by libkvpool). */
+enum { P_TIER_HOST_BYTES = 16, P_TIER_POLICY };
 
 /* Stored by libkvpool's kvp_pool_params_v2_set, as kvctl's; the ranges are pool_check.c's. */
 static const struct cfg_key pool_keys[] = {
@@ -90,6 +94,8 @@ static const struct cfg_key pool_keys[] = {
 	NUMBER("device", 0, UINT32_MAX),
 	CHOICE("layout", layouts),
 	OF_TYPE("namespace", KEY_NAME),
+	[P_TIER_HOST_BYTES] = NUMBER("tier_host_bytes", 0, UINT64_MAX),
+	[P_TIER_POLICY] = CHOICE("tier_policy", tier_policies),
 };
 
 #define QUOTA_KEYS                                                                             \
@@ -363,8 +369,16 @@ int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *ob
 	case KVPD_CONF_DAEMON:
 		return daemon_set(cfg, idx, value, num, choice);
 	case KVPD_CONF_POOL:
+		if (idx == P_TIER_HOST_BYTES) {
+			((struct kvpd_pool_spec *)obj)->tier_host_bytes = num;
+			return 0;
+		}
+		if (idx == P_TIER_POLICY) {
+			((struct kvpd_pool_spec *)obj)->tier_policy = (uint32_t)choice;
+			return 0;
+		}
 		/* In range here, so refused there only if the two parsers disagree. */
-		ret = kvp_pool_params_v2_set(obj, key->name, value);
+		ret = kvp_pool_params_v2_set(&((struct kvpd_pool_spec *)obj)->v2, key->name, value);
 		return ret ? kvpd_refuse(why, why_len, -EINVAL, "refused by kvp_pool_params_v2_set") : 0;
 	case KVPD_CONF_NAMESPACE:
 		if (idx != NS_UIDS) {

@@ -63,6 +63,26 @@ static int check_kv(const struct kvp_pool_params *p, char *why, size_t len)
 	return 0;
 }
 
+int kvpd_pool_spec_check(const struct kvpd_pool_spec *spec, char *why, size_t len)
+{
+	const struct kvp_pool_params *p = &spec->v2.v1;
+	int ret = kvpd_pool_params_check(&spec->v2, why, len);
+
+	if (ret || !spec->tier_host_bytes)
+		return ret;
+	/* A tier keeps blocks by their cache key and holds their KV: it needs both. */
+	if (!p->kv_heads)
+		return kvpd_refuse(why, len, -EINVAL, "tier_host_bytes: the pool holds no KV "
+				   "(kv_heads, head_dim, layers_per_group) for a tier to keep");
+	if (!p->caching)
+		return kvpd_refuse(why, len, -EINVAL, "tier_host_bytes: caching is off, so no "
+				   "block is ever hit from a tier");
+	if (spec->tier_policy != KVPD_TIER_LRU)
+		return kvpd_refuse(why, len, -EINVAL, "tier_policy %u: must be 0 (lru)",
+				   spec->tier_policy);
+	return 0;
+}
+
 int kvpd_pool_params_check(const struct kvp_pool_params_v2 *v2, char *why, size_t len)
 {
 	const struct kvp_pool_params *p = &v2->v1;

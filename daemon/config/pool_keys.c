@@ -31,7 +31,7 @@ static char *cut_blanks(char *s)
 }
 
 /* One line, NUL-terminated in place: skipped, or its key applied to @p. */
-static int apply_line(struct kvp_pool_params_v2 *p, char *line, uint32_t *seen, char *why,
+static int apply_line(struct kvpd_pool_spec *p, char *line, uint32_t *seen, char *why,
 		      size_t why_len)
 {
 	char *eq, *key, *value, *c;
@@ -67,7 +67,7 @@ static int apply_line(struct kvp_pool_params_v2 *p, char *line, uint32_t *seen, 
 	return ret;
 }
 
-int kvpd_pool_keys_apply(struct kvp_pool_params_v2 *p, char *text, size_t len, char *why,
+int kvpd_pool_keys_apply(struct kvpd_pool_spec *p, char *text, size_t len, char *why,
 			 size_t why_len)
 {
 	_Static_assert(KVPD_CONF_MAX_KEYS <= 32, "seen's bits");

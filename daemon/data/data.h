@@ -12,7 +12,7 @@
 #ifndef KVPOOLD_DATA_H
 #define KVPOOLD_DATA_H
 
-#include "session/session.h"
+#include "tier/tier.h"
 
 /* 0 when the job is launched, else -errno (complete at once). */
 int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe);

@@ -59,6 +59,8 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 
 	if (!slot)
 		return -EBADF;
+	if (slot->busy)
+		return -EBUSY; /* its blocks' KV is still coming up from the tier */
 	if (!pool->layout.slot_bytes)
 		return -EOPNOTSUPP;
 	if (group >= cfg->num_groups || layer >= pool->layout.layers)
@@ -514,6 +516,11 @@ void kvpd_jobs_complete(struct kvpd *d)
 		if (job->type == KVPD_JOB_POOL) {
 			kvpd_pool_build_done(d, job);
 			free(job);
+			job = next;
+			continue;
+		}
+		if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP) {
+			kvpd_tier_job_done(d, job);
 			job = next;
 			continue;
 		}

@@ -54,6 +54,8 @@ void kvpd_pool_build_done(struct kvpd *d, struct kvpd_job *job)
 		cqe.res = -ECANCELED; /* its client went before a worker took the task */
 	if (!cqe.res && pool->owned && c && c->dead)
 		cqe.res = -ECONNRESET;
+	if (!cqe.res)
+		cqe.res = kvpd_tier_attach(pool, job->why, sizeof(job->why));
 	if (cqe.res) {
 		if (!c)
 			kvpd_log(d, KVPD_LOG_ERR, "reload: pool %s not created: %s", pool->name,

@@ -41,6 +41,7 @@ struct kvpd_statpage {
 	struct kvp_stats_client *clients;
 	struct kvp_stats_op *ops;
 	struct kvp_stats_tenant *tenants;
+	struct kvp_stats_tier *tiers;  /* parallel to pools */
 	unsigned depth;            /* nested writers: the seqlock moves at the outermost */
 	/* The full page's entries written since its views were last brought up to date. */
 	uint64_t ops_dirty[KVPD_STATS_OPS_WORDS];

@@ -40,6 +40,7 @@ static void view_fill(struct kvpd *d, struct kvpd_statview *v)
 	header_copy(v->pg.page, full->page);
 	v->pg.page->start_realtime_ns = full->page->start_realtime_ns;
 	memcpy(v->pg.pools, full->pools, KVPD_MAX_POOLS * sizeof(*v->pg.pools));
+	memcpy(v->pg.tiers, full->tiers, KVPD_MAX_POOLS * sizeof(*v->pg.tiers));
 	memcpy(v->pg.ops, full->ops, KVP_STATS_OPS * sizeof(*v->pg.ops));
 	for (unsigned i = 0; i < d->cfg.max_clients; i++) {
 		if (!full->clients[i].in_use || full->clients[i].uid != v->uid)
@@ -109,6 +110,7 @@ void kvpd_statviews_sync(struct kvpd *d)
 			unsigned p = (unsigned)__builtin_ctzll(bits);
 
 			v->pg.pools[p] = full->pools[p];
+			v->pg.tiers[p] = full->tiers[p];
 		}
 	}
 	memset(full->ops_dirty, 0, sizeof(full->ops_dirty));

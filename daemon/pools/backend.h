@@ -76,10 +76,26 @@ static inline uint8_t *kvpd_row(uint8_t *mem, const struct kvpd_kv_layout *l,
 	return mem + kvpd_row_off(l, m, pos, off);
 }
 
+/*
+ * A block's KV as 2 * layers chunks, each contiguous in either layout: chunk i is
+ * layer i / 2's K (i even) or V, kvpd_block_chunk_bytes long. A tier keeps a
+ * block as its chunks back to back.
+ */
+static inline size_t kvpd_block_chunk_bytes(const struct kvpd_kv_layout *l)
+{
+	return (size_t)l->block_size * l->kv_heads * l->row_bytes;
+}
+
+static inline size_t kvpd_block_chunk_off(const struct kvpd_kv_layout *l, uint32_t block,
+					  uint32_t i)
+{
+	return kvpd_k_off(l, i / 2, 0) + (size_t)block * l->block_stride + (i % 2 ? l->v_delta : 0);
+}
+
 struct kvpd_job;
 
-/* Version of struct kvpd_backend_ops a plugin must be built against. */
-#define KVPD_BACKEND_ABI 3
+/* Version of struct kvpd_backend_ops a plugin must be built against (4: the tier's jobs). */
+#define KVPD_BACKEND_ABI 4
 
 struct kvpd_backend_ops {
 	const char *name;
@@ -106,7 +122,8 @@ struct kvpd_backend_ops {
 	 */
 	bool whole_attend;
 	/*
-	 * Runs task @task of @job; called on worker threads, tasks of a job in
+	 * Runs task @task of @job (WRITE, READ, ATTEND, TIER_DOWN, TIER_UP);
+	 * called on worker threads, tasks of a job in
 	 * parallel. Returns 0 when done, or KVPD_TASK_LATER when the work
 	 * finishes later (a kernel on a stream): the backend then calls
 	 * job->task_done(job) once it has (jobs.h). A task that fails (a device

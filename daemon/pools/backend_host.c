@@ -291,10 +291,31 @@ static void attend(struct kvpd_job *job, uint32_t task)
 	}
 }
 
+/* A tier's task: one block between the pool and its slot, chunk by chunk. */
+static void copy_tier(struct kvpd_job *job, uint32_t task)
+{
+	const struct kvpd_kv_layout *l = job->layout;
+	size_t chunk = kvpd_block_chunk_bytes(l);
+	uint8_t *slot = job->tier_mem + (size_t)job->slots[task] * 2 * l->layers * chunk;
+
+	if (job->delay_us)
+		usleep(job->delay_us);
+	for (uint32_t i = 0; i < 2 * l->layers; i++, slot += chunk) {
+		uint8_t *block = job->mem + kvpd_block_chunk_off(l, job->blocks[task], i);
+
+		if (job->type == KVPD_JOB_TIER_DOWN)
+			memcpy(slot, block, chunk);
+		else
+			memcpy(block, slot, chunk);
+	}
+}
+
 static int host_run_task(struct kvpd_job *job, uint32_t task)
 {
 	if (job->type == KVPD_JOB_ATTEND)
 		attend(job, task);
+	else if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP)
+		copy_tier(job, task);
 	else
 		copy_kv(job, task);
 	return 0;

@@ -16,8 +16,12 @@
 #include "attn/kvmask.h"
 #include "pools/backend.h"
 
-/* KVPD_JOB_POOL: a pool built off the event loop (its one task runs kvpd_pool_build). */
-enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND, KVPD_JOB_POOL };
+/*
+ * KVPD_JOB_POOL: a pool built off the event loop (its one task runs kvpd_pool_build).
+ * KVPD_JOB_TIER_DOWN, _UP: blocks copied into a pool's tier, or out of it (the tier room).
+ */
+enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND, KVPD_JOB_POOL,
+		     KVPD_JOB_TIER_DOWN, KVPD_JOB_TIER_UP };
 
 #define KVPD_JOB_WHY 128
 
@@ -154,6 +158,14 @@ struct kvpd_job {
 	void (*task_done)(struct kvpd_job *job);   /* for a task that returned KVPD_TASK_LATER */
 	uint32_t *pinned;
 	uint32_t npinned;
+	/*
+	 * KVPD_JOB_TIER_DOWN, _UP: task i copies pool block blocks[i] into (out of)
+	 * slot slots[i] of tier_mem, a slot being the block's chunks back to back
+	 * (kvpd_block_chunk_off). Test builds may slow each task by delay_us.
+	 */
+	uint8_t *tier_mem;
+	const uint32_t *blocks, *slots;
+	uint32_t delay_us;
 	/* KVPD_JOB_POOL from POOL_CREATE: where its refusal's reason goes in the arena. */
 	uint64_t reason_addr;
 	uint32_t reason_len;
@@ -184,6 +196,13 @@ int kvpd_workers_start(struct kvpd_workers *w, unsigned nthreads, unsigned spin_
 		       kvpd_task_fn *run);
 void kvpd_workers_stop(struct kvpd_workers *w);
 void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job);
+/*
+ * A job whose tasks another thread runs (a tier's copier, off the workers so
+ * that a slow copy holds no client's task up): each job->task_done(job)
+ * counts one task, and the last hands the job to the loop as the workers'
+ * own jobs come back (kvpd_workers_take_done).
+ */
+void kvpd_workers_adopt(struct kvpd_workers *w, struct kvpd_job *job);
 /*
  * @lane's client is gone: the tasks of its jobs not yet taken never run. A job
  * whose every taken task is done comes back now, marked cancelled; one with

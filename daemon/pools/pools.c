@@ -145,6 +145,8 @@ struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 
 static void pool_free(struct kvpd_pool *pool)
 {
+	if (pool->tier)
+		pool->tier_free(pool->tier);
 	if (pool->mem)
 		pool->backend->pool_fini(&pool->layout, pool->mem);
 	if (pool->core)
@@ -160,16 +162,17 @@ struct kvpd_pool *kvpd_pool_building(struct kvpd *d, const char *name)
 	return NULL;
 }
 
-int kvpd_pool_prepare(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+int kvpd_pool_prepare(struct kvpd *d, const struct kvpd_pool_spec *spec,
 		      const struct kvpd_pool_owner *owner, struct kvpd_pool **out, char *why,
 		      size_t why_len)
 {
+	const struct kvp_pool_params_v2 *params = &spec->v2;
 	const struct kvp_pool_params *p1 = &params->v1;
 	struct kvpd_pool *pool;
 	int ret;
 
 	*why = '\0';
-	ret = kvpd_pool_params_check(params, why, why_len);
+	ret = kvpd_pool_spec_check(spec, why, why_len);
 	if (ret)
 		return ret;
 	if (kvpd_pool_find(d, p1->name))
@@ -184,7 +187,7 @@ int kvpd_pool_prepare(struct kvpd *d, const struct kvp_pool_params_v2 *params,
 	if (!pool)
 		return -ENOMEM;
 	pool->params = *p1;
-	pool->spec = *params;
+	pool->spec = *spec;
 	/* Every client gets these params: no stray bytes of the creator's past num_groups. */
 	for (unsigned g = p1->num_groups; g < KVP_MAX_GROUPS; g++)
 		pool->params.group_kind[g] = pool->params.group_param[g] = 0;
@@ -263,11 +266,11 @@ void kvpd_pool_discard(struct kvpd *d, struct kvpd_pool *pool)
 	pool_free(pool);
 }
 
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+int kvpd_pool_create(struct kvpd *d, const struct kvpd_pool_spec *spec,
 		     const struct kvpd_pool_owner *owner, char *why, size_t why_len)
 {
 	struct kvpd_pool *pool;
-	int ret = kvpd_pool_prepare(d, params, owner, &pool, why, why_len);
+	int ret = kvpd_pool_prepare(d, spec, owner, &pool, why, why_len);
 
 	if (ret)
 		return ret;

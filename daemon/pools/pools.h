@@ -46,10 +46,16 @@ struct kvpd_pool {
 	bool orphaned;      /* KVP_POOL_OWNED, and its creator is gone: destroy once unused */
 	bool frag_dirty;    /* its sequences changed since its fragmentation was counted */
 	uint64_t frag_next_ns; /* counting it again before then would cost over 2% (client_stats.c) */
-	struct kvp_pool_params_v2 spec; /* as created: what a reload's [pool.NAME] must equal */
+	struct kvpd_pool_spec spec; /* as created: what a reload's [pool.NAME] must equal */
 	bool configured;    /* made from the config file (at start or a reload) */
 	struct kvpd_pool *next_building; /* in kvpd.pools_building, until installed */
 	bool removed;       /* configured, and a reload found it gone: destroy once unused */
+	/*
+	 * Its tier (the tier room's; NULL: none) and how to free it: the pools
+	 * room frees a pool's tier with it, knowing nothing else of tiers.
+	 */
+	struct kvpd_tier *tier;
+	void (*tier_free)(struct kvpd_tier *tier);
 };
 
 /* Who creates a KVP_POOL_OWNED pool: its client's id and uid. */
@@ -69,9 +75,9 @@ struct kvpd_pool_owner {
  * @owner: for a KVP_POOL_OWNED pool, else NULL. A refusal's reason goes to
  * @why (why_len bytes; "" when it says nothing more than its errno).
  */
-int kvpd_pool_create(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+int kvpd_pool_create(struct kvpd *d, const struct kvpd_pool_spec *spec,
 		     const struct kvpd_pool_owner *owner, char *why, size_t why_len);
-int kvpd_pool_prepare(struct kvpd *d, const struct kvp_pool_params_v2 *params,
+int kvpd_pool_prepare(struct kvpd *d, const struct kvpd_pool_spec *spec,
 		      const struct kvpd_pool_owner *owner, struct kvpd_pool **out, char *why,
 		      size_t why_len);
 int kvpd_pool_build(struct kvpd_pool *pool, char *why, size_t why_len);

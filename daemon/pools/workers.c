@@ -270,6 +270,13 @@ void kvpd_workers_stop(struct kvpd_workers *w)
 	w->done_efd = -1;
 }
 
+void kvpd_workers_adopt(struct kvpd_workers *w, struct kvpd_job *job)
+{
+	job->workers = w;
+	job->tasks_left = job->ntasks;
+	job->task_done = task_done;
+}
+
 void kvpd_workers_submit(struct kvpd_workers *w, struct kvpd_job *job)
 {
 	unsigned wake;

@@ -15,6 +15,7 @@
 #include "requests/requests.h"
 #include "session/kvwritten.h"
 #include "session/sizes.h"
+#include "tier/tier.h"
 
 /* EVICT reads its ids out of the arena this many at a time. */
 #define EVICT_CHUNK 256
@@ -269,18 +270,19 @@ static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	if (ret)
 		return ret;
 	cqe->aux = res.hit_tokens;
-	if (!sqe->out_len)
-		return 0;
-	for (uint32_t g = 0; g < ngroups(c); g++) {
-		uint32_t len;
-		const uint32_t *table = kvc_seq_table(seq, g, &len);
+	if (sqe->out_len) {
+		for (uint32_t g = 0; g < ngroups(c); g++) {
+			uint32_t len;
+			const uint32_t *table = kvc_seq_table(seq, g, &len);
 
-		ids[g] = table ? table + res.first_new[g] : NULL;
-		counts[g] = len - res.first_new[g];
+			ids[g] = table ? table + res.first_new[g] : NULL;
+			counts[g] = len - res.first_new[g];
+		}
+		if (write_lists(c, sqe, ids, counts, &needed))
+			cqe->flags |= KVP_CQE_F_OVERFLOW;
 	}
-	if (write_lists(c, sqe, ids, counts, &needed))
-		cqe->flags |= KVP_CQE_F_OVERFLOW;
-	return 0;
+	/* Blocks coming up from the pool's tier: the completion waits for their KV. */
+	return kvpd_tier_alloc_done(d, c, sqe, &res, cqe);
 }
 
 static int op_get_table(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe,
@@ -298,9 +300,13 @@ static int op_get_table(struct kvpd_client *c, struct kvc_seq *seq, const struct
 static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 		  struct kvp_cqe *cqe)
 {
+	struct kvpd_seq_slot *slot = kvpd_seq_slot(c, sqe->handle);
 	struct kvc_seq_info info;
 	struct kvc_seq *seq;
 
+	/* Its ALLOC waits for blocks from a tier: nothing else on it until that completes. */
+	if (slot && slot->busy)
+		return -EBUSY;
 	if (sqe->opcode == KVP_OP_SEQ_CLOSE) {
 		int ret = kvpd_seq_close(c, sqe->handle);
 
@@ -447,6 +453,23 @@ static int op_pool_destroy(struct kvpd *d, struct kvpd_client *c, const char *na
 	return kvpd_pool_destroy(d, name);
 }
 
+static int op_pool_sync(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			char *name)
+{
+	struct kvpd_pool *pool = c->pool;
+
+	if (sqe->len) {
+		int ret = arena_name(c, sqe, name);
+
+		if (ret)
+			return ret;
+		pool = kvpd_pool_find(d, name);
+		if (!pool)
+			return -ENOENT;
+	}
+	return pool ? kvpd_tier_sync(d, c, pool, sqe->user_data) : -ENODEV;
+}
+
 static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 		    struct kvp_cqe *cqe)
 {
@@ -459,6 +482,8 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return kvpd_pool_create_request(d, c, sqe, cqe);
 	case KVP_OP_POOL_DESTROY:
 		return arena_name(c, sqe, name) ?: op_pool_destroy(d, c, name);
+	case KVP_OP_POOL_SYNC:
+		return op_pool_sync(d, c, sqe, name);
 	}
 	if (!c->pool)
 		return -ENODEV;

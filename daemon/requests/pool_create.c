@@ -18,7 +18,7 @@
  * the arena, v3 and the text). The text is copied out of the arena first: the
  * client may change it while it is read.
  */
-static int pool_keys(struct kvp_pool_params_v2 *params, const uint8_t *src, uint32_t len,
+static int pool_keys(struct kvpd_pool_spec *spec, const uint8_t *src, uint32_t len,
 		     char *why, size_t why_len)
 {
 	struct kvp_pool_params_v3 v3;
@@ -32,13 +32,13 @@ static int pool_keys(struct kvp_pool_params_v2 *params, const uint8_t *src, uint
 	if (v3.keys_len > KVP_POOL_KEYS_MAX || len != sizeof(v3) + v3.keys_len)
 		return kvpd_refuse(why, why_len, -EINVAL, "len %u: must be %zu + keys_len (%u, at "
 				   "most %u)", len, sizeof(v3), v3.keys_len, KVP_POOL_KEYS_MAX);
-	*params = v3.v2;
+	spec->v2 = v3.v2;
 	text = malloc((size_t)v3.keys_len + 1);
 	if (!text)
 		return -ENOMEM;
 	memcpy(text, src + sizeof(v3), v3.keys_len);
 	text[v3.keys_len] = '\0';
-	ret = kvpd_pool_keys_apply(params, text, v3.keys_len, why, why_len);
+	ret = kvpd_pool_keys_apply(spec, text, v3.keys_len, why, why_len);
 	free(text);
 	return ret;
 }
@@ -46,31 +46,32 @@ static int pool_keys(struct kvp_pool_params_v2 *params, const uint8_t *src, uint
 int kvpd_pool_create_request(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 			     struct kvp_cqe *cqe)
 {
-	struct kvp_pool_params_v2 params = { 0 };
+	struct kvpd_pool_spec spec = { 0 };
+	struct kvp_pool_params_v2 *params = &spec.v2;
 	struct kvpd_pool_owner owner = { .id = c->gen, .uid = c->uid };
 	struct kvpd_pool *pool;
 	char why[KVP_REASON_MAX] = "";
 	const void *src = kvpd_arena_range(c, sqe->addr, sqe->len);
 	int ret;
 
-	if (!src || (sqe->len != sizeof(params.v1) && sqe->len != sizeof(params) &&
+	if (!src || (sqe->len != sizeof(params->v1) && sqe->len != sizeof(*params) &&
 		     sqe->len < sizeof(struct kvp_pool_params_v3))) {
 		snprintf(why, sizeof(why), "len %u: must be %zu (v1), %zu (v2) or %zu and keys (v3) "
-			 "inside the arena", sqe->len, sizeof(params.v1), sizeof(params),
+			 "inside the arena", sqe->len, sizeof(params->v1), sizeof(*params),
 			 sizeof(struct kvp_pool_params_v3));
 		kvpd_client_reason(c, sqe->out_addr, sqe->out_len, why, cqe);
 		return -EINVAL;
 	}
 	if (sqe->len >= sizeof(struct kvp_pool_params_v3)) {
-		ret = pool_keys(&params, src, sqe->len, why, sizeof(why));
+		ret = pool_keys(&spec, src, sqe->len, why, sizeof(why));
 		if (ret) {
 			kvpd_client_reason(c, sqe->out_addr, sqe->out_len, why, cqe);
 			return ret;
 		}
 	} else {
-		memcpy(&params, src, sqe->len);
+		memcpy(params, src, sqe->len);
 	}
-	ret = kvpd_pool_prepare(d, &params, sqe->op_flags & KVP_POOL_OWNED ? &owner : NULL, &pool,
+	ret = kvpd_pool_prepare(d, &spec, sqe->op_flags & KVP_POOL_OWNED ? &owner : NULL, &pool,
 				why, sizeof(why));
 	if (ret) {
 		kvpd_client_reason(c, sqe->out_addr, sqe->out_len, why, cqe);

@@ -19,9 +19,6 @@
 
 #include "session/session.h"
 
-/* dispatch()'s answer for a request the workers complete: no result is an INT_MIN. */
-#define KVPD_LATER INT_MIN
-
 /* The session's kvpd_dispatch_fn: false when the request went to the workers (completed later). */
 bool kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 		   struct kvp_cqe *cqe);

@@ -58,6 +58,7 @@ int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle)
 	s = &c->seqs[slot];
 	c->seq_free_head = s->next_free;
 	s->seq = seq;
+	s->busy = false;
 	kvc_seq_set_owner(seq, &c->charge);
 	s->gen++;
 	c->seqs_open++;

@@ -33,6 +33,8 @@ struct kvpd_seq_slot {
 	struct kvc_seq *seq; /* NULL when free */
 	struct kvpd_seq_kv *kv; /* what WRITE_KV wrote past computed; NULL until first used */
 	uint32_t epoch;         /* bumped by FREE: a write from before lands in blocks now gone */
+	bool busy;              /* its ALLOC waits for blocks coming up from a tier: other
+				 * requests on it get -EBUSY meanwhile */
 	uint32_t gen;
 	uint32_t next_free;
 };

@@ -43,14 +43,14 @@ static void check_config(const struct kvpd_config *cfg)
 	if (cfg->socket_group)
 		(void)strlen(cfg->socket_group);
 	for (unsigned i = 0; i < cfg->npools; i++) {
-		const struct kvp_pool_params *p = &cfg->pools[i].v1;
+		const struct kvp_pool_params *p = &cfg->pools[i].v2.v1;
 
 		if (!name_ok(p->name) || !p->num_blocks || !p->block_size || !p->num_groups ||
 		    p->num_groups > KVP_MAX_GROUPS)
 			fz_fail("config: pool %u '%.32s': %u blocks of %u, %u groups", i, p->name,
 				p->num_blocks, p->block_size, p->num_groups);
 		for (unsigned j = 0; j < i; j++)
-			if (!strcmp(p->name, cfg->pools[j].v1.name))
+			if (!strcmp(p->name, cfg->pools[j].v2.v1.name))
 				fz_fail("config: pool %s twice", p->name);
 	}
 	for (unsigned i = 0; i < cfg->nnamespaces; i++) {
@@ -78,19 +78,19 @@ static void start_pools(const struct kvpd_config *cfg)
 	struct kvpd *d = fz_daemon();
 
 	for (unsigned i = 0; i < cfg->npools; i++) {
-		struct kvp_pool_params_v2 p = cfg->pools[i];
+		struct kvpd_pool_spec p = cfg->pools[i];
 		char why[KVP_REASON_MAX];
 		int ret;
 
 		/* No CUDA plugin here: a cuda pool is refused for that, which says nothing of the config. */
-		if (p.backend == KVP_BACKEND_CUDA)
+		if (p.v2.backend == KVP_BACKEND_CUDA)
 			continue;
-		fz_clamp_pool_params(&p.v1);
+		fz_clamp_pool_spec(&p);
 		ret = kvpd_pool_create(d, &p, NULL, why, sizeof(why));
 		if (ret && ret != -EINVAL)
-			fz_fail("config: pool %s: %s", p.v1.name, strerror(-ret));
+			fz_fail("config: pool %s: %s", p.v2.v1.name, strerror(-ret));
 		if (ret && !*why)
-			fz_fail("config: pool %s refused without a reason", p.v1.name);
+			fz_fail("config: pool %s refused without a reason", p.v2.v1.name);
 	}
 	fz_teardown(d);
 }
@@ -99,7 +99,7 @@ static void start_pools(const struct kvpd_config *cfg)
 static void pool_keys(const uint8_t *data, size_t size)
 {
 	static char text[KVP_POOL_KEYS_MAX + 1];
-	struct kvp_pool_params_v2 p;
+	struct kvpd_pool_spec p = { 0 };
 	char why[KVP_REASON_MAX] = "";
 	struct kvpd *d;
 	int ret;
@@ -108,14 +108,14 @@ static void pool_keys(const uint8_t *data, size_t size)
 		return;
 	memcpy(text, data, size);
 	text[size] = '\0';
-	kvp_pool_params_v2_init(&p, "keys");
+	kvp_pool_params_v2_init(&p.v2, "keys");
 	ret = kvpd_pool_keys_apply(&p, text, size, why, sizeof(why));
 	if (ret && (ret != -EINVAL || !*why))
 		fz_fail("pool keys: %s, reason '%s'", strerror(-ret), why);
-	if (ret || p.backend == KVP_BACKEND_CUDA)
+	if (ret || p.v2.backend == KVP_BACKEND_CUDA)
 		return;
 	d = fz_daemon();
-	fz_clamp_pool_params(&p.v1);
+	fz_clamp_pool_spec(&p);
 	ret = kvpd_pool_create(d, &p, NULL, why, sizeof(why));
 	if (ret && (ret != -EINVAL || !*why))
 		fz_fail("pool keys: pool refused: %s, reason '%s'", strerror(-ret), why);

@@ -265,20 +265,28 @@ void fz_clamp_pool_params(struct kvp_pool_params *p)
 	p->layers_per_group = clamp(p->layers_per_group, CLAMP_LAYERS, 1024);
 }
 
+/* And a tier at most 64 MiB: the fuzzer's memory is not the daemon's concern here. */
+void fz_clamp_pool_spec(struct kvpd_pool_spec *spec)
+{
+	fz_clamp_pool_params(&spec->v2.v1);
+	if (spec->tier_host_bytes > (64u << 20))
+		spec->tier_host_bytes = 64u << 20;
+}
+
 static void make_pool(struct kvpd *d, const char *name, const char *words)
 {
 	char buf[256], *save = NULL;
-	struct kvp_pool_params_v2 p;
+	struct kvpd_pool_spec p = { 0 };
 	char why[KVP_REASON_MAX];
 	int ret;
 
-	kvp_pool_params_v2_init(&p, name);
+	kvp_pool_params_v2_init(&p.v2, name);
 	snprintf(buf, sizeof(buf), "%s", words);
 	for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
 		char *eq = strchr(w, '=');
 
 		*eq = '\0';
-		if (kvp_pool_params_v2_set(&p, w, eq + 1))
+		if (kvp_pool_params_v2_set(&p.v2, w, eq + 1))
 			fz_fail("pool %s: bad word %s=%s", name, w, eq + 1);
 	}
 	ret = kvpd_pool_create(d, &p, NULL, why, sizeof(why));

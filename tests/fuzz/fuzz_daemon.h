@@ -77,6 +77,7 @@ void fz_teardown(struct kvpd *d);
  * range stays as it is, so that valid stays valid and invalid invalid.
  */
 void fz_clamp_pool_params(struct kvp_pool_params *p);
+void fz_clamp_pool_spec(struct kvpd_pool_spec *spec);
 /* Aborts with a message: the fuzzer reports it as a crash, with the input. */
 void fz_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

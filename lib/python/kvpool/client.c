@@ -297,6 +297,21 @@ static PyObject *client_map(ClientObject *self, PyObject *unused)
 	return kvpy_map(self);
 }
 
+static PyObject *client_pool_sync(ClientObject *self, PyObject *args)
+{
+	const char *name = NULL;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "|z", &name))
+		return NULL;
+	KVPY_LOCKED_CALL(self, ret, kvp_pool_sync(self->c, name));
+	if (ret == INT32_MIN)
+		return NULL;
+	if (ret < 0)
+		return kvpy_raise(self->st, ret, "pool_sync", NULL);
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef client_methods[] = {
 	{ "close", (PyCFunction)client_close, METH_NOARGS,
 	  "close()\n--\n\nClose the connection; the daemon closes the sequences left open." },
@@ -319,6 +334,10 @@ static PyMethodDef client_methods[] = {
 	  "max_step_tokens: the most tokens one alloc adds (sizes cyclic rings; default 1).\n"
 	  "keys: 'key = value' lines of kvpool.conf(5)'s [pool.NAME] keys, which the daemon\n"
 	  "applies over the arguments (POOL_CREATE v3), refusing any it does not take." },
+	{ "pool_sync", (PyCFunction)client_pool_sync, METH_VARARGS,
+	  "pool_sync(name=None)\n--\n\nWait until every copy into pool NAME's tier (None: the\n"
+	  "attached pool's) queued before the call has finished (needs admin=True); at once\n"
+	  "for a pool without a tier." },
 	{ "open", (PyCFunction)(void (*)(void))client_open, METH_VARARGS | METH_KEYWORDS,
 	  "open(tokens, salt=None, prefix=None)\n--\n\n"
 	  "Open a sequence with its prompt; a Sequence (a context manager that closes it).\n"

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Going down: the cached blocks nearest the free queue's head, the next the
+ * pool will evict, are copied into the tier ahead of it, so that the pool and
+ * its tier together act as one LRU cache of their summed size (a block enters
+ * the tier as it leaves the pool, not while the pool still has it). The walk
+ * runs once per loop turn where the queue moved; each block is looked at once
+ * per hand-out (its gen). Also here: the tier's jobs, both ways, and POOL_SYNC.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "observe/probes.h"
+#include "tier/tier_internal.h"
+
+struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type, uint32_t n)
+{
+	struct tier_job *tj = calloc(1, sizeof(*tj) + 3 * (size_t)n * sizeof(uint32_t));
+
+	if (!tj)
+		return NULL;
+	tj->tier = t;
+	tj->blocks = (uint32_t *)(tj + 1);
+	tj->slots = tj->blocks + n;
+	tj->gens = tj->slots + n;
+	tj->job.type = type;
+	tj->job.pool = t->pool;
+	tj->job.layout = &t->pool->layout;
+	tj->job.mem = t->pool->mem;
+	tj->job.tier_mem = t->mem;
+	tj->job.blocks = tj->blocks;
+	tj->job.slots = tj->slots;
+	tj->job.delay_us = t->delay_us;
+	return tj;
+}
+
+void kvpd_tier_job_submit(struct kvpd *d, struct tier_job *tj)
+{
+	struct kvpd_tier *t = tj->tier;
+
+	tj->job.ntasks = tj->n;
+	tj->job.bytes = (uint64_t)tj->n * t->slot_bytes;
+	tj->job.start_ns = kvpd_now_ns();
+	tj->seq = ++t->next_seq;
+	tj->next_inflight = t->inflight;
+	t->inflight = tj;
+	t->pool->inflight++;
+	d->jobs_inflight++;
+	kvpd_workers_adopt(d->workers, &tj->job);
+	kvpd_tier_copier_push(t->copier, &tj->job);
+}
+
+/* The POOL_SYNCs no job in flight is older than. */
+static void syncs_done(struct kvpd *d, struct kvpd_tier *t)
+{
+	uint64_t oldest = UINT64_MAX;
+
+	for (struct tier_job *j = t->inflight; j; j = j->next_inflight)
+		if (j->seq < oldest)
+			oldest = j->seq;
+	for (struct tier_sync **p = &t->syncs; *p;) {
+		struct tier_sync *s = *p;
+
+		if (s->upto >= oldest) {
+			p = &s->next;
+			continue;
+		}
+		*p = s->next;
+		kvpd_client_job_back(s->client, 0);
+		if (!s->client->dead)
+			kvpd_ring_post(s->client, &(struct kvp_cqe){ .user_data = s->user_data });
+		else if (!s->client->inflight)
+			kvpd_client_free(d, s->client);
+		free(s);
+	}
+}
+
+/* A job is back: out of the in-flight list, its time counted, the syncs it held let go. */
+void kvpd_tier_job_retire(struct kvpd *d, struct tier_job *tj)
+{
+	struct kvpd_tier *t = tj->tier;
+	struct tier_job **p = &t->inflight;
+
+	while (*p != tj)
+		p = &(*p)->next_inflight;
+	*p = tj->next_inflight;
+	t->pool->inflight--;
+	d->jobs_inflight--;
+	if (tj->job.type == KVPD_JOB_TIER_DOWN)
+		t->st.ns_down += kvpd_now_ns() - tj->job.start_ns;
+	else
+		t->st.ns_up += kvpd_now_ns() - tj->job.start_ns;
+	syncs_done(d, t);
+}
+
+/* Queues block @id for a copy down into @tj (made on first use); false when the tier is full. */
+static bool queue_block(struct kvpd_tier *t, struct tier_job **tj, uint32_t id,
+			const struct kvc_block_state *st)
+{
+	uint32_t slot;
+
+	if (t->st.queued >= t->queue_cap)
+		return false;
+	if (!*tj) {
+		*tj = kvpd_tier_job_new(t, KVPD_JOB_TIER_DOWN, t->queue_cap - t->st.queued);
+		if (!*tj)
+			return false;
+	}
+	slot = kvpd_tier_take(t, st->group, &st->key);
+	if (slot == TIER_END)
+		return false;
+	(*tj)->blocks[(*tj)->n] = id;
+	(*tj)->slots[(*tj)->n] = slot;
+	(*tj)->gens[(*tj)->n++] = st->gen;
+	t->st.queued++;
+	return true;
+}
+
+static void walk(struct kvpd *d, struct kvpd_tier *t)
+{
+	struct kvc_pool_counters c;
+	struct tier_job *tj = NULL;
+	uint32_t n;
+
+	kvc_pool_counters(t->pool->core, &c);
+	if (c.queue_ops == t->queue_ops)
+		return;
+	t->queue_ops = c.queue_ops;
+	n = kvc_pool_free_queue(t->pool->core, t->walk, t->ahead);
+	if (n > t->ahead)
+		n = t->ahead;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t id = t->walk[k];
+		struct kvc_block_state st;
+
+		if (kvc_block_state(t->pool->core, id, &st) || !st.hashed || t->seen[id] == st.gen + 1)
+			continue;
+		t->seen[id] = st.gen + 1;
+		if (kvpd_tier_find(t, st.group, &st.key) != TIER_END)
+			continue; /* there already, or on its way */
+		if (!queue_block(t, &tj, id, &st))
+			t->st.skipped++;
+	}
+	if (tj && tj->n)
+		kvpd_tier_job_submit(d, tj);
+	else
+		free(tj);
+	t->dirty = true;
+}
+
+void kvpd_tier_turn(struct kvpd *d)
+{
+	for (unsigned i = 0; i < d->npools; i++) {
+		struct kvpd_tier *t = d->pools[i]->tier;
+
+		if (!t)
+			continue;
+		if (!d->stopping)
+			walk(d, t);
+		if (t->dirty)
+			kvpd_tier_publish(d, t);
+	}
+}
+
+/* Kept only where the block was not handed out during the copy: else it may hold anything. */
+static void down_done(struct kvpd *d, struct tier_job *tj)
+{
+	struct kvpd_tier *t = tj->tier;
+
+	for (uint32_t i = 0; i < tj->n; i++) {
+		struct kvc_block_state st;
+		uint32_t slot = tj->slots[i];
+
+		if (!kvc_block_state(t->pool->core, tj->blocks[i], &st) && st.gen == tj->gens[i] &&
+		    !tj->job.error) {
+			kvpd_tier_use(t, slot);
+			t->st.stored++;
+			t->st.bytes_down += t->slot_bytes;
+			KVPD_PROBE(tier_store, t->pool->name, t->e[slot].group, t->e[slot].key.lo);
+		} else {
+			kvpd_tier_drop(t, slot);
+			t->st.abandoned++;
+		}
+	}
+	t->st.queued -= tj->n;
+	t->dirty = true;
+	kvpd_tier_job_retire(d, tj);
+	free(tj);
+}
+
+void kvpd_tier_job_done(struct kvpd *d, struct kvpd_job *job)
+{
+	struct tier_job *tj = (struct tier_job *)job;
+
+	if (job->type == KVPD_JOB_TIER_DOWN)
+		down_done(d, tj);
+	else
+		kvpd_tier_up_done(d, tj);
+}
+
+int kvpd_tier_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
+		   uint64_t user_data)
+{
+	struct kvpd_tier *t = pool->tier;
+	struct tier_sync *s;
+
+	if (!t)
+		return 0;
+	/* What the queue's head holds now goes first: the sync waits for it too. */
+	walk(d, t);
+	if (!t->inflight)
+		return 0;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	*s = (struct tier_sync){ .next = t->syncs, .client = c, .user_data = user_data,
+				 .upto = t->next_seq };
+	t->syncs = s;
+	kvpd_client_job_out(c, 0);
+	return KVPD_LATER;
+}

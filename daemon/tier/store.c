@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A tier's store: slots of one block each in host memory, an index by (group,
+ * chained hash), and an LRU list of the entries that may go to make room. An
+ * entry being filled (COPYING) is found, so a block is never copied twice,
+ * but not hit; one being read by a promotion is pinned, out of the LRU.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "observe/probes.h"
+#include "tier/tier_internal.h"
+
+/* Copies down in flight at most, and the free-queue head kept copied: 64 MiB of KV, 16..1024 blocks. */
+#define TIER_QUEUE_BYTES (64u << 20)
+
+static uint32_t bucket_of(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
+{
+	return (uint32_t)(key->lo ^ (key->hi >> 23) ^ ((uint64_t)group * 0x9e3779b97f4a7c15ull)) &
+	       t->mask;
+}
+
+uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
+{
+	uint32_t i = t->buckets[bucket_of(t, group, key)];
+
+	while (i != TIER_END && !(t->e[i].group == group && t->e[i].key.lo == key->lo &&
+				  t->e[i].key.hi == key->hi))
+		i = t->e[i].hnext;
+	return i;
+}
+
+static bool tier_has(void *tier, uint32_t group, const struct kvc_hash *key)
+{
+	const struct kvpd_tier *t = tier;
+	uint32_t i = kvpd_tier_find(t, group, key);
+
+	return i != TIER_END && t->e[i].state == TIER_VALID;
+}
+
+static void lru_unlink(struct kvpd_tier *t, uint32_t i)
+{
+	struct tier_entry *x = &t->e[i];
+
+	t->e[x->lru_prev].lru_next = x->lru_next;
+	t->e[x->lru_next].lru_prev = x->lru_prev;
+	x->lru_prev = x->lru_next = TIER_END;
+}
+
+static void lru_append(struct kvpd_tier *t, uint32_t i)
+{
+	uint32_t s = t->nslots;
+
+	t->e[i].lru_prev = t->e[s].lru_prev;
+	t->e[i].lru_next = s;
+	t->e[t->e[s].lru_prev].lru_next = i;
+	t->e[s].lru_prev = i;
+}
+
+void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i)
+{
+	struct tier_entry *x = &t->e[i];
+	uint32_t *link = &t->buckets[bucket_of(t, x->group, &x->key)];
+
+	while (*link != i)
+		link = &t->e[*link].hnext;
+	*link = x->hnext;
+	if (x->state == TIER_VALID) {
+		if (!x->pins)
+			lru_unlink(t, i);
+		t->st.held--;
+	}
+	*x = (struct tier_entry){ .state = TIER_FREE, .lru_prev = TIER_END, .lru_next = TIER_END,
+				  .hnext = t->free_head };
+	t->free_head = i;
+	t->nfree++;
+}
+
+uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
+{
+	uint32_t i, *head;
+
+	if (!t->nfree) {
+		uint32_t oldest = t->e[t->nslots].lru_next;
+
+		if (oldest == t->nslots)
+			return TIER_END; /* every slot is being filled or read */
+		KVPD_PROBE(tier_evict, t->pool->name, t->e[oldest].group, t->e[oldest].key.lo);
+		kvpd_tier_drop(t, oldest);
+		t->st.evicted++;
+	}
+	i = t->free_head;
+	t->free_head = t->e[i].hnext;
+	t->nfree--;
+	head = &t->buckets[bucket_of(t, group, key)];
+	t->e[i] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_COPYING,
+				       .lru_prev = TIER_END, .lru_next = TIER_END, .hnext = *head };
+	*head = i;
+	return i;
+}
+
+void kvpd_tier_use(struct kvpd_tier *t, uint32_t i)
+{
+	struct tier_entry *x = &t->e[i];
+
+	if (x->state != TIER_VALID) {
+		x->state = TIER_VALID;
+		t->st.held++;
+	} else if (!x->pins) {
+		lru_unlink(t, i);
+	}
+	if (!x->pins)
+		lru_append(t, i);
+}
+
+void kvpd_tier_pin(struct kvpd_tier *t, uint32_t i)
+{
+	if (t->e[i].pins++ == 0)
+		lru_unlink(t, i);
+}
+
+void kvpd_tier_unpin(struct kvpd_tier *t, uint32_t i)
+{
+	if (--t->e[i].pins == 0)
+		lru_append(t, i); /* a promotion is a use: most recent */
+}
+
+static void tier_free(struct kvpd_tier *t)
+{
+	if (t->copier)
+		kvpd_tier_copier_stop(t->copier);
+	if (t->mem)
+		munmap(t->mem, (size_t)t->nslots * t->slot_bytes);
+	free(t->e);
+	free(t->buckets);
+	free(t->walk);
+	free(t->seen);
+	free(t->loader);
+	free(t);
+}
+
+static void tier_release(struct kvpd_tier *t)
+{
+	/* Only an idle pool is freed: no job in flight, no POOL_SYNC waiting. */
+	tier_free(t);
+}
+
+static uint32_t clamp_u32(uint64_t v, uint32_t lo, uint32_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : (uint32_t)v;
+}
+
+static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
+{
+	uint32_t nb = 2;
+
+	while (nb < t->nslots)
+		nb <<= 1;
+	t->mask = nb - 1;
+	t->buckets = malloc((size_t)nb * sizeof(*t->buckets));
+	t->e = calloc((size_t)t->nslots + 1, sizeof(*t->e));
+	t->walk = calloc(t->ahead, sizeof(*t->walk));
+	t->seen = calloc(num_blocks, sizeof(*t->seen));
+	t->loader = calloc(num_blocks, sizeof(*t->loader));
+	/* Untouched pages cost nothing: the tier's memory is taken as blocks are stored. */
+	t->mem = mmap(NULL, (size_t)t->nslots * t->slot_bytes, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (t->mem == MAP_FAILED)
+		t->mem = NULL;
+	if (!t->buckets || !t->e || !t->walk || !t->seen || !t->loader || !t->mem)
+		return -ENOMEM;
+	memset(t->buckets, 0xff, (size_t)nb * sizeof(*t->buckets));
+	for (uint32_t i = 0; i < t->nslots; i++)
+		t->e[i] = (struct tier_entry){ .lru_prev = TIER_END, .lru_next = TIER_END,
+					       .hnext = i + 1 < t->nslots ? i + 1 : TIER_END };
+	t->e[t->nslots].lru_prev = t->e[t->nslots].lru_next = t->nslots;
+	t->nfree = t->nslots;
+	return 0;
+}
+
+int kvpd_tier_attach(struct kvpd_pool *pool, char *why, size_t why_len)
+{
+	const struct kvpd_kv_layout *l = &pool->layout;
+	size_t slot_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
+	uint64_t slots = pool->spec.tier_host_bytes / (slot_bytes ? slot_bytes : 1);
+	struct kvpd_tier *t;
+	int ret;
+
+	if (!pool->spec.tier_host_bytes)
+		return 0;
+	if (slots == 0 || slots > KVC_MAX_BLOCKS)
+		return kvpd_refuse(why, why_len, -EINVAL, "tier_host_bytes %llu: holds %llu blocks "
+				   "of %zu bytes, must be 1..%u", (unsigned long long)
+				   pool->spec.tier_host_bytes, (unsigned long long)slots,
+				   slot_bytes, KVC_MAX_BLOCKS);
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->pool = pool;
+	t->slot_bytes = slot_bytes;
+	t->nslots = (uint32_t)slots;
+	t->queue_cap = clamp_u32(TIER_QUEUE_BYTES / t->slot_bytes, 16, 1024);
+	t->ahead = t->queue_cap;
+#ifdef KVPD_TEST_HOOKS
+	if (getenv("KVPOOL_TIER_DELAY_US"))
+		t->delay_us = (uint32_t)strtoul(getenv("KVPOOL_TIER_DELAY_US"), NULL, 10);
+#endif
+	ret = tier_alloc(t, pool->layout.num_blocks) ?: kvpd_tier_copier_start(&t->copier);
+	if (ret) {
+		tier_free(t);
+		return kvpd_refuse(why, why_len, ret, "tier_host_bytes: no memory for %u blocks' "
+				   "tier", t->nslots);
+	}
+	t->st.slots = t->nslots;
+	t->st.bytes = (uint64_t)t->nslots * t->slot_bytes;
+	t->dirty = true; /* its row is written at the loop's next turn, once the pool is in */
+	pool->tier = t;
+	pool->tier_free = tier_release;
+	kvc_pool_set_tier(pool->core, tier_has, t);
+	return 0;
+}
+
+void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t)
+{
+	const struct kvpd_tier_stats *st = &t->st;
+
+	kvpd_stats_begin(d);
+	kvpd_stats_dirty(&d->stats->pools_dirty, t->pool->stat_idx);
+	d->stats->tiers[t->pool->stat_idx] = (struct kvp_stats_tier){
+		.in_use = 1, .kind = KVP_TIER_HOST, .bytes = st->bytes, .slots = st->slots,
+		.held = st->held, .queued = st->queued, .stored = st->stored,
+		.skipped = st->skipped, .abandoned = st->abandoned, .evicted = st->evicted,
+		.promoted = st->promoted, .read_failures = st->read_failures,
+		.hit_tokens = st->hit_tokens, .bytes_down = st->bytes_down,
+		.bytes_up = st->bytes_up, .ns_down = st->ns_down, .ns_up = st->ns_up,
+	};
+	kvpd_stats_end(d);
+	t->dirty = false;
+}
+
+bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st)
+{
+	if (!pool->tier)
+		return false;
+	*st = pool->tier->st;
+	return true;
+}

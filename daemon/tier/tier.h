@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tier room: a pool's lower tier (host memory today), where blocks the
+ * pool is about to evict are kept hittable by (group, chained hash).
+ *
+ * Going down: a pool's free queue hands its head out first, so the cached
+ * blocks nearest the head are copied to the tier ahead of their eviction, by
+ * the workers, on the tier's own lane; nothing waits for them. A copy whose
+ * block was handed out meanwhile is abandoned: only a block untouched for the
+ * whole copy becomes a tier entry. Coming up: the core counts tier entries as
+ * hits (kvc_pool_set_tier); an ALLOC that promotes some completes once their
+ * KV is in its blocks, and other requests on its sequence get -EBUSY until
+ * then. docs/tiers.md has the rules and their reasons.
+ *
+ * It may use the session, pools, tenants, observe, loop and config rooms,
+ * attn, the core and the shared headers.
+ */
+#ifndef KVPOOLD_TIER_H
+#define KVPOOLD_TIER_H
+
+#include <stdint.h>
+
+#include "session/session.h"
+
+/* What a tier counts (kvctl stats' TIERS). */
+struct kvpd_tier_stats {
+	uint64_t bytes;          /* its memory: slots * slot bytes */
+	uint32_t slots;          /* blocks it can hold */
+	uint32_t held;           /* blocks it holds, hittable */
+	uint32_t queued;         /* copies down in flight */
+	uint64_t stored;         /* blocks copied down and kept */
+	uint64_t skipped;        /* not copied: its queue was full or no slot was free */
+	uint64_t abandoned;      /* copied while their block was handed out: dropped */
+	uint64_t evicted;        /* entries dropped for room (LRU) */
+	uint64_t promoted;       /* blocks copied up into the pool */
+	uint64_t read_failures;  /* promotions that could not read their entry */
+	uint64_t hit_tokens;     /* ALLOC's hit tokens from the first promoted position on */
+	uint64_t bytes_down, bytes_up;
+	uint64_t ns_down, ns_up; /* the copies' time, job by job: MB/s = bytes / ns * 1000 */
+};
+
+/*
+ * Gives @pool the tier its spec asks for (tier_host_bytes; none: 0 and
+ * nothing made). -ENOMEM with the reason in @why.
+ */
+int kvpd_tier_attach(struct kvpd_pool *pool, char *why, size_t why_len);
+
+/* The loop's turn: each tiered pool whose free queue moved gets its copies down queued. */
+void kvpd_tier_turn(struct kvpd *d);
+
+/*
+ * ALLOC's tail, after kvc_alloc succeeded for @c's request @sqe: 0 when its
+ * completion can go now (@cqe as it is), KVPD_LATER when it waits for
+ * promotions (its own, or another sequence's of blocks it now shares; @cqe is
+ * posted then), or -errno (its sequence's blocks freed then).
+ */
+int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			 const struct kvc_alloc_res *res, const struct kvp_cqe *cqe);
+
+/* KVPD_JOB_TIER_DOWN and _UP back from the workers (kvpd_jobs_complete). */
+void kvpd_tier_job_done(struct kvpd *d, struct kvpd_job *job);
+
+/*
+ * POOL_SYNC of @pool for @c: 0 when no copy queued before it is in flight,
+ * else KVPD_LATER and its completion (user_data @user_data) when they are done.
+ */
+int kvpd_tier_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
+		   uint64_t user_data);
+
+/* @pool's tier's counters; false when it has none. */
+bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st);
+
+#endif

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/* Internal to the tier room: the tier, its entries and the jobs its copies ride in. */
+#ifndef KVPOOLD_TIER_INTERNAL_H
+#define KVPOOLD_TIER_INTERNAL_H
+
+#include "tier/tier.h"
+#include "pools/pools.h"
+
+#define TIER_END UINT32_MAX
+
+enum tier_state {
+	TIER_FREE,    /* on the free list */
+	TIER_COPYING, /* a copy down is filling it: found, never hit */
+	TIER_VALID,   /* holds its block's KV: hittable */
+};
+
+/* One slot of the tier; the LRU list's sentinel is entry nslots. */
+struct tier_entry {
+	struct kvc_hash key;
+	uint32_t group;
+	uint32_t state;
+	uint32_t pins;               /* promotions reading it: not evicted, not in the LRU */
+	uint32_t lru_prev, lru_next; /* VALID and unpinned: least recently used first */
+	uint32_t hnext;              /* bucket chain, or the free list */
+};
+
+/* A copy in flight: the workers' job, and what the loop needs back. */
+struct tier_job {
+	struct kvpd_job job;
+	struct kvpd_tier *tier;
+	struct tier_job *next_inflight;
+	uint64_t seq;                /* order of submission (POOL_SYNC waits by it) */
+	uint32_t n;                  /* blocks (tasks) */
+	uint32_t *blocks, *slots, *gens;
+	/* UP: the ALLOC it completes */
+	struct kvpd_client *client;
+	uint64_t handle;
+	struct kvp_cqe cqe;
+	bool own_done;               /* its own copies are back (or it had none) */
+	uint32_t waits;              /* other promotions it shares blocks with, not yet back */
+	struct tier_job **waiters;   /* ALLOCs waiting for this one's blocks */
+	uint32_t nwaiters, waiters_cap;
+	int error;
+};
+
+/* A POOL_SYNC waiting for every copy submitted before it. */
+struct tier_sync {
+	struct tier_sync *next;
+	struct kvpd_client *client;
+	uint64_t user_data;
+	uint64_t upto;               /* done when no job of seq <= upto is in flight */
+};
+
+struct kvpd_tier {
+	struct kvpd_pool *pool;
+	size_t slot_bytes;
+	uint32_t nslots;
+	uint8_t *mem;
+	struct tier_entry *e;        /* nslots + 1 */
+	uint32_t *buckets, mask;
+	uint32_t free_head, nfree;
+	/* Down */
+	uint32_t ahead;              /* free-queue head blocks kept copied */
+	uint32_t queue_cap;          /* copies down in flight, at most */
+	uint32_t *walk;              /* [ahead]: the free queue's head */
+	uint32_t *seen;              /* per pool block: its gen + 1 when last walked */
+	uint64_t queue_ops;          /* the core's count when last walked */
+	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
+	/* Up */
+	struct tier_job **loader;    /* per pool block: the promotion filling it */
+	struct tier_copier *copier;  /* the thread its copies run on (copier.c) */
+	struct tier_job *inflight;
+	uint64_t next_seq;
+	struct tier_sync *syncs;
+	struct kvpd_tier_stats st;
+	bool dirty;                  /* st moved since its stats row was written */
+};
+
+/*
+ * copier.c: a thread of the tier's own runs its copies, promotions first: a
+ * slow copy (a disk, a busy bus) never holds a worker a client's task waits
+ * for, and no client's death cancels a copy (a block cached under a key must
+ * get that key's KV).
+ */
+struct tier_copier;
+int kvpd_tier_copier_start(struct tier_copier **out);
+/* Only once no job of it is in flight. */
+void kvpd_tier_copier_stop(struct tier_copier *cp);
+/* @job adopted by the workers (kvpd_workers_adopt): it comes back through them. */
+void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job);
+
+/* store.c: the index, the slots, the LRU. */
+uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
+/* A slot for a new entry (COPYING), evicting the least recently used; TIER_END: none. */
+uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
+/* Drops entry @i (its slot goes back to the free list). */
+void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i);
+/* VALID and most recently used: stored, or back from a promotion. */
+void kvpd_tier_use(struct kvpd_tier *t, uint32_t i);
+void kvpd_tier_pin(struct kvpd_tier *t, uint32_t i);
+void kvpd_tier_unpin(struct kvpd_tier *t, uint32_t i);
+
+/* The stats row, written at the loop's turn when st moved. */
+void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t);
+
+/* down.c: a job's submission and its end, shared by both ways. */
+struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type, uint32_t n);
+void kvpd_tier_job_submit(struct kvpd *d, struct tier_job *tj);
+void kvpd_tier_job_retire(struct kvpd *d, struct tier_job *tj);
+/* up.c */
+void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj);
+
+#endif

@@ -1,0 +1,253 @@
+# SPDX-License-Identifier: MIT
+"""A pool's host-memory tier (tier_host_bytes): blocks the pool evicts stay hittable there.
+
+Each pool below has 8 usable blocks of 4 tokens and a tier of 64 blocks, so a prompt of 32
+tokens from another sequence evicts everything the pool cached; `pool_sync` waits for the
+copies down before the test counts. Expected hits are worked out by hand from vLLM's rules."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import kvpool
+from conftest import DAEMON, ROOT
+from daemon_proc import Daemon
+from kv_helpers import D, KVH, LAYERS, SCALE, assert_close, bits32, rows
+
+SLOT = 2 * LAYERS * 4 * KVH * D * 4  # K and V of every layer of one block, f32
+POOL = """
+[pool.{name}]
+blocks = 9
+block_size = 4
+groups = {groups}
+kv_heads = 2
+head_dim = 8
+dtype = f32
+layers_per_group = 2
+tier_host_bytes = {tier}
+"""
+CONFIG = "".join(POOL.format(name=n, groups=g, tier=64 * SLOT) for n, g in [
+    ("full", "full"), ("swa", "swa:8"), ("chunked", "chunked:8"), ("rswa", "rswa:8"),
+    ("hybrid", "full swa:8")]) + POOL.format(name="plain", groups="full", tier=0) + """
+[namespace.ns1]
+uids = 0
+
+[namespace.ns2]
+uids = 0
+
+[namespace.tight]
+uids = 0
+max_blocks = 3
+"""
+# The test build (ASan), whose tier copies KVPOOL_TIER_DELAY_US slows.
+HOOKS = os.path.join(ROOT, "build", "asan", "bin", "kvpoold")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(tmp_path, CONFIG, DAEMON)
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261129)
+
+
+def tier_of(client, pool):
+    """The pool's TIERS row of `kvctl stats --json`."""
+    return next(p["tier"] for p in client.stats()["pools"] if p["name"] == pool)
+
+
+def written(client, tokens, rng, groups):
+    """A sequence with KV at every position of tokens, committed; {(g, layer): (k, v)}."""
+    seq = client.open(tokens)
+    assert seq.alloc(len(tokens)) == 0
+    data = {}
+    for g in groups:
+        for layer in range(LAYERS):
+            k, v = rows(rng, len(tokens)), rows(rng, len(tokens))
+            seq.write_kv(g, layer, 0, k, v)
+            data[g, layer] = (k, v)
+    seq.commit(len(tokens))
+    return seq, data
+
+
+def flush(client, admin, pool, groups):
+    """Another prompt takes all 8 blocks: the pool's cached blocks are gone (to the tier)."""
+    n = 32 // len(groups)
+    admin.pool_sync(pool)
+    with client.open(list(range(5000, 5000 + n))) as other:
+        assert other.alloc(n) == 0
+        for g in groups:
+            for layer in range(LAYERS):
+                other.write_kv(g, layer, 0, rows(np.random.default_rng(1), n),
+                               rows(np.random.default_rng(2), n))
+    admin.pool_sync(pool)
+
+
+def test_full_prefix_comes_back_from_the_tier_bit_for_bit(daemon, rng):
+    prompt = list(range(100, 117))  # 17 tokens: 4 full blocks
+    with daemon.client(pool="full") as c, daemon.client(admin=True) as admin:
+        q = rows(rng, 1, heads=2 * KVH)
+        a, data = written(c, prompt, rng, [0])
+        with a:
+            ref = a.attend(0, 1, q, 16, SCALE)
+            before = {layer: a.read_kv(0, layer, 0, 16) for layer in range(LAYERS)}
+        flush(c, admin, "full", [0])
+        t = tier_of(admin, "full")
+        assert t["held"] == 4 and t["stored"] == 4 and t["abandoned"] == 0
+        with c.open(prompt) as b:
+            assert b.lookup() == 16
+            assert b.alloc(1, use_cache=True) == 16
+            for layer in range(LAYERS):
+                k, v = b.read_kv(0, layer, 0, 16)
+                assert np.array_equal(bits32(k), bits32(before[layer][0]))
+                assert np.array_equal(bits32(v), bits32(before[layer][1]))
+            for layer in range(LAYERS):  # the last token's KV, as A computed it
+                k, v = data[0, layer]
+                b.write_kv(0, layer, 16, k[16:], v[16:])
+            assert_close(b.attend(0, 1, q, 16, SCALE), ref)
+        t = tier_of(admin, "full")
+        assert t["promoted"] == 4 and t["hit_tokens"] == 16
+        assert t["bytes_up"] == 4 * SLOT and t["bytes_down"] == 4 * SLOT
+
+
+@pytest.mark.parametrize("pool,needed", [("swa", 2), ("chunked", 1), ("rswa", 5)])
+def test_windows_read_only_the_blocks_their_mask_needs(daemon, rng, pool, needed):
+    # 21 tokens, 5 full blocks: the hit is 20 tokens. Its last token attends to the
+    # blocks its mask needs, and only those come up: swa:8 the 2 blocks of the window
+    # (positions 13..19); chunked:8 the block of its chunk (16..19); rswa:8 every block,
+    # the whole prompt being its prefix. The rest of the table is null blocks.
+    prompt = list(range(200, 221))
+    with daemon.client(pool=pool) as c, daemon.client(admin=True) as admin:
+        a, _ = written(c, prompt, rng, [0])
+        a.close()
+        flush(c, admin, pool, [0])
+        with c.open(prompt) as b:
+            assert b.alloc(1, use_cache=True) == 20
+            table = b.table()[0]
+        t = tier_of(admin, pool)
+        assert t["promoted"] == needed
+        assert sum(1 for blk in table[:5] if blk) == needed
+
+
+def test_hybrid_pool_promotes_each_groups_needed_blocks(daemon, rng):
+    # 13 tokens, 4 blocks a group: the pool's 8. The hit is 12 tokens (3 blocks): full
+    # needs all 3, swa:8 the 2 before position 12; 5 blocks come up.
+    prompt = list(range(400, 413))
+    with daemon.client(pool="hybrid") as c, daemon.client(admin=True) as admin:
+        a, data = written(c, prompt, rng, [0, 1])
+        a.close()
+        flush(c, admin, "hybrid", [0, 1])
+        # 3 full blocks and 3 swa blocks: the one swa dropped at commit stayed cached
+        assert tier_of(admin, "hybrid")["held"] == 6
+        with c.open(prompt) as b:
+            assert b.lookup() == 12
+            assert b.alloc(1, use_cache=True) == 12
+            full, swa = b.table()
+            assert sum(1 for x in full[:3] if x) == 3 and swa[0] == 0
+            assert all(swa[1:3])
+            for g, lo in ((0, 0), (1, 4)):
+                for layer in range(LAYERS):
+                    k, v = b.read_kv(g, layer, lo, 12 - lo)
+                    assert np.array_equal(bits32(k), bits32(data[g, layer][0][lo:12]))
+                    assert np.array_equal(bits32(v), bits32(data[g, layer][1][lo:12]))
+        t = tier_of(admin, "hybrid")
+        assert t["promoted"] == 5 and t["hit_tokens"] == 12
+
+
+def test_namespaces_never_hit_each_others_tier_blocks(daemon, rng):
+    prompt = list(range(500, 517))
+    with daemon.client(pool="full", namespace="ns1") as c1, \
+            daemon.client(pool="full", namespace="ns2") as c2, daemon.client(admin=True) as admin:
+        a, _ = written(c1, prompt, rng, [0])
+        a.close()
+        flush(c2, admin, "full", [0])
+        assert tier_of(admin, "full")["held"] == 4
+        with c2.open(prompt) as b:
+            assert b.lookup() == 0 and b.alloc(1, use_cache=True) == 0
+        assert tier_of(admin, "full")["promoted"] == 0
+        with c1.open(prompt) as b:
+            assert b.alloc(1, use_cache=True) == 16
+        assert tier_of(admin, "full")["promoted"] == 4
+
+
+def test_promoted_blocks_count_against_block_quotas(daemon, rng):
+    # namespace tight holds 3 blocks: a hit of 3 tier blocks and 1 new block is 4.
+    prompt = list(range(600, 613))
+    with daemon.client(pool="full", namespace="tight") as c, \
+            daemon.client(pool="full") as other, daemon.client(admin=True) as admin:
+        a = c.open(prompt[:12])
+        assert a.alloc(12) == 0
+        for layer in range(LAYERS):
+            a.write_kv(0, layer, 0, rows(rng, 12), rows(rng, 12))
+        a.commit(12)
+        a.close()
+        flush(other, admin, "full", [0])
+        with c.open(prompt) as b:
+            with pytest.raises(kvpool.QuotaExceeded):
+                b.alloc(1, use_cache=True)
+            assert b.table() == [[]]
+        assert tier_of(admin, "full")["promoted"] == 0
+
+
+def test_a_pool_without_a_tier_is_as_before(daemon, rng):
+    prompt = list(range(700, 717))
+    with daemon.client(pool="plain") as c, daemon.client(admin=True) as admin:
+        a, _ = written(c, prompt, rng, [0])
+        a.close()
+        admin.pool_sync("plain")  # at once: nothing to wait for
+        flush(c, admin, "plain", [0])
+        with c.open(prompt) as b:
+            assert b.lookup() == 0
+        assert tier_of(admin, "plain") is None
+
+
+@pytest.fixture
+def slow_daemon(tmp_path):
+    if not os.access(HOOKS, os.X_OK):
+        pytest.skip("no test build of kvpoold (make VARIANT=asan): tier copies cannot be slowed")
+    d = Daemon(tmp_path, CONFIG, HOOKS, env=dict(os.environ, KVPOOL_TIER_DELAY_US="100000"))
+    yield d
+    d.stop()
+
+
+def timed(fn, *args, **kw):
+    t0 = time.monotonic()
+    ret = fn(*args, **kw)
+    return ret, time.monotonic() - t0
+
+
+def test_slow_copies_hold_nothing_up_and_a_reused_block_never_hits(slow_daemon, rng):
+    # Each copy down takes 100 ms. A's 4 blocks are queued as A closes; B takes them at
+    # once, mid-copy: no request of B's (or of a bystander on another pool) waits for
+    # the copies, and none of A's blocks becomes a tier entry, since B may have written
+    # them while they were read. B's own 8 blocks go down once B frees them.
+    prompt = list(range(800, 817))
+    d = slow_daemon
+    with d.client(pool="full") as c, d.client(pool="plain") as bystander, \
+            d.client(admin=True) as admin:
+        a, _ = written(c, prompt, rng, [0])
+        _, t_close = timed(a.close)
+        b = c.open(list(range(6000, 6032)))
+        hit, t_alloc = timed(b.alloc, 32)
+        assert hit == 0
+        assert tier_of(admin, "full")["queued"] == 4  # still copying A's
+        for layer in range(LAYERS):
+            b.write_kv(0, layer, 0, rows(rng, 32), rows(rng, 32))
+        _, t_commit = timed(b.commit, 32)
+        _, t_free = timed(b.free)
+        _, t_nop = timed(bystander.nop)
+        with bystander.open([1, 2, 3, 4, 5]) as s:
+            _, t_by = timed(s.alloc, 5)
+        assert max(t_close, t_alloc, t_commit, t_free, t_nop, t_by) < 0.05
+        admin.pool_sync("full")
+        t = tier_of(admin, "full")
+        assert (t["abandoned"], t["stored"], t["held"], t["queued"]) == (4, 8, 8, 0)
+        b.close()
+        with c.open(prompt) as again:
+            assert again.lookup() == 0

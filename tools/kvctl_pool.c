@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/* kvctl pool: create, destroy and sync the daemon's pools. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvctl.h"
+
+static const char pool_help[] =
+	"Usage: kvctl pool create NAME KEY=VALUE... [--socket PATH]\n"
+	"       kvctl pool destroy NAME [--socket PATH]\n"
+	"       kvctl pool sync NAME [--socket PATH]\n"
+	"Create or destroy a pool, or wait for its tier's copies (admin: root or the\n"
+	"daemon's uid). 'kvctl pool create --help' lists the keys.\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+static const char pool_create_help[] =
+	"Usage: kvctl pool create NAME KEY=VALUE... [--socket PATH]\n"
+	"Create pool NAME (admin: root or the daemon's uid). The keys are those of the\n"
+	"config file's [pool.NAME] sections:\n"
+	"  blocks=N            blocks, the null block included (required)\n"
+	"  block_size=N        tokens per block (required)\n"
+	"  groups=SPEC         its KV cache groups, blank or comma separated (required):\n"
+	"                      full, swa:W, rswa:W, chunked:C, cyclic:W\n"
+	"  caching=on|off      prefix caching (default on)\n"
+	"  free_order=split|append, publish=commit|alloc, max_len=N, max_step_tokens=N\n"
+	"  kv_heads=N, head_dim=N, layers_per_group=N\n"
+	"                      the KV it holds (all three, or none: allocation only)\n"
+	"  dtype=f32|f16|bf16  the KV's element type (default f32)\n"
+	"  backend=host|cuda, device=N, layout=block|layer\n"
+	"  namespace=NAME      only NAME's clients attach, and they may map the pool\n"
+	"  tier_host_bytes=N   a host-memory tier of N bytes under the pool's prefix\n"
+	"                      cache: blocks the pool evicts stay hittable there (needs\n"
+	"                      KV and caching; default 0, none)\n"
+	"  tier_policy=lru     what the tier drops for room (lru, the default)\n"
+	"Every KEY=VALUE goes to the daemon as it is (POOL_CREATE v3's key text), so\n"
+	"keys a newer kvpoold takes pass through; kvctl itself checks the keys above.\n"
+	"\n"
+	"Prints one line:\n"
+	"  pool NAME created: N blocks of BS tokens, groups G, KV SIZE\n"
+	"G the groups as given; SIZE the memory of its K and V (every layer of every\n"
+	"block) in B, or in KiB, MiB or GiB with one decimal, or \"none\" for a pool\n"
+	"without KV. A refusal prints the daemon's reason, \"kvctl: pool create NAME:\n"
+	"REASON\", and exits 1.\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+static const char pool_destroy_help[] =
+	"Usage: kvctl pool destroy NAME [--socket PATH]\n"
+	"Destroy pool NAME (admin: root or the daemon's uid): refused while a client is\n"
+	"attached to it or a sequence is open. Prints \"pool NAME destroyed\".\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+/* What the options after a command set. */
+static const char pool_sync_help[] =
+	"Usage: kvctl pool sync NAME [--socket PATH]\n"
+	"Wait until every copy into pool NAME's tier queued before it has finished\n"
+	"(admin: root or the daemon's uid), so that what the pool evicted since is\n"
+	"hittable in the tier and its counters are settled: tests and benchmarks sync\n"
+	"before they count. Returns at once for a pool without a tier. Prints \"pool\n"
+	"NAME synced\".\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+/* The pool a destroy found busy: who holds it, from the stats page. */
+static void busy_pool(struct kvp_client *c, const char *name, char *buf, size_t len)
+{
+	struct kvp_stats_view s = { 0 };
+
+	snprintf(buf, len, "in use");
+	if (!kvp_stats_view_take(c, &s)) {
+		KVP_STATS_FOR_EACH_POOL(&s, p)
+			if (!strncmp(p->name, name, KVP_NAME_MAX))
+				snprintf(buf, len, "in use: clients attached %u, sequences open %u",
+					 p->clients, p->sequences);
+	}
+	kvp_stats_view_release(&s);
+}
+
+/*
+ * The keys kvctl knows, checked into @params; every KEY=VALUE, known or not,
+ * into @keys as "KEY = VALUE" lines for the daemon (POOL_CREATE v3). The
+ * first unknown key's argument in @unknown (NULL: none), for a daemon that
+ * takes no key text.
+ */
+static int pool_settings(const char *cmd, struct cmd_opts *o, struct kvp_pool_params_v2 *params,
+			 char *keys, size_t keys_len, const char **unknown)
+{
+	size_t used = 0;
+
+	kvp_pool_params_v2_init(params, o->args[1]);
+	*keys = '\0';
+	*unknown = NULL;
+	for (int i = 2; i < o->nargs; i++) {
+		char *eq = strchr(o->args[i], '=');
+		const char *help;
+		int ret, n;
+
+		if (!eq || eq == o->args[i] || strchr(o->args[i], '\n'))
+			return usage_error(cmd, "bad pool setting '%s': not KEY=VALUE", o->args[i]);
+		*eq = '\0';
+		ret = kvp_pool_params_v2_set(params, o->args[i], eq + 1);
+		help = kvp_pool_param_help(o->args[i]);
+		n = snprintf(keys + used, keys_len - used, "%s = %s\n", o->args[i], eq + 1);
+		*eq = '=';
+		if (n < 0 || (size_t)n >= keys_len - used)
+			return usage_error(cmd, "the pool settings are longer than %zu bytes",
+					   keys_len - 1);
+		used += (size_t)n;
+		if (ret && help)
+			return usage_error(cmd, "%s: %.*s is %s", o->args[i], (int)(eq - o->args[i]),
+					   o->args[i], help);
+		if (ret && !*unknown)
+			*unknown = o->args[i];
+	}
+	if (!params->v1.num_blocks || !params->v1.block_size || !params->v1.num_groups)
+		return usage_error(cmd, "blocks=, block_size= and groups= are required");
+	return 0;
+}
+
+/* POOL_CREATE v3 where the daemon takes key text; else v2, which cannot carry @unknown. */
+static int pool_create(struct kvp_client *c, const struct kvp_pool_params_v2 *p, const char *keys,
+		       const char *unknown, char *why, size_t why_len)
+{
+	if (kvp_features(c) & KVP_FEAT_POOL_KEYS)
+		return kvp_pool_create_v3(c, p, keys, 0, why, why_len);
+	if (unknown) {
+		snprintf(why, why_len, "%s: unknown key (keys: %s)", unknown,
+			 kvp_pool_param_help(NULL));
+		return -EINVAL;
+	}
+	return kvp_pool_create_v2(c, p, 0, why, why_len);
+}
+
+/* The subcommand: the first word that is neither an option nor --socket's value. */
+static const char *first_operand(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-s") || !strcmp(argv[i], "--socket"))
+			i++;
+		else if (!strcmp(argv[i], "--"))
+			return i + 1 < argc ? argv[i + 1] : NULL;
+		else if (argv[i][0] != '-')
+			return argv[i];
+	}
+	return NULL;
+}
+
+/* pool create NAME KEY=VALUE... | destroy NAME | sync NAME: one line of output, or the refusal's reason. */
+int cmd_pool(int argc, char **argv, struct cmd_opts *o)
+{
+	const char *sub = first_operand(argc, argv);
+	bool create = sub && !strcmp(sub, "create"), destroy = sub && !strcmp(sub, "destroy");
+	bool sync = sub && !strcmp(sub, "sync");
+	const char *cmd = create ? "pool create" : destroy ? "pool destroy" : sync ? "pool sync" : "pool";
+	const char *help = create ? pool_create_help : destroy ? pool_destroy_help :
+			   sync ? pool_sync_help : pool_help;
+	struct kvp_pool_params_v2 params;
+	char why[KVP_REASON_MAX] = "", keys[KVP_POOL_KEYS_MAX + 1];
+	const char *unknown = NULL;
+	struct kvp_client *c;
+	const char *name;
+	int ret;
+
+	ret = parse_cmd(cmd, help, 0, argc, argv, o);
+	if (ret)
+		return ret;
+	if (!create && !destroy && !sync)
+		return o->nargs ? usage_error("pool", "unknown command '%s'", o->args[0]) :
+				  usage_error("pool", "missing command: create, destroy or sync");
+	if (o->nargs < 2)
+		return usage_error(cmd, "missing the pool's NAME");
+	name = o->args[1];
+	if (!create && o->nargs > 2)
+		return usage_error(cmd, "unexpected argument '%s'", o->args[2]);
+	if (strlen(name) >= KVP_NAME_MAX)
+		return usage_error(cmd, "pool name '%s': longer than %d bytes", name, KVP_NAME_MAX - 1);
+	if (create && (ret = pool_settings(cmd, o, &params, keys, sizeof(keys), &unknown)))
+		return ret;
+	if (connect_to(o->socket, true, &c))
+		return 1;
+	ret = create ? pool_create(c, &params, keys, unknown, why, sizeof(why))
+		     : destroy ? kvp_pool_destroy(c, name) : kvp_pool_sync(c, name);
+	if (ret == -EBUSY && destroy)
+		busy_pool(c, name, why, sizeof(why));
+	kvp_close(c);
+	if (!ret && create)
+		print_pool_created(&params);
+	else if (!ret)
+		printf("pool %s %s\n", name, destroy ? "destroyed" : "synced");
+	else if (*why)
+		fprintf(stderr, "kvctl: %s %s: %s\n", cmd, name, why);
+	else if (ret == -ENOENT && !create)
+		fprintf(stderr, "kvctl: %s %s: no pool '%s' on %s\n", cmd, name, name,
+			socket_path(o->socket));
+	else
+		fprintf(stderr, "kvctl: %s %s: refused by kvpoold at %s (%s)\n", cmd, name,
+			socket_path(o->socket), strerror(-ret));
+	return ret ? 1 : 0;
+}
+

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* kvctl stats: the pools' tiers (docs/tiers.md), as a table and in the Prometheus format. */
+#include <stdio.h>
+
+#include "kvctl.h"
+
+static double mb_per_s(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / (double)ns * 1000.0 : 0.0;
+}
+
+void print_tiers_table(const struct kvp_stats_view *s)
+{
+	bool any = false;
+
+	KVP_STATS_FOR_EACH_POOL(s, p)
+		any |= kvp_stats_tier_of(s, p) != NULL;
+	if (!any)
+		return;
+	printf("\n%-20s %-5s %9s %9s %6s %9s %8s %9s %8s %9s %12s %6s %8s %8s\n", "TIERS", "KIND",
+	       "SLOTS", "HELD", "QUEUE", "STORED", "SKIPPED", "ABANDONED", "EVICTED", "PROMOTED",
+	       "HIT_TOKENS", "FAILED", "MB/s_DN", "MB/s_UP");
+	KVP_STATS_FOR_EACH_POOL(s, p) {
+		const struct kvp_stats_tier *t = kvp_stats_tier_of(s, p);
+
+		if (!t)
+			continue;
+		printf("%-20.*s %-5s %9u %9u %6u %9llu %8llu %9llu %8llu %9llu %12llu %6llu %8.1f %8.1f\n",
+		       KVP_NAME_MAX, p->name, "host", t->slots, t->held, t->queued,
+		       (unsigned long long)t->stored, (unsigned long long)t->skipped,
+		       (unsigned long long)t->abandoned, (unsigned long long)t->evicted,
+		       (unsigned long long)t->promoted, (unsigned long long)t->hit_tokens,
+		       (unsigned long long)t->read_failures, mb_per_s(t->bytes_down, t->ns_down),
+		       mb_per_s(t->bytes_up, t->ns_up));
+	}
+}
+
+static void sample(const char *metric, const struct kvp_stats_pool *p, const char *dir,
+		   uint64_t value)
+{
+	printf("%s{", metric);
+	prom_label("pool", p->name, KVP_NAME_MAX, true);
+	printf(",tier=\"host\"");
+	if (dir)
+		printf(",direction=\"%s\"", dir);
+	printf("} %llu\n", (unsigned long long)value);
+}
+
+#define TIER_METRIC(name, type, help, field)                                       \
+	do {                                                                       \
+		printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);    \
+		KVP_STATS_FOR_EACH_POOL(s, p)                                      \
+			if ((t = kvp_stats_tier_of(s, p)))                         \
+				sample(name, p, NULL, t->field);                   \
+	} while (0)
+
+void print_tiers_prometheus(const struct kvp_stats_view *s)
+{
+	const struct kvp_stats_tier *t;
+
+	TIER_METRIC("kvpool_tier_bytes", "gauge", "A pool's tier's memory.", bytes);
+	TIER_METRIC("kvpool_tier_slots", "gauge", "Blocks a pool's tier can hold.", slots);
+	TIER_METRIC("kvpool_tier_blocks", "gauge", "Blocks a pool's tier holds, hittable.", held);
+	TIER_METRIC("kvpool_tier_queued_blocks", "gauge", "Copies into a tier in flight.", queued);
+	TIER_METRIC("kvpool_tier_stored_blocks_total", "counter",
+		    "Blocks copied into a tier and kept.", stored);
+	TIER_METRIC("kvpool_tier_skipped_blocks_total", "counter",
+		    "Blocks not copied into a tier: its queue was full or no slot was free.", skipped);
+	TIER_METRIC("kvpool_tier_abandoned_blocks_total", "counter",
+		    "Copies into a tier dropped: their block was handed out meanwhile.", abandoned);
+	TIER_METRIC("kvpool_tier_evicted_blocks_total", "counter",
+		    "Tier entries dropped for room.", evicted);
+	TIER_METRIC("kvpool_tier_promoted_blocks_total", "counter",
+		    "Blocks copied up from a tier into the pool by ALLOC.", promoted);
+	TIER_METRIC("kvpool_tier_read_failures_total", "counter",
+		    "Blocks whose copy up from a tier failed.", read_failures);
+	TIER_METRIC("kvpool_tier_hit_tokens_total", "counter",
+		    "ALLOC's hit tokens from its first promoted position on.", hit_tokens);
+	printf("# HELP kvpool_tier_copied_bytes_total Bytes copied between a pool and its tier.\n"
+	       "# TYPE kvpool_tier_copied_bytes_total counter\n");
+	KVP_STATS_FOR_EACH_POOL(s, p)
+		if ((t = kvp_stats_tier_of(s, p))) {
+			sample("kvpool_tier_copied_bytes_total", p, "down", t->bytes_down);
+			sample("kvpool_tier_copied_bytes_total", p, "up", t->bytes_up);
+		}
+	printf("# HELP kvpool_tier_copy_seconds_total Time the copies between a pool and its "
+	       "tier took.\n# TYPE kvpool_tier_copy_seconds_total counter\n");
+	KVP_STATS_FOR_EACH_POOL(s, p)
+		if ((t = kvp_stats_tier_of(s, p))) {
+			printf("kvpool_tier_copy_seconds_total{");
+			prom_label("pool", p->name, KVP_NAME_MAX, true);
+			printf(",tier=\"host\",direction=\"down\"} %.9f\n", (double)t->ns_down / 1e9);
+			printf("kvpool_tier_copy_seconds_total{");
+			prom_label("pool", p->name, KVP_NAME_MAX, true);
+			printf(",tier=\"host\",direction=\"up\"} %.9f\n", (double)t->ns_up / 1e9);
+		}
+}
