@@ -363,7 +363,11 @@ static int cuda_export_fds(const struct kvpd_kv_layout *l, void *mem, int *fds, 
 
 static int cuda_run_task(struct kvpd_job *job, uint32_t task)
 {
-	return job->type == KVPD_JOB_ATTEND ? cuda_attend_task(job) : cuda_copy_task(job, task);
+	if (job->type == KVPD_JOB_ATTEND)
+		return cuda_attend_task(job);
+	if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP)
+		return cuda_tier_task(job, task);
+	return cuda_copy_task(job, task);
 }
 
 static const struct kvpd_backend_ops cuda_backend = {

@@ -121,6 +121,41 @@ static CUresult move(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd
 	return move_chunk(pool, lane, job, c->t0, c->t1, call);
 }
 
+/* A tier's task: one block between the pool and its host slot, chunk by chunk, on the lane's stream. */
+static CUresult move_block(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd_job *job,
+			   void *arg, const char **call)
+{
+	const struct cu_api *cu = &pool->cu;
+	const struct kvpd_kv_layout *l = job->layout;
+	uint32_t task = *(const uint32_t *)arg;
+	size_t chunk = kvpd_block_chunk_bytes(l);
+	uint8_t *slot = job->tier_mem + (size_t)job->slots[task] * 2 * l->layers * chunk;
+	CUresult res = CUDA_SUCCESS;
+
+	for (uint32_t i = 0; i < 2 * l->layers && res == CUDA_SUCCESS; i++, slot += chunk) {
+		CUdeviceptr at = pool->ptr + kvpd_block_chunk_off(l, job->blocks[task], i);
+
+		if (job->type == KVPD_JOB_TIER_DOWN) {
+			*call = "cuMemcpyDtoHAsync (into the tier)";
+			res = cu->cuMemcpyDtoHAsync(slot, at, chunk, lane->stream);
+		} else {
+			*call = "cuMemcpyHtoDAsync (out of the tier)";
+			res = cu->cuMemcpyHtoDAsync(at, slot, chunk, lane->stream);
+		}
+	}
+	if (res == CUDA_SUCCESS) {
+		*call = "cuStreamSynchronize after the tier's copies";
+		res = cu->cuStreamSynchronize(lane->stream);
+	}
+	return res;
+}
+
+int cuda_tier_task(struct kvpd_job *job, uint32_t task)
+{
+	cuda_lane_run(job, move_block, &task);
+	return 0;
+}
+
 int cuda_copy_task(struct kvpd_job *job, uint32_t task)
 {
 	const struct kvpd_kv_layout *l = job->layout;

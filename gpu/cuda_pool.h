@@ -154,6 +154,8 @@ int cuda_copy_init(struct cuda_pool *pool, char *why, size_t why_len);
 void cuda_copy_fini(struct cuda_pool *pool);
 /* WRITE_KV and READ_KV: task chunk * kv_heads moves the chunk, every head; the others nothing. */
 int cuda_copy_task(struct kvpd_job *job, uint32_t task);
+/* A tier's TIER_DOWN or TIER_UP: task i copies block blocks[i] to or from its host slot. */
+int cuda_tier_task(struct kvpd_job *job, uint32_t task);
 
 /* ATTEND (cuda_attend.c): its kernels loaded and dropped; a request's one task runs it all. */
 int cuda_attend_init(struct cuda_pool *pool, char *why, size_t why_len);

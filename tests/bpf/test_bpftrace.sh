@@ -8,7 +8,9 @@
 #  - evictions.bt: tests/bpf/evictions.trace through kvtrace: 1 reuse, 2 evict,
 #    4 reset, all charged to the kvtrace client;
 #  - slow_attends.bt: one engine with a 2-layer model, 8 decoded tokens makes
-#    (1 + 8) x 2 = 18 ATTENDs of one sequence each: the top 10, slowest first.
+#    (1 + 8) x 2 = 18 ATTENDs of one sequence each: the top 10, slowest first;
+#  - tier_promote.bt: an engine's blocks evicted into a pool's tier and hit
+#    again: one ALLOC waits for the tier, stores and loads as kvctl stats.
 # Usage: test_bpftrace.sh KVPOOLD KVCTL (kvengine and kvtrace: next to KVCTL,
 # or $KVENGINE and $KVTRACE).
 # Exit 77 (skipped) without root, bpftrace or jq, or when bpftrace cannot run BPF.
@@ -170,4 +172,29 @@ awk -v id="$id" '
 	END { if (n != 10) { print n " rows, not 10"; bad = 1 } exit bad }' "$bt_out" ||
 	{ cat "$bt_out"; fail "slow_attends.bt: bad top 10"; }
 echo "slow_attends.bt: 18 ATTENDs, top 10 in order, client $id, 1 sequence each"
+
+# tier_promote.bt: an engine's prompt evicted from a 4-block pool into its tier by another
+# engine's, then hit by a third like the first: one ALLOC waits for the tier, and the blocks
+# stored and loaded are those kvctl stats counts.
+"$kvctl" --socket "$sock" pool create tp blocks=5 block_size=16 groups=full kv_heads=2 \
+	head_dim=32 layers_per_group=2 tier_host_bytes=1048576 >/dev/null || fail "kvctl pool create tp"
+start_bt tier_promote.bt
+for run in "--seed 1" "--system 0 --question 60 --decode 1 --seed 7" "--seed 1"; do
+	# shellcheck disable=SC2086 # the options are words
+	start_engine tp $run
+	wait "$engine_pid" || { cat "$dir/engine.out"; fail "engine on pool tp ($run)"; }
+	"$kvctl" --socket "$sock" pool sync tp >/dev/null || fail "kvctl pool sync tp"
+done
+stop_bt
+"$kvctl" --socket "$sock" stats --json >"$dir/stats.json"
+stored=$(jq '.pools[] | select(.name == "tp") | .tier.stored' "$dir/stats.json")
+promoted=$(jq '.pools[] | select(.name == "tp") | .tier.promoted' "$dir/stats.json")
+[ "${promoted:-0}" -gt 0 ] || { cat "$dir/stats.json"; fail "tier: nothing promoted"; }
+grep -q "^@stored\[tp\]: $stored$" "$bt_out" ||
+	{ cat "$bt_out"; fail "tier_promote.bt: stored, kvctl stats says $stored"; }
+grep -q "^@loaded\[tp\]: $promoted$" "$bt_out" ||
+	{ cat "$bt_out"; fail "tier_promote.bt: loaded, kvctl stats says $promoted"; }
+sum=$(awk '/^@promote_ns:/ { h = 1; next } h && /^\[/ { sub(/^[^)]*\)[ \t]*/, ""); s += $1 } /^$/ { h = 0 } END { print s + 0 }' "$bt_out")
+[ "$sum" = 1 ] || { cat "$bt_out"; fail "tier_promote.bt: $sum promotions, not 1"; }
+echo "tier_promote.bt: 1 ALLOC waited for the tier; $stored blocks stored, $promoted loaded = kvctl stats"
 echo "ok"

@@ -6,6 +6,7 @@ tokens from another sequence evicts everything the pool cached; `pool_sync` wait
 copies down before the test counts. Expected hits are worked out by hand from vLLM's rules."""
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -251,3 +252,47 @@ def test_slow_copies_hold_nothing_up_and_a_reused_block_never_hits(slow_daemon, 
         b.close()
         with c.open(prompt) as again:
             assert again.lookup() == 0
+
+
+@pytest.mark.parametrize("args,keys,reason", [
+    ((16, 4, [("full", 0)]), "tier_host_bytes = 1048576\n",
+     "tier_host_bytes: the pool holds no KV (kv_heads, head_dim, layers_per_group) for a tier "
+     "to keep"),
+    ((16, 4, [("full", 0)], 2, 8), "tier_host_bytes = 1048576\ncaching = off\n",
+     "tier_host_bytes: caching is off, so no block is ever hit from a tier"),
+    ((16, 4, [("full", 0)], 2, 8), "tier_policy = fifo\n",
+     "tier_policy = fifo: not one of lru"),
+    ((16, 4, [("full", 0)], 2, 8), "tier_host_bytes = -1\n",
+     "tier_host_bytes = -1: not a number (0..18446744073709551615)"),
+])
+def test_tier_keys_refused_with_their_reason(daemon, args, keys, reason):
+    with daemon.client(admin=True) as a:
+        with pytest.raises(kvpool.Error) as ei:
+            a.create_pool("bad", *args, keys=keys)
+        assert ei.value.reason == reason
+
+
+def test_a_tier_smaller_than_a_block_is_refused_and_one_block_is_taken(daemon):
+    # f32, 2 kv heads of 8, 4-token blocks, 1 layer: a block's K and V are 512 bytes.
+    with daemon.client(admin=True) as a:
+        with pytest.raises(kvpool.Error) as ei:
+            a.create_pool("bad", 16, 4, [("full", 0)], 2, 8, 1, "f32",
+                          keys="tier_host_bytes = 511\n")
+        assert ei.value.reason == "tier_host_bytes 511: holds 0 blocks of 512 bytes, must be " \
+                                  "1..16777216"
+        a.create_pool("one", 16, 4, [("full", 0)], 2, 8, 1, "f32", keys="tier_host_bytes = 512\n")
+        assert tier_of(a, "one")["slots"] == 1 and tier_of(a, "one")["bytes"] == 512
+
+
+def test_a_reload_that_changes_tier_keys_is_refused(tmp_path, daemon):
+    conf = tmp_path / "kvpool.ini"
+    conf.write_text(CONFIG.replace("tier_host_bytes = %d" % (64 * SLOT),
+                                   "tier_host_bytes = %d" % (32 * SLOT), 1))
+    daemon.proc.send_signal(signal.SIGHUP)
+    want = "reload: pool full: tier_host_bytes changed: refused"
+    deadline = time.monotonic() + 10
+    while want not in (tmp_path / "kvpoold.log").read_text():
+        assert time.monotonic() < deadline, (tmp_path / "kvpoold.log").read_text()
+        time.sleep(0.01)
+    with daemon.client(admin=True) as a:
+        assert tier_of(a, "full")["slots"] == 64
