@@ -56,33 +56,39 @@ static int set_strides(struct kvpd_kv_layout *l, uint32_t kind)
 	return 0;
 }
 
-/* KV memory, when the pool has a geometry (kv_heads, head_dim and layers all set). */
+/* What a pool takes of the host's memory: its KV when it is a host pool, and its tier. */
+static uint64_t host_bytes_of(const struct kvpd_pool *pool)
+{
+	return (pool->backend == &kvpd_host_backend ? pool->layout.total_bytes : 0) +
+	       pool->spec.tier_host_bytes;
+}
+
 /*
- * The host pools' KV memory together, this one's included, against
- * kvpd_host_bytes_max: each pool alone under the RAM was not enough, as 64
- * sparse memfds each nearly the RAM's size were all accepted.
+ * The host pools' KV memory and the tiers together, this pool's included,
+ * against kvpd_host_bytes_max: each pool alone under the RAM was not enough,
+ * as 64 sparse memfds each nearly the RAM's size were all accepted.
  */
-static int host_bytes_check(struct kvpd *d, const struct kvpd_kv_layout *l, char *why,
+static int host_bytes_check(struct kvpd *d, const struct kvpd_pool *pool, char *why,
 			    size_t why_len)
 {
 	uint64_t ram, most = kvpd_host_bytes_max(&d->cfg, &ram), held = 0;
+	uint64_t mine = host_bytes_of(pool);
+	const char *what = pool->spec.tier_host_bytes ? "KV memory and tier" : "KV memory";
 
 	for (unsigned i = 0; i < d->npools; i++)
-		if (d->pools[i]->backend == &kvpd_host_backend)
-			held += d->pools[i]->layout.total_bytes;
+		held += host_bytes_of(d->pools[i]);
 	for (const struct kvpd_pool *b = d->pools_building; b; b = b->next_building)
-		if (b->backend == &kvpd_host_backend)
-			held += b->layout.total_bytes;
-	if (l->total_bytes <= most && held <= most - l->total_bytes)
+		held += host_bytes_of(b);
+	if (mine <= most && held <= most - mine)
 		return 0;
 	if (d->cfg.max_host_bytes)
-		return kvpd_refuse(why, why_len, -ENOMEM, "KV memory of %.1f MiB: with the host "
-				   "pools' %.1f MiB, past max_host_bytes %llu (%.1f MiB)",
-				   l->total_bytes / 1048576.0, held / 1048576.0,
+		return kvpd_refuse(why, why_len, -ENOMEM, "%s of %.1f MiB: with the host "
+				   "pools' %.1f MiB, past max_host_bytes %llu (%.1f MiB)", what,
+				   mine / 1048576.0, held / 1048576.0,
 				   (unsigned long long)most, most / 1048576.0);
-	return kvpd_refuse(why, why_len, -ENOMEM, "KV memory of %.1f MiB: with the host pools' "
+	return kvpd_refuse(why, why_len, -ENOMEM, "%s of %.1f MiB: with the host pools' "
 			   "%.1f MiB, past %.1f MiB (RAM %.1f MiB less a margin; max_host_bytes)",
-			   l->total_bytes / 1048576.0, held / 1048576.0, most / 1048576.0,
+			   what, mine / 1048576.0, held / 1048576.0, most / 1048576.0,
 			   ram / 1048576.0);
 }
 
@@ -114,7 +120,7 @@ static int kv_layout(struct kvpd *d, struct kvpd_pool *pool, const struct kvp_po
 			 l->num_blocks, l->slot_bytes);
 		return ret;
 	}
-	return pool->backend == &kvpd_host_backend ? host_bytes_check(d, l, why, why_len) : 0;
+	return host_bytes_check(d, pool, why, why_len);
 }
 
 /* The backend a pool asks for; the CUDA plugin is loaded by the first pool that wants it. */

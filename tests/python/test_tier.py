@@ -296,3 +296,21 @@ def test_a_reload_that_changes_tier_keys_is_refused(tmp_path, daemon):
         time.sleep(0.01)
     with daemon.client(admin=True) as a:
         assert tier_of(a, "full")["slots"] == 64
+
+
+def test_tiers_count_against_max_host_bytes(tmp_path):
+    # 4 MiB for the host's KV: a pool of 0.5 MiB of KV with a tier of 4 MiB is past it.
+    slot = 2 * 1 * 4 * 2 * 8 * 4
+    d = Daemon(tmp_path, "[daemon]\nmax_host_bytes = 4194304\n", DAEMON)
+    try:
+        with d.client(admin=True) as a:
+            with pytest.raises(kvpool.Error) as ei:
+                a.create_pool("big", 1024, 4, [("full", 0)], 2, 8, 1, "f32",
+                              keys="tier_host_bytes = 4194304\n")
+            assert ei.value.reason.startswith("KV memory and tier of 4.5 MiB: with the host "
+                                              "pools' 0.0 MiB, past max_host_bytes 4194304")
+            a.create_pool("fits", 1024, 4, [("full", 0)], 2, 8, 1, "f32",
+                          keys="tier_host_bytes = %d\n" % (1024 * slot))
+            assert tier_of(a, "fits")["slots"] == 1024
+    finally:
+        d.stop()
