@@ -91,7 +91,8 @@ TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_c
 BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c \
 	     tools/bench_daemon.c tools/bench_attend.c tools/bench_attend_cuda.c tools/bench_cuda.c \
 	     tools/dtype_store.c \
-	     $(wildcard tools/bench_capacity*.c) $(wildcard tools/bench_load*.c)
+	     $(wildcard tools/bench_capacity*.c) $(wildcard tools/bench_load*.c) \
+	     $(wildcard tools/bench_replay*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c tests/integration/cudatest.c \

@@ -110,6 +110,25 @@ static const char usage[] =
 	"                      --seqs, --steps, --requests (default 8 x seqs) scale\n"
 	"                      them, per engine; wait (default both): spin, engines\n"
 	"                      and daemon spin; sleep, both sleep at once\n"
+	"  replay TRACE [--json] [--engines N] [--speed X] [--no-decode]\n"
+	"         [--pool-tokens N] [--tier-host-tokens N] [--block-size N]\n"
+	"         [--kv-bytes-per-token N] [--daemon PATH | --socket PATH]\n"
+	"                      a request trace in Mooncake's format (JSONL: timestamp\n"
+	"                      ms, input_length, output_length, hash_ids, one id a\n"
+	"                      512-token block) through a pool of its own on a kvpoold\n"
+	"                      it starts, or the one at PATH: N engine processes\n"
+	"                      (default 1) take the requests in turn, each opened\n"
+	"                      with its prompt, allocated with the cache, its missed\n"
+	"                      tokens' KV written and committed, its output decoded\n"
+	"                      (unless --no-decode), closed; arrivals at the trace's\n"
+	"                      times divided by X, else back to back. One row: hit\n"
+	"                      rate by tier (pool, host, disk) and in all, the\n"
+	"                      ceiling (a block hits if any earlier request computed\n"
+	"                      it), one LRU cache of the pool's and tier's summed\n"
+	"                      size on the same trace, bytes copied each way, ALLOC\n"
+	"                      p50/p99 with and without promotion, seconds. Default\n"
+	"                      pool 65536 tokens, no tier, blocks of 16 tokens, 16\n"
+	"                      bytes of KV a token (f32, one kv head, one layer)\n"
 	"\n"
 	"Every benchmark's --json prints JSON Lines: one object a row, units in the\n"
 	"field names, \"cores\" (the online cores) in each.\n"
@@ -205,6 +224,8 @@ int main(int argc, char **argv)
 		return bench_capacity(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "load"))
 		return bench_load(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "replay"))
+		return bench_replay(argc - 1, argv + 1);
 	fprintf(stderr, argc < 2 ? "kvbench: no benchmark named\n" : "kvbench: unknown benchmark '%s'\n",
 		argv[1]);
 	fputs("Try 'kvbench --help' for more information.\n", stderr);

@@ -69,5 +69,7 @@ int bench_limits(int argc, char **argv);
 int bench_rtt(int argc, char **argv);
 int bench_capacity(int argc, char **argv);
 int bench_load(int argc, char **argv);
+/* bench_replay.c: kvbench replay TRACE. */
+int bench_replay(int argc, char **argv);
 
 #endif

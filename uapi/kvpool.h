@@ -274,6 +274,8 @@ struct kvp_sqe {
 
 /* cqe.flags */
 #define KVP_CQE_F_OVERFLOW (1u << 0) /* ALLOC succeeded but its id lists did not fit in out_len */
+#define KVP_CQE_F_TIER (1u << 1)     /* ALLOC: its hit waited for blocks coming up from the
+				      * pool's tier (its own promotions or another's) */
 
 /* One completion: 32 bytes, written by the daemon. */
 struct kvp_cqe {

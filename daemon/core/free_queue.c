@@ -60,6 +60,7 @@ uint32_t kvc_queue_pop(struct kvc_pool *pool, uint32_t group)
 	}
 	pool->blocks[id].group = (uint16_t)group;
 	pool->blocks[id].gen++;
+	pool->counters.popped++;
 	kvc_queue_remove(pool, id);
 	pool->blocks[id].ref = 1;
 	return id;

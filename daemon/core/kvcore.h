@@ -108,6 +108,7 @@ struct kvc_pool_counters {
 	uint64_t evicted_admin;  /* removed by kvc_pool_evict */
 	uint64_t evicted_reset;  /* removed by kvc_pool_reset */
 	uint64_t queue_ops;      /* free-queue links and unlinks: whether its head may have moved */
+	uint64_t popped;         /* blocks handed out by the free queue */
 	uint64_t dropped[KVC_MAX_GROUPS];   /* blocks dropped by windows, per group */
 	uint32_t in_use[KVC_MAX_GROUPS];    /* blocks in use now, by the group that took them */
 };

@@ -37,14 +37,16 @@ static void *copier_main(void *arg)
 	pthread_mutex_lock(&cp->lock);
 	for (;;) {
 		struct kvpd_job *job;
+		uint32_t ntasks;
 
 		while (!cp->up && !cp->down && !cp->stop)
 			pthread_cond_wait(&cp->wake, &cp->lock);
 		if (!cp->up && !cp->down)
 			break;
 		job = take(cp);
+		ntasks = job->ntasks; /* the last task_done hands the job back: not read after */
 		pthread_mutex_unlock(&cp->lock);
-		for (uint32_t task = 0; task < job->ntasks; task++)
+		for (uint32_t task = 0; task < ntasks; task++)
 			if (kvpd_job_run(job, task) != KVPD_TASK_LATER)
 				job->task_done(job);
 		pthread_mutex_lock(&cp->lock);

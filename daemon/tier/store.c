@@ -13,7 +13,7 @@
 #include "observe/probes.h"
 #include "tier/tier_internal.h"
 
-/* Copies down in flight at most, and the free-queue head kept copied: 64 MiB of KV, 16..1024 blocks. */
+/* Copies down in flight at most: 64 MiB of KV, 16..1024 blocks. */
 #define TIER_QUEUE_BYTES (64u << 20)
 
 static uint32_t bucket_of(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
@@ -161,7 +161,7 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 	t->mask = nb - 1;
 	t->buckets = malloc((size_t)nb * sizeof(*t->buckets));
 	t->e = calloc((size_t)t->nslots + 1, sizeof(*t->e));
-	t->walk = calloc(t->ahead, sizeof(*t->walk));
+	t->walk = calloc(t->scan, sizeof(*t->walk));
 	t->seen = calloc(num_blocks, sizeof(*t->seen));
 	t->loader = calloc(num_blocks, sizeof(*t->loader));
 	/* Untouched pages cost nothing: the tier's memory is taken as blocks are stored. */
@@ -202,7 +202,7 @@ int kvpd_tier_attach(struct kvpd_pool *pool, char *why, size_t why_len)
 	t->slot_bytes = slot_bytes;
 	t->nslots = (uint32_t)slots;
 	t->queue_cap = clamp_u32(TIER_QUEUE_BYTES / t->slot_bytes, 16, 1024);
-	t->ahead = t->queue_cap;
+	t->scan = 4 * t->queue_cap;
 #ifdef KVPD_TEST_HOOKS
 	if (getenv("KVPOOL_TIER_DELAY_US"))
 		t->delay_us = (uint32_t)strtoul(getenv("KVPOOL_TIER_DELAY_US"), NULL, 10);

@@ -60,9 +60,11 @@ struct kvpd_tier {
 	uint32_t *buckets, mask;
 	uint32_t free_head, nfree;
 	/* Down */
-	uint32_t ahead;              /* free-queue head blocks kept copied */
 	uint32_t queue_cap;          /* copies down in flight, at most */
-	uint32_t *walk;              /* [ahead]: the free queue's head */
+	uint32_t scan;               /* free-queue positions a walk looks at, at most */
+	uint32_t *walk;              /* [scan]: the free queue's head */
+	uint64_t popped;             /* the core's count when last walked */
+	uint32_t burst;              /* blocks popped between two walks, recently at most (decays) */
 	uint32_t *seen;              /* per pool block: its gen + 1 when last walked */
 	uint64_t queue_ops;          /* the core's count when last walked */
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */

@@ -108,6 +108,7 @@ int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp
 	tj->handle = sqe->handle;
 	tj->cqe = *cqe;
 	tj->cqe.user_data = sqe->user_data;
+	tj->cqe.flags |= KVP_CQE_F_TIER;
 	tj->job.client = c;
 	tj->job.user_data = sqe->user_data;
 	t->st.hit_tokens += (uint64_t)(res->hit_tokens / bs - res->promoted_from) * bs;
@@ -171,6 +172,14 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 		else
 			KVPD_PROBE(tier_load, t->pool->name, e->group, e->key.lo);
 		kvpd_tier_unpin(t, tj->slots[i]);
+		/*
+		 * Up, not copied: the pool has the block now, and a copy kept here would
+		 * take a slot the pool already covers (pool and tier hold as much as one
+		 * cache of their summed size only if they never hold a block twice). It
+		 * comes down again when the pool is about to evict it.
+		 */
+		if (!err && !t->e[tj->slots[i]].pins)
+			kvpd_tier_drop(t, tj->slots[i]);
 		t->loader[tj->blocks[i]] = NULL;
 	}
 	kvc_unpin(t->pool->core, tj->blocks, tj->n);

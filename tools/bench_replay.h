@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvbench replay: a request trace (Mooncake's FAST'25 format, JSONL) through
+ * a kvpoold, hit rates by tier beside what the trace allows (bench_replay.c:
+ * options, the trace, the in-process figures, the row; bench_replay_run.c: the
+ * daemon, its pool, the engines).
+ */
+#ifndef KVPOOL_BENCH_REPLAY_H
+#define KVPOOL_BENCH_REPLAY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define REPLAY_TRACE_BLOCK 512 /* tokens a trace hash id stands for */
+
+struct replay_req {
+	uint64_t ts_ms;
+	uint32_t in_len, out_len;
+	uint32_t nids;
+	uint64_t *ids;
+};
+
+struct replay_opts {
+	const char *trace, *daemon, *socket;
+	unsigned engines;
+	double speed;          /* arrival times divided by it; 0: back to back */
+	bool decode, json;
+	uint32_t kv_bytes_per_token; /* K and V of one token, every layer: 8 * head_dim (f32, 1 kv head, 1 layer) */
+	uint32_t block_size;
+	uint64_t pool_tokens, tier_host_tokens, tier_disk_tokens;
+	const char *tier_disk_path;
+};
+
+/* What one request saw (written by its engine into memory the parent shares). */
+struct replay_result {
+	uint32_t hit_tokens;
+	uint32_t tier;         /* its ALLOC waited for the tier (KVP_CQE_F_TIER) */
+	uint64_t alloc_ns;
+	int32_t error;         /* 0, or the -errno its engine met */
+	uint32_t done;
+};
+
+/* The daemon's side of a run: its pool's tier counters once the engines are done. */
+struct replay_tier {
+	uint64_t hit_tokens, bytes_down, bytes_up, promoted, stored, skipped, abandoned;
+	uint64_t pool_evicted; /* cached blocks the pool handed out for new data */
+};
+
+/* Token j of a prompt whose trace blocks are @ids: what the id alone determines. */
+uint32_t replay_token(const uint64_t *ids, uint32_t j);
+
+/*
+ * bench_replay_run.c: the requests through a kvpoold (o->socket, or one it
+ * starts), @res[i] for request i; the tier's counters into @tier; the replay's
+ * wall time into *elapsed_ns. 0, or -errno with the cause printed.
+ */
+int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
+	       struct replay_result *res, struct replay_tier *tier, uint64_t *elapsed_ns);
+
+#endif

@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvbench replay's run: a pool of its own (on a kvpoold it starts, or at
+ * --socket), --engines processes, request i going to engine i % engines in
+ * trace order, each as an engine serves it: the prompt opened, LOOKUP, ALLOC
+ * with the cache (timed, and marked when it waited for the tier), the missed
+ * tokens' KV written and committed, the output decoded a token at a time,
+ * then closed.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/libkvpool.h"
+#include "bench_replay.h"
+#include "kvbench.h"
+
+#define CHUNK 8192            /* tokens a WRITE_KV carries */
+#define NOSPACE_WAIT_NS (30ull * 1000000000ull) /* a request waits this long for room */
+
+struct engine {
+	struct kvp_client *c;
+	const struct replay_opts *o;
+	uint32_t head_dim;
+	float *zeros;             /* K (and V) of CHUNK tokens */
+	uint32_t *tokens;
+	uint64_t start_ns;
+	uint32_t decoded;         /* generated tokens so far: each one unique */
+};
+
+/* ALLOC through the ring, for its flags: 0 and the hit, or -errno. */
+static int alloc(struct engine *e, uint64_t h, uint32_t n, bool cache, uint32_t *hit,
+		 bool *tier)
+{
+	struct kvp_sqe *sqe = kvp_get_sqe(e->c);
+	struct kvp_cqe *cqe;
+	int ret;
+
+	if (!sqe)
+		return -EBUSY;
+	kvp_prep_alloc(sqe, h, n, 0, cache);
+	ret = kvp_submit(e->c);
+	if (ret < 0)
+		return ret;
+	ret = kvp_wait_cqe(e->c, &cqe);
+	if (ret)
+		return ret;
+	ret = cqe->res;
+	if (hit)
+		*hit = (uint32_t)cqe->aux;
+	if (tier)
+		*tier = cqe->flags & KVP_CQE_F_TIER;
+	kvp_cqe_seen(e->c, cqe);
+	return ret;
+}
+
+/* A pool short of room frees up as other engines finish: wait for it, up to a bound. */
+static int alloc_waiting(struct engine *e, uint64_t h, uint32_t n, bool cache, uint32_t *hit,
+			 bool *tier, uint64_t *ns)
+{
+	uint64_t t0 = bench_now_ns();
+	int ret;
+
+	for (;;) {
+		uint64_t t = bench_now_ns();
+
+		ret = alloc(e, h, n, cache, hit, tier);
+		*ns = bench_now_ns() - t;
+		if (ret != -ENOSPC || bench_now_ns() - t0 > NOSPACE_WAIT_NS)
+			return ret;
+		nanosleep(&(struct timespec){ 0, 200000 }, NULL);
+	}
+}
+
+static int write_kv(struct engine *e, uint64_t h, uint32_t first, uint32_t count)
+{
+	for (uint32_t at = first; at < first + count; at += CHUNK) {
+		uint32_t n = first + count - at < CHUNK ? first + count - at : CHUNK;
+		int ret = kvp_write_kv(e->c, h, 0, 0, at, n, e->zeros, e->zeros);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int serve(struct engine *e, const struct replay_req *r, struct replay_result *res)
+{
+	uint32_t hit = 0, want;
+	bool more;
+	bool tier = false;
+	uint64_t h;
+	int ret;
+
+	for (uint32_t j = 0; j < r->in_len; j++)
+		e->tokens[j] = replay_token(r->ids, j);
+	ret = kvp_seq_open(e->c, e->tokens, r->in_len, NULL, 0, -1, &h);
+	if (ret)
+		return ret;
+	want = (uint32_t)kvp_lookup(e->c, h, NULL, 0);
+	ret = alloc_waiting(e, h, r->in_len - want, true, &hit, &tier, &res->alloc_ns);
+	/*
+	 * Another engine's ALLOC may have evicted some of the hit since the LOOKUP:
+	 * slots run to computed + new tokens, so the prompt's end needs another ALLOC.
+	 */
+	more = hit < want;
+	if (!ret && more)
+		ret = alloc_waiting(e, h, r->in_len - hit, false, NULL, NULL, &(uint64_t){ 0 });
+	res->hit_tokens = hit;
+	res->tier = tier;
+	if (!ret)
+		ret = write_kv(e, h, hit, r->in_len - hit) ?: kvp_commit(e->c, h, r->in_len);
+	for (uint32_t t = 0; !ret && e->o->decode && t < r->out_len; t++) {
+		/* High bit set: never a prompt token of the trace's (those are mixed ids). */
+		uint32_t tok = 0x80000000u | (uint32_t)(getpid() << 20) | (e->decoded++ & 0xfffff);
+
+		ret = kvp_append(e->c, h, &tok, 1) ?:
+		      alloc_waiting(e, h, 1, false, NULL, NULL, &(uint64_t){ 0 }) ?:
+		      write_kv(e, h, r->in_len + t, 1) ?: kvp_commit(e->c, h, r->in_len + t + 1);
+	}
+	kvp_seq_close(e->c, h);
+	return ret;
+}
+
+static int engine_main(struct engine *e, unsigned k, const struct replay_req *reqs, uint32_t n,
+		       struct replay_result *res)
+{
+	for (uint32_t i = k; i < n; i += e->o->engines) {
+		if (e->o->speed > 0) {
+			uint64_t due = e->start_ns + (uint64_t)((double)(reqs[i].ts_ms - reqs[0].ts_ms) *
+								1e6 / e->o->speed);
+			uint64_t now = bench_now_ns();
+
+			if (due > now)
+				nanosleep(&(struct timespec){ (time_t)((due - now) / 1000000000ull),
+							      (long)((due - now) % 1000000000ull) }, NULL);
+		}
+		res[i].error = serve(e, &reqs[i], &res[i]);
+		if (res[i].error)
+			fprintf(stderr, "kvbench replay: request %u: %s\n", i, strerror(-res[i].error));
+		res[i].done = 1;
+	}
+	return 0;
+}
+
+static int engine_process(const struct replay_opts *o, const char *sock, const char *pool,
+			  unsigned k, const struct replay_req *reqs, uint32_t n,
+			  struct replay_result *res, uint64_t start_ns, uint32_t max_in)
+{
+	struct engine e = { .o = o, .head_dim = o->kv_bytes_per_token / 8, .start_ns = start_ns };
+	struct kvp_connect_opts co = { .socket_path = sock, .pool = pool,
+				       .arena_bytes = (uint64_t)max_in * 4 +
+						      (uint64_t)CHUNK * o->kv_bytes_per_token + (1u << 20) };
+	int ret;
+
+	e.zeros = calloc((size_t)CHUNK * e.head_dim, sizeof(float));
+	e.tokens = calloc(max_in, sizeof(*e.tokens));
+	ret = e.zeros && e.tokens ? kvp_connect(&co, &e.c) : -ENOMEM;
+	if (ret) {
+		fprintf(stderr, "kvbench replay: engine %u: connect to %s: %s\n", k, sock, strerror(-ret));
+		return 1;
+	}
+	engine_main(&e, k, reqs, n, res);
+	kvp_close(e.c);
+	free(e.zeros);
+	free(e.tokens);
+	return 0;
+}
+
+static int make_pool(struct kvp_client *admin, const struct replay_opts *o, const char *name)
+{
+	struct kvp_pool_params_v2 p;
+	char keys[512], why[KVP_REASON_MAX] = "";
+	int ret;
+
+	kvp_pool_params_v2_init(&p, name);
+	snprintf(keys, sizeof(keys), "blocks = %llu\nblock_size = %u\ngroups = full\n"
+		 "kv_heads = 1\nhead_dim = %u\ndtype = f32\nlayers_per_group = 1\n"
+		 "tier_host_bytes = %llu\n",
+		 (unsigned long long)(o->pool_tokens / o->block_size + 1), o->block_size,
+		 o->kv_bytes_per_token / 8,
+		 (unsigned long long)(o->tier_host_tokens / o->block_size * o->block_size *
+				      o->kv_bytes_per_token));
+	ret = kvp_pool_create_v3(admin, &p, keys, 0, why, sizeof(why));
+	if (ret)
+		fprintf(stderr, "kvbench replay: pool %s: %s\n", name, *why ? why : strerror(-ret));
+	return ret;
+}
+
+static void tier_counters(struct kvp_client *admin, const char *name, struct replay_tier *t)
+{
+	struct kvp_stats_view v = { 0 };
+
+	if (kvp_stats_view_take(admin, &v) == 0) {
+		KVP_STATS_FOR_EACH_POOL(&v, p) {
+			const struct kvp_stats_tier *row = kvp_stats_tier_of(&v, p);
+
+			if (strncmp(p->name, name, KVP_NAME_MAX))
+				continue;
+			t->pool_evicted = p->evictions_reuse;
+			if (row)
+				*t = (struct replay_tier){ row->hit_tokens, row->bytes_down,
+							   row->bytes_up, row->promoted, row->stored,
+							   row->skipped, row->abandoned,
+							   p->evictions_reuse };
+		}
+	}
+	kvp_stats_view_release(&v);
+}
+
+int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
+	       struct replay_result *res, struct replay_tier *tier, uint64_t *elapsed_ns)
+{
+	struct bench_daemon dmn = { .pid = -1 };
+	char bin[PATH_MAX], pool[KVP_NAME_MAX];
+	const char *sock = o->socket;
+	struct kvp_client *admin = NULL;
+	uint32_t max_in = 1;
+	pid_t *pids;
+	uint64_t t0;
+	int ret;
+
+	for (uint32_t i = 0; i < n; i++)
+		max_in = reqs[i].in_len > max_in ? reqs[i].in_len : max_in;
+	pids = calloc(o->engines, sizeof(*pids));
+	if (!pids)
+		return -ENOMEM;
+	if (!sock) {
+		if (o->daemon)
+			snprintf(bin, sizeof(bin), "%s", o->daemon);
+		else
+			bench_default_daemon(bin, sizeof(bin));
+		ret = bench_daemon_start(&dmn, bin, 50, NULL, -1);
+		if (ret) {
+			fprintf(stderr, "kvbench replay: kvpoold %s: %s\n", bin, strerror(-ret));
+			goto out_free;
+		}
+		sock = dmn.socket;
+	}
+	ret = kvp_connect(&(struct kvp_connect_opts){ .socket_path = sock, .admin = true,
+						     .stats_page = true, .monitor = true }, &admin);
+	if (ret) {
+		fprintf(stderr, "kvbench replay: connect to %s as admin: %s\n", sock, strerror(-ret));
+		goto out_daemon;
+	}
+	snprintf(pool, sizeof(pool), "replay-%d", (int)getpid());
+	ret = make_pool(admin, o, pool);
+	if (ret)
+		goto out_admin;
+	fflush(NULL);
+	t0 = bench_now_ns();
+	for (unsigned k = 0; k < o->engines; k++) {
+		pids[k] = fork();
+		if (pids[k] == 0)
+			_exit(engine_process(o, sock, pool, k, reqs, n, res, t0, max_in));
+	}
+	for (unsigned k = 0; k < o->engines; k++) {
+		int status = 0;
+
+		if (pids[k] > 0 && waitpid(pids[k], &status, 0) == pids[k] &&
+		    !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			ret = -ECHILD;
+	}
+	*elapsed_ns = bench_now_ns() - t0;
+	for (uint32_t i = 0; i < n; i++)
+		if (!res[i].done)
+			ret = -ECHILD;
+	if (ret)
+		fprintf(stderr, "kvbench replay: an engine did not finish its requests\n");
+	kvp_pool_sync(admin, pool);
+	tier_counters(admin, pool, tier);
+	kvp_pool_destroy(admin, pool);
+out_admin:
+	kvp_close(admin);
+out_daemon:
+	if (dmn.pid > 0)
+		bench_daemon_stop(&dmn);
+out_free:
+	free(pids);
+	return ret;
+}
