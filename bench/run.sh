@@ -3,7 +3,7 @@
 # (bench/README.md keeps them). About 2 minutes on 2 cores; nothing else should
 # run meanwhile (the figures are wall-clock). CI runs only smoke versions.
 #   bench/run.sh [NAME...]   only those: limits core rtt attend capacity load
-#                            overhead python engine vllm
+#                            replay overhead python engine vllm
 set -u
 cd "$(dirname "$0")/.." || exit 1
 kvbench=${KVBENCH:-tools/kvbench}
@@ -34,6 +34,16 @@ if wanted load; then
 			run "$kvbench" load --workload "$workload" --wait "$wait"
 		done
 	done
+fi
+if wanted replay; then
+	trace=$(mktemp)
+	bench/conversations.sh 8 96 5 >"$trace"
+	for tier in 0 65536 131072 262144 524288; do
+		run "$kvbench" replay "$trace" --pool-tokens 65536 --tier-host-tokens "$tier"
+	done
+	run "$kvbench" replay "$trace" --pool-tokens 65536 --tier-host-tokens 262144 \
+		--kv-bytes-per-token 4096 --bystander
+	rm -f "$trace"
 fi
 if wanted overhead; then
 	if [ "$(id -u)" = 0 ]; then

@@ -21,20 +21,8 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-# 48 conversations of 4 turns on 4 system prompts (2 blocks each); turn t's prompt is the
-# system prompt and the conversation's 2t blocks so far, its last block cut short. Turns go
-# round the conversations, so a conversation comes back after the 47 others.
-awk -v S=4 -v C=48 -v T=4 'BEGIN {
-	for (t = 1; t <= T; t++)
-		for (c = 0; c < C; c++) {
-			s = c % S
-			ids = (1000 * s + 1) "," (1000 * s + 2)
-			for (b = 1; b <= 2 * t; b++)
-				ids = ids "," (100000 + c * 1000 + b)
-			len = 512 * (2 + 2 * t) - (c * 37) % 200
-			printf "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": 4, \"hash_ids\": [%s]}\n", i++ * 10, len, ids
-		}
-}' >"$dir/trace.jsonl"
+# 48 conversations of 4 turns on 4 system prompts (bench/conversations.sh says how).
+bench/conversations.sh 4 48 4 4 >"$dir/trace.jsonl"
 
 # The ceiling, counted apart: block k (16 tokens) of a request is the trace ids up to its
 # last token, and k; it hits if every block up to it was in an earlier request's prompt, and
@@ -89,7 +77,7 @@ jq -e --slurpfile p "$dir/pool.json" '.hit_rate > $p[0].hit_rate + 0.03 and .hit
 
 "$kvbench" replay "$dir/trace.jsonl" --daemon "$kvpoold" --pool-tokens 16384 \
 	--tier-host-tokens 65536 --engines 3 --speed 1000 >"$dir/text.out" || fail "--engines 3"
-grep -qE "^replay .*trace.jsonl: 192 requests, $want_prompt prompt tokens, 3 engines, .* 0 errors; " \
+grep -qE "^replay .*trace.jsonl: 192 requests, $want_prompt prompt tokens, engines 3, .* 0 errors; " \
 	"$dir/text.out" || { cat "$dir/text.out"; fail "the text row"; }
 for bad in "--pool-tokens 0" "--kv-bytes-per-token 12" "--tier-disk-tokens 1" "--speed 0" "--bogus 1"; do
 	set +e

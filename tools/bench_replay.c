@@ -309,9 +309,10 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		uint64_t num;
 		size_t k;
 
-		if (!strcmp(a, "--json") || !strcmp(a, "--no-decode")) {
+		if (!strcmp(a, "--json") || !strcmp(a, "--no-decode") || !strcmp(a, "--bystander")) {
 			o->json |= a[2] == 'j';
 			o->decode &= a[2] != 'n';
+			o->bystander |= a[2] == 'b';
 			continue;
 		}
 		if (a[0] != '-') {
@@ -387,7 +388,7 @@ static double ratio(uint64_t a, uint64_t b)
 
 static void report(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
 		   const struct replay_result *res, const struct replay_tier *tier,
-		   uint64_t ceiling, uint64_t lru, uint64_t elapsed_ns)
+		   const struct replay_lat *lat, uint64_t ceiling, uint64_t lru, uint64_t elapsed_ns)
 {
 	uint64_t prompt = 0, hit = 0;
 	struct bench_pct plain, promoting;
@@ -442,21 +443,31 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 				       bench_json_fixed(promoting.median / 1e3, 1));
 		json_object_object_add(row, "promoting_alloc_p99_us",
 				       bench_json_fixed(promoting.p99 / 1e3, 1));
+		json_object_object_add(row, "decode_allocs", json_object_new_int64((int64_t)lat->decode_n));
+		json_object_object_add(row, "decode_alloc_p50_us", bench_json_fixed(lat->decode.median / 1e3, 1));
+		json_object_object_add(row, "decode_alloc_p99_us", bench_json_fixed(lat->decode.p99 / 1e3, 1));
+		json_object_object_add(row, "bystander_nops", json_object_new_int64((int64_t)lat->nop_n));
+		json_object_object_add(row, "bystander_nop_p50_us", bench_json_fixed(lat->nop.median / 1e3, 1));
+		json_object_object_add(row, "bystander_nop_p99_us", bench_json_fixed(lat->nop.p99 / 1e3, 1));
 		json_object_object_add(row, "errors", json_object_new_int64(errors));
 		json_object_object_add(row, "elapsed_s", bench_json_fixed(elapsed_ns / 1e9, 3));
 		bench_json_line(row);
 		return;
 	}
-	printf("replay %s: %u requests, %llu prompt tokens, %u engines, pool %llu tokens, host "
+	printf("replay %s: %u requests, %llu prompt tokens, engines %u, pool %llu tokens, host "
 	       "tier %llu: hit rate %.4f (pool %.4f, host %.4f, disk 0.0000), ceiling %.4f, one LRU "
 	       "%.4f; host tier %.1f MB down, %.1f MB up; ALLOC p50/p99 %.1f/%.1f us, %u "
-	       "promoting %.1f/%.1f us; %u errors; %.3f s\n", o->trace, n,
+	       "promoting %.1f/%.1f us, decode %.1f/%.1f us; %u errors; %.3f s\n", o->trace, n,
 	       (unsigned long long)prompt, o->engines, (unsigned long long)o->pool_tokens,
 	       (unsigned long long)o->tier_host_tokens, ratio(hit, prompt),
 	       ratio(hit - tier->hit_tokens, prompt), ratio(tier->hit_tokens, prompt),
 	       ratio(ceiling, prompt), ratio(lru, prompt), tier->bytes_down / 1e6,
 	       tier->bytes_up / 1e6, plain.median / 1e3, plain.p99 / 1e3, npromoting,
-	       promoting.median / 1e3, promoting.p99 / 1e3, errors, elapsed_ns / 1e9);
+	       promoting.median / 1e3, promoting.p99 / 1e3, lat->decode.median / 1e3,
+	       lat->decode.p99 / 1e3, errors, elapsed_ns / 1e9);
+	if (o->bystander)
+		printf("bystander: %llu NOPs on another pool, p50/p99 %.1f/%.1f us\n",
+		       (unsigned long long)lat->nop_n, lat->nop.median / 1e3, lat->nop.p99 / 1e3);
 }
 
 int bench_replay(int argc, char **argv)
@@ -465,6 +476,7 @@ int bench_replay(int argc, char **argv)
 	struct replay_req *reqs = NULL;
 	struct replay_result *res = MAP_FAILED;
 	struct replay_tier tier = { 0 };
+	struct replay_lat lat = { 0 };
 	uint64_t ceiling = 0, lru = 0, elapsed = 0;
 	uint32_t n = 0;
 	int ret = parse_opts(argc, argv, &o);
@@ -480,10 +492,10 @@ int bench_replay(int argc, char **argv)
 		/* Shared: each engine process writes its requests' results. */
 		res = mmap(NULL, (size_t)n * sizeof(*res), PROT_READ | PROT_WRITE,
 			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		ret = res == MAP_FAILED ? -errno : replay_run(&o, reqs, n, res, &tier, &elapsed);
+		ret = res == MAP_FAILED ? -errno : replay_run(&o, reqs, n, res, &tier, &lat, &elapsed);
 	}
 	if (!ret)
-		report(&o, reqs, n, res, &tier, ceiling, lru, elapsed);
+		report(&o, reqs, n, res, &tier, &lat, ceiling, lru, elapsed);
 	if (res != MAP_FAILED)
 		munmap(res, (size_t)n * sizeof(*res));
 	for (uint32_t i = 0; i < n; i++)

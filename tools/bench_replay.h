@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kvbench.h"
+
 #define REPLAY_TRACE_BLOCK 512 /* tokens a trace hash id stands for */
 
 struct replay_req {
@@ -25,6 +27,7 @@ struct replay_opts {
 	unsigned engines;
 	double speed;          /* arrival times divided by it; 0: back to back */
 	bool decode, json;
+	bool bystander;        /* a process of NOPs on a pool of its own, timed, meanwhile */
 	uint32_t kv_bytes_per_token; /* K and V of one token, every layer: 8 * head_dim (f32, 1 kv head, 1 layer) */
 	uint32_t block_size;
 	uint64_t pool_tokens, tier_host_tokens, tier_disk_tokens;
@@ -46,6 +49,12 @@ struct replay_tier {
 	uint64_t pool_evicted; /* cached blocks the pool handed out for new data */
 };
 
+/* Latencies measured beside the requests': decode ALLOCs, the bystander's NOPs. */
+struct replay_lat {
+	struct bench_pct decode, nop;
+	uint64_t decode_n, nop_n;
+};
+
 /* Token j of a prompt whose trace blocks are @ids: what the id alone determines. */
 uint32_t replay_token(const uint64_t *ids, uint32_t j);
 
@@ -55,6 +64,7 @@ uint32_t replay_token(const uint64_t *ids, uint32_t j);
  * wall time into *elapsed_ns. 0, or -errno with the cause printed.
  */
 int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
-	       struct replay_result *res, struct replay_tier *tier, uint64_t *elapsed_ns);
+	       struct replay_result *res, struct replay_tier *tier, struct replay_lat *lat,
+	       uint64_t *elapsed_ns);
 
 #endif

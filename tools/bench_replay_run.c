@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,16 @@
 #include "kvbench.h"
 
 #define CHUNK 8192            /* tokens a WRITE_KV carries */
+#define MAX_SAMPLES (1u << 22) /* decode ALLOCs, and the bystander's NOPs, timed at most */
+#define BYSTANDER_GAP_NS 200000 /* the bystander's pause between NOPs */
+
+/* What the engines and the bystander write for the parent (shared memory). */
+struct samples {
+	uint64_t decode_ns[MAX_SAMPLES];
+	uint64_t nop_ns[MAX_SAMPLES];
+	uint32_t nops;
+	uint32_t stop;        /* the engines are done: the bystander stops */
+};
 #define NOSPACE_WAIT_NS (30ull * 1000000000ull) /* a request waits this long for room */
 
 struct engine {
@@ -32,6 +43,8 @@ struct engine {
 	uint32_t *tokens;
 	uint64_t start_ns;
 	uint32_t decoded;         /* generated tokens so far: each one unique */
+	struct samples *samples;
+	uint64_t sample_at;       /* this request's first decode sample */
 };
 
 /* ALLOC through the ring, for its flags: 0 and the hit, or -errno. */
@@ -120,9 +133,13 @@ static int serve(struct engine *e, const struct replay_req *r, struct replay_res
 		/* High bit set: never a prompt token of the trace's (those are mixed ids). */
 		uint32_t tok = 0x80000000u | (uint32_t)(getpid() << 20) | (e->decoded++ & 0xfffff);
 
+		uint64_t ns = 0;
+
 		ret = kvp_append(e->c, h, &tok, 1) ?:
-		      alloc_waiting(e, h, 1, false, NULL, NULL, &(uint64_t){ 0 }) ?:
+		      alloc_waiting(e, h, 1, false, NULL, NULL, &ns) ?:
 		      write_kv(e, h, r->in_len + t, 1) ?: kvp_commit(e->c, h, r->in_len + t + 1);
+		if (e->sample_at + t < MAX_SAMPLES)
+			e->samples->decode_ns[e->sample_at + t] = ns;
 	}
 	kvp_seq_close(e->c, h);
 	return ret;
@@ -131,7 +148,13 @@ static int serve(struct engine *e, const struct replay_req *r, struct replay_res
 static int engine_main(struct engine *e, unsigned k, const struct replay_req *reqs, uint32_t n,
 		       struct replay_result *res)
 {
-	for (uint32_t i = k; i < n; i += e->o->engines) {
+	uint64_t at = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		e->sample_at = at;
+		at += e->o->decode ? reqs[i].out_len : 0;
+		if (i % e->o->engines != k)
+			continue;
 		if (e->o->speed > 0) {
 			uint64_t due = e->start_ns + (uint64_t)((double)(reqs[i].ts_ms - reqs[0].ts_ms) *
 								1e6 / e->o->speed);
@@ -151,9 +174,11 @@ static int engine_main(struct engine *e, unsigned k, const struct replay_req *re
 
 static int engine_process(const struct replay_opts *o, const char *sock, const char *pool,
 			  unsigned k, const struct replay_req *reqs, uint32_t n,
-			  struct replay_result *res, uint64_t start_ns, uint32_t max_in)
+			  struct replay_result *res, uint64_t start_ns, uint32_t max_in,
+			  struct samples *samples)
 {
-	struct engine e = { .o = o, .head_dim = o->kv_bytes_per_token / 8, .start_ns = start_ns };
+	struct engine e = { .o = o, .head_dim = o->kv_bytes_per_token / 8, .start_ns = start_ns,
+			    .samples = samples };
 	struct kvp_connect_opts co = { .socket_path = sock, .pool = pool,
 				       .arena_bytes = (uint64_t)max_in * 4 +
 						      (uint64_t)CHUNK * o->kv_bytes_per_token + (1u << 20) };
@@ -171,6 +196,55 @@ static int engine_process(const struct replay_opts *o, const char *sock, const c
 	free(e.zeros);
 	free(e.tokens);
 	return 0;
+}
+
+/* A client of another pool, a NOP every 200 us while the engines run: what they cost others. */
+static int bystander(const char *sock, const char *pool, struct samples *s)
+{
+	struct kvp_connect_opts co = { .socket_path = sock, .pool = pool };
+	struct kvp_client *c;
+
+	if (kvp_connect(&co, &c))
+		return 1;
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) && s->nops < MAX_SAMPLES) {
+		uint64_t t0 = bench_now_ns();
+
+		if (kvp_nop(c))
+			break;
+		s->nop_ns[s->nops++] = bench_now_ns() - t0;
+		nanosleep(&(struct timespec){ 0, BYSTANDER_GAP_NS }, NULL);
+	}
+	kvp_close(c);
+	return 0;
+}
+
+static int make_bystander_pool(struct kvp_client *admin, const char *name)
+{
+	struct kvp_pool_params_v2 p;
+	char why[KVP_REASON_MAX] = "";
+	int ret;
+
+	kvp_pool_params_v2_init(&p, name);
+	ret = kvp_pool_create_v3(admin, &p, "blocks = 8\nblock_size = 16\ngroups = full\n", 0, why,
+				 sizeof(why));
+	if (ret)
+		fprintf(stderr, "kvbench replay: pool %s: %s\n", name, *why ? why : strerror(-ret));
+	return ret;
+}
+
+static void latencies(struct samples *s, const struct replay_opts *o, const struct replay_req *reqs,
+		      uint32_t n, struct replay_lat *lat)
+{
+	uint64_t total = 0;
+
+	for (uint32_t i = 0; i < n && o->decode; i++)
+		total += reqs[i].out_len;
+	lat->decode_n = total < MAX_SAMPLES ? total : MAX_SAMPLES;
+	if (lat->decode_n)
+		bench_percentiles(s->decode_ns, lat->decode_n, &lat->decode);
+	lat->nop_n = s->nops;
+	if (lat->nop_n)
+		bench_percentiles(s->nop_ns, lat->nop_n, &lat->nop);
 }
 
 static int make_pool(struct kvp_client *admin, const struct replay_opts *o, const char *name)
@@ -215,22 +289,29 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 }
 
 int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
-	       struct replay_result *res, struct replay_tier *tier, uint64_t *elapsed_ns)
+	       struct replay_result *res, struct replay_tier *tier, struct replay_lat *lat,
+	       uint64_t *elapsed_ns)
 {
 	struct bench_daemon dmn = { .pid = -1 };
-	char bin[PATH_MAX], pool[KVP_NAME_MAX];
+	char bin[PATH_MAX], pool[KVP_NAME_MAX], by_pool[KVP_NAME_MAX];
 	const char *sock = o->socket;
 	struct kvp_client *admin = NULL;
+	struct samples *samples;
+	pid_t *pids, by = -1;
 	uint32_t max_in = 1;
-	pid_t *pids;
 	uint64_t t0;
 	int ret;
 
 	for (uint32_t i = 0; i < n; i++)
 		max_in = reqs[i].in_len > max_in ? reqs[i].in_len : max_in;
 	pids = calloc(o->engines, sizeof(*pids));
-	if (!pids)
-		return -ENOMEM;
+	/* Shared with the engines and the bystander; untouched pages cost nothing. */
+	samples = mmap(NULL, sizeof(*samples), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		       -1, 0);
+	if (!pids || samples == MAP_FAILED) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
 	if (!sock) {
 		if (o->daemon)
 			snprintf(bin, sizeof(bin), "%s", o->daemon);
@@ -250,15 +331,21 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 		goto out_daemon;
 	}
 	snprintf(pool, sizeof(pool), "replay-%d", (int)getpid());
-	ret = make_pool(admin, o, pool);
+	snprintf(by_pool, sizeof(by_pool), "replay-%d-by", (int)getpid());
+	ret = make_pool(admin, o, pool) ?: (o->bystander ? make_bystander_pool(admin, by_pool) : 0);
 	if (ret)
-		goto out_admin;
+		goto out_pools;
 	fflush(NULL);
+	if (o->bystander) {
+		by = fork();
+		if (by == 0)
+			_exit(bystander(sock, by_pool, samples));
+	}
 	t0 = bench_now_ns();
 	for (unsigned k = 0; k < o->engines; k++) {
 		pids[k] = fork();
 		if (pids[k] == 0)
-			_exit(engine_process(o, sock, pool, k, reqs, n, res, t0, max_in));
+			_exit(engine_process(o, sock, pool, k, reqs, n, res, t0, max_in, samples));
 	}
 	for (unsigned k = 0; k < o->engines; k++) {
 		int status = 0;
@@ -268,20 +355,28 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 			ret = -ECHILD;
 	}
 	*elapsed_ns = bench_now_ns() - t0;
+	__atomic_store_n(&samples->stop, 1, __ATOMIC_RELEASE);
+	if (by > 0)
+		waitpid(by, NULL, 0);
 	for (uint32_t i = 0; i < n; i++)
 		if (!res[i].done)
 			ret = -ECHILD;
 	if (ret)
 		fprintf(stderr, "kvbench replay: an engine did not finish its requests\n");
+	latencies(samples, o, reqs, n, lat);
 	kvp_pool_sync(admin, pool);
 	tier_counters(admin, pool, tier);
+out_pools:
 	kvp_pool_destroy(admin, pool);
-out_admin:
+	if (o->bystander)
+		kvp_pool_destroy(admin, by_pool);
 	kvp_close(admin);
 out_daemon:
 	if (dmn.pid > 0)
 		bench_daemon_stop(&dmn);
 out_free:
+	if (samples != MAP_FAILED)
+		munmap(samples, sizeof(*samples));
 	free(pids);
 	return ret;
 }

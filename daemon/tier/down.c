@@ -31,6 +31,8 @@ struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type,
 	tj->job.blocks = tj->blocks;
 	tj->job.slots = tj->slots;
 	tj->job.delay_us = t->delay_us;
+	tj->job.lane = &t->lane;
+	tj->job.short_tasks = type == KVPD_JOB_TIER_UP && !t->delay_us;
 	return tj;
 }
 
@@ -46,8 +48,13 @@ void kvpd_tier_job_submit(struct kvpd *d, struct tier_job *tj)
 	t->inflight = tj;
 	t->pool->inflight++;
 	d->jobs_inflight++;
-	kvpd_workers_adopt(d->workers, &tj->job);
-	kvpd_tier_copier_push(t->copier, &tj->job);
+	if (tj->job.type == KVPD_JOB_TIER_UP) {
+		/* An ALLOC waits for it: the workers', in turns with the clients' tasks. */
+		kvpd_workers_submit(d->workers, &tj->job);
+	} else {
+		kvpd_workers_adopt(d->workers, &tj->job);
+		kvpd_tier_copier_push(t->copier, &tj->job);
+	}
 }
 
 /* The POOL_SYNCs no job in flight is older than. */

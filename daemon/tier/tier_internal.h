@@ -70,7 +70,8 @@ struct kvpd_tier {
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
 	/* Up */
 	struct tier_job **loader;    /* per pool block: the promotion filling it */
-	struct tier_copier *copier;  /* the thread its copies run on (copier.c) */
+	struct tier_copier *copier;  /* the thread its copies down run on (copier.c) */
+	struct kvpd_lane lane;       /* its promotions' turn on the workers (never cancelled) */
 	struct tier_job *inflight;
 	uint64_t next_seq;
 	struct tier_sync *syncs;
@@ -79,10 +80,12 @@ struct kvpd_tier {
 };
 
 /*
- * copier.c: a thread of the tier's own runs its copies, promotions first: a
- * slow copy (a disk, a busy bus) never holds a worker a client's task waits
- * for, and no client's death cancels a copy (a block cached under a key must
- * get that key's KV).
+ * copier.c: a thread of the tier's own runs its copies down, at a low priority:
+ * nothing waits for them, so a slow copy (a disk, a busy bus) holds no worker
+ * a client's task waits for, and takes little of a core a client could use.
+ * Promotions, which an ALLOC waits for, run on the workers in the tier's own
+ * lane, which no client's death cancels (a block cached under a key must get
+ * that key's KV).
  */
 struct tier_copier;
 int kvpd_tier_copier_start(struct tier_copier **out);

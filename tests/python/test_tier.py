@@ -112,9 +112,14 @@ def test_full_prefix_comes_back_from_the_tier_bit_for_bit(daemon, rng):
                 k, v = data[0, layer]
                 b.write_kv(0, layer, 16, k[16:], v[16:])
             assert_close(b.attend(0, 1, q, 16, SCALE), ref)
+            # Up, not copied: the pool has them now, so the tier lets them go.
+            t = tier_of(admin, "full")
+            assert t["promoted"] == 4 and t["hit_tokens"] == 16 and t["held"] == 0
+            assert t["bytes_up"] == 4 * SLOT and t["bytes_down"] == 4 * SLOT
+        # B freed them: next to be evicted, they go down again.
+        admin.pool_sync("full")
         t = tier_of(admin, "full")
-        assert t["promoted"] == 4 and t["hit_tokens"] == 16
-        assert t["bytes_up"] == 4 * SLOT and t["bytes_down"] == 4 * SLOT
+        assert (t["held"], t["stored"], t["bytes_down"]) == (4, 8, 8 * SLOT)
 
 
 @pytest.mark.parametrize("pool,needed", [("swa", 2), ("chunked", 1), ("rswa", 5)])
