@@ -233,7 +233,7 @@ int kvpd_pools_start(struct kvpd *d)
 			struct kvpd_pool *pool = kvpd_pool_find(d, name);
 
 			pool->configured = true;
-			ret = kvpd_tier_attach(pool, why, sizeof(why));
+			ret = kvpd_tier_attach(d, pool, why, sizeof(why));
 		}
 		if (ret) {
 			kvpd_log(d, KVPD_LOG_ERR, "pool %s: %s", name, *why ? why : strerror(-ret));

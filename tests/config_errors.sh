@@ -73,7 +73,7 @@ EOF
 
 expect unknown-key \
 	"2: [daemon] unknown key 'sockett' (keys: socket, socket_group, spin_us, budget, max_clients, event_loop, plugin_dir, threads, log_level, max_host_bytes)" \
-	"4: [quota] unknown key 'max_seqs' (keys: max_clients, max_sequences, max_tokens, max_arena_bytes, max_blocks)" \
+	"4: [quota] unknown key 'max_seqs' (keys: max_clients, max_sequences, max_tokens, max_arena_bytes, max_blocks, max_tier_bytes)" \
 	<<'EOF'
 [daemon]
 sockett = /tmp/x

@@ -203,7 +203,7 @@ static void open_namespace(struct load_ctx *ctx, const char *section, const char
 	memset(n, 0, sizeof(*n));
 	strcpy(n->name, name);
 	/* Its clients together: no limit but the ones it sets. */
-	for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
+	for (unsigned k = 0; k < KVPD_QUOTA_KEYS; k++)
 		n->quota.limit[k] = KVP_QUOTA_UNLIMITED;
 	enter(ctx, KVPD_CONF_NAMESPACE, n, section);
 }
@@ -433,6 +433,7 @@ void kvpd_quota_defaults(struct kvpd_quota *q)
 	q->limit[KVP_QUOTA_TOKENS] = 1u << 24;
 	q->limit[KVP_QUOTA_ARENA_BYTES] = 256u << 20;
 	q->limit[KVP_QUOTA_BLOCKS] = KVP_QUOTA_UNLIMITED;
+	q->limit[KVPD_QUOTA_TIER_BYTES] = KVP_QUOTA_UNLIMITED;
 }
 
 void kvpd_config_release(struct kvpd_config *cfg)

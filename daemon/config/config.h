@@ -27,8 +27,15 @@
 #define KVPD_MAX_NS_UIDS 16
 
 /* A limit per key; KVP_QUOTA_UNLIMITED for none. */
+/*
+ * The quotas: the ABI's KVP_QUOTA_* (in the stats page's tenant rows), then
+ * the daemon's own: max_tier_bytes, what the tier entries of a namespace's
+ * clients (of a uid's in the shared namespace) may take of each pool's tier.
+ */
+#define KVPD_QUOTA_TIER_BYTES KVP_QUOTA_KEYS
+#define KVPD_QUOTA_KEYS (KVP_QUOTA_KEYS + 1)
 struct kvpd_quota {
-	uint64_t limit[KVP_QUOTA_KEYS];
+	uint64_t limit[KVPD_QUOTA_KEYS];
 };
 
 struct kvpd_namespace {

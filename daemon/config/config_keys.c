@@ -103,11 +103,12 @@ static const struct cfg_key pool_keys[] = {
 	[KVP_QUOTA_SEQUENCES] = OF_TYPE("max_sequences", KEY_QUOTA),                           \
 	[KVP_QUOTA_TOKENS] = OF_TYPE("max_tokens", KEY_QUOTA),                                 \
 	[KVP_QUOTA_ARENA_BYTES] = OF_TYPE("max_arena_bytes", KEY_QUOTA),                       \
-	[KVP_QUOTA_BLOCKS] = OF_TYPE("max_blocks", KEY_QUOTA)
+	[KVP_QUOTA_BLOCKS] = OF_TYPE("max_blocks", KEY_QUOTA),                                 \
+	[KVPD_QUOTA_TIER_BYTES] = OF_TYPE("max_tier_bytes", KEY_QUOTA)
 
 static const struct cfg_key quota_keys[] = { QUOTA_KEYS };
 /* A namespace's keys: the quota keys at their KVP_QUOTA_* index, then uids. */
-#define NS_UIDS KVP_QUOTA_KEYS
+#define NS_UIDS KVPD_QUOTA_KEYS
 static const struct cfg_key namespace_keys[] = {
 	QUOTA_KEYS,
 	/* Each 0..max: -1 is no uid. */

@@ -55,7 +55,7 @@ void kvpd_pool_build_done(struct kvpd *d, struct kvpd_job *job)
 	if (!cqe.res && pool->owned && c && c->dead)
 		cqe.res = -ECONNRESET;
 	if (!cqe.res)
-		cqe.res = kvpd_tier_attach(pool, job->why, sizeof(job->why));
+		cqe.res = kvpd_tier_attach(d, pool, job->why, sizeof(job->why));
 	if (cqe.res) {
 		if (!c)
 			kvpd_log(d, KVPD_LOG_ERR, "reload: pool %s not created: %s", pool->name,

@@ -15,7 +15,7 @@
 static void uid_quota(const struct kvpd_config *cfg, uid_t uid, struct kvpd_quota *q)
 {
 	if (uid == 0 || uid == geteuid())
-		for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
+		for (unsigned k = 0; k < KVPD_QUOTA_KEYS; k++)
 			q->limit[k] = KVP_QUOTA_UNLIMITED;
 	else
 		*q = cfg->quota;
@@ -24,7 +24,7 @@ static void uid_quota(const struct kvpd_config *cfg, uid_t uid, struct kvpd_quot
 
 		if (u->uid != uid)
 			continue;
-		for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
+		for (unsigned k = 0; k < KVPD_QUOTA_KEYS; k++)
 			if (u->set & (1u << k))
 				q->limit[k] = u->quota.limit[k];
 	}
@@ -33,7 +33,7 @@ static void uid_quota(const struct kvpd_config *cfg, uid_t uid, struct kvpd_quot
 /* A namespace's own: what its section sets, no limit elsewhere. */
 static void ns_quota(const struct kvpd_config *cfg, const char *ns, struct kvpd_quota *q)
 {
-	for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
+	for (unsigned k = 0; k < KVPD_QUOTA_KEYS; k++)
 		q->limit[k] = KVP_QUOTA_UNLIMITED;
 	for (unsigned i = 0; i < cfg->nnamespaces; i++)
 		if (!strcmp(cfg->namespaces[i].name, ns))

@@ -113,7 +113,7 @@ static bool queue_block(struct kvpd_tier *t, struct tier_job **tj, uint32_t id,
 		if (!*tj)
 			return false;
 	}
-	slot = kvpd_tier_take(t, st->group, &st->key);
+	slot = kvpd_tier_take(t, st->group, &st->key, t->block_owner[id]);
 	if (slot == TIER_END)
 		return false;
 	(*tj)->blocks[(*tj)->n] = id;

@@ -47,22 +47,95 @@ static void lru_unlink(struct kvpd_tier *t, uint32_t i)
 	t->e[x->lru_prev].lru_next = x->lru_next;
 	t->e[x->lru_next].lru_prev = x->lru_prev;
 	x->lru_prev = x->lru_next = TIER_END;
+	if (x->owner) {
+		struct tier_owner *o = &t->owners[x->owner];
+
+		*(x->own_prev == TIER_END ? &o->head : &t->e[x->own_prev].own_next) = x->own_next;
+		*(x->own_next == TIER_END ? &o->tail : &t->e[x->own_next].own_prev) = x->own_prev;
+		x->own_prev = x->own_next = TIER_END;
+	}
 }
 
 static void lru_append(struct kvpd_tier *t, uint32_t i)
 {
+	struct tier_entry *x = &t->e[i];
 	uint32_t s = t->nslots;
 
-	t->e[i].lru_prev = t->e[s].lru_prev;
-	t->e[i].lru_next = s;
+	x->lru_prev = t->e[s].lru_prev;
+	x->lru_next = s;
 	t->e[t->e[s].lru_prev].lru_next = i;
 	t->e[s].lru_prev = i;
+	if (x->owner) {
+		struct tier_owner *o = &t->owners[x->owner];
+
+		x->own_prev = o->tail;
+		x->own_next = TIER_END;
+		*(o->tail == TIER_END ? &o->head : &t->e[o->tail].own_next) = i;
+		o->tail = i;
+	}
+}
+
+/* A name more on owner @i: the first holds a reference on its tenant. */
+static void name(struct kvpd_tier *t, uint32_t i)
+{
+	if (i && t->owners[i].names++ == 0)
+		t->owners[i].tenant->refs++;
+}
+
+/* A name less on owner @i: the record, and its reference on the tenant, go with the last. */
+static void unname(struct kvpd_tier *t, uint32_t i)
+{
+	struct tier_owner *o = &t->owners[i];
+
+	if (!i || --o->names)
+		return;
+	kvpd_tenant_put(t->d, o->tenant);
+	*o = (struct tier_owner){ 0 };
+}
+
+uint32_t kvpd_tier_owner_of(struct kvpd_tier *t, const struct kvpd_client *c)
+{
+	struct kvpd_tenant *tenant = c->tenant[1] ? c->tenant[1] : c->tenant[0];
+	uint32_t i, free_at = 0;
+
+	if (!tenant)
+		return 0;
+	for (i = 1; i < t->nowners; i++) {
+		if (t->owners[i].tenant == tenant)
+			return i;
+		if (!t->owners[i].names && !free_at)
+			free_at = i;
+	}
+	if (!free_at) {
+		struct tier_owner *p = realloc(t->owners, (t->nowners + 1) * sizeof(*p));
+
+		if (!p)
+			return 0;
+		t->owners = p;
+		free_at = t->nowners++;
+	}
+	/* Named by nothing yet: the reference on the tenant comes with the first name. */
+	t->owners[free_at] = (struct tier_owner){ .tenant = tenant, .head = TIER_END,
+						  .tail = TIER_END };
+	return free_at;
+}
+
+void kvpd_tier_block_owner(struct kvpd_tier *t, uint32_t block, uint32_t owner)
+{
+	uint32_t old = t->block_owner[block];
+
+	if (old == owner)
+		return;
+	name(t, owner);
+	t->block_owner[block] = owner;
+	unname(t, old);
 }
 
 void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i)
 {
 	struct tier_entry *x = &t->e[i];
 	uint32_t *link = &t->buckets[bucket_of(t, x->group, &x->key)];
+	uint32_t owner = x->owner;
 
 	while (*link != i)
 		link = &t->e[*link].hnext;
@@ -73,22 +146,47 @@ void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i)
 		t->st.held--;
 	}
 	*x = (struct tier_entry){ .state = TIER_FREE, .lru_prev = TIER_END, .lru_next = TIER_END,
-				  .hnext = t->free_head };
+				  .own_prev = TIER_END, .own_next = TIER_END, .hnext = t->free_head };
 	t->free_head = i;
 	t->nfree++;
+	if (owner) {
+		t->owners[owner].bytes -= t->slot_bytes;
+		unname(t, owner);
+	}
 }
 
-uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
+/* The entry to drop for room: the least recently used of the owner's, or of all. */
+static uint32_t victim(struct kvpd_tier *t, uint32_t owner, bool own)
 {
+	uint32_t i = own ? t->owners[owner].head : t->e[t->nslots].lru_next;
+
+	return i == t->nslots ? TIER_END : i;
+}
+
+uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key,
+			uint32_t owner)
+{
+	uint64_t limit = owner ? t->owners[owner].tenant->quota.limit[KVPD_QUOTA_TIER_BYTES] :
+				 KVP_QUOTA_UNLIMITED;
 	uint32_t i, *head;
 
-	if (!t->nfree) {
-		uint32_t oldest = t->e[t->nslots].lru_next;
+	/* One tenant may flush its own entries, not another's, past its max_tier_bytes. */
+	while (owner && t->owners[owner].bytes + t->slot_bytes > limit) {
+		uint32_t old = victim(t, owner, true);
 
-		if (oldest == t->nslots)
+		if (old == TIER_END)
+			return TIER_END; /* the rest of its bytes are being filled or read */
+		KVPD_PROBE(tier_evict, t->pool->name, t->e[old].group, t->e[old].key.lo);
+		kvpd_tier_drop(t, old);
+		t->st.evicted++;
+	}
+	if (!t->nfree) {
+		uint32_t old = victim(t, owner, false);
+
+		if (old == TIER_END)
 			return TIER_END; /* every slot is being filled or read */
-		KVPD_PROBE(tier_evict, t->pool->name, t->e[oldest].group, t->e[oldest].key.lo);
-		kvpd_tier_drop(t, oldest);
+		KVPD_PROBE(tier_evict, t->pool->name, t->e[old].group, t->e[old].key.lo);
+		kvpd_tier_drop(t, old);
 		t->st.evicted++;
 	}
 	i = t->free_head;
@@ -96,8 +194,13 @@ uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_ha
 	t->nfree--;
 	head = &t->buckets[bucket_of(t, group, key)];
 	t->e[i] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_COPYING,
-				       .lru_prev = TIER_END, .lru_next = TIER_END, .hnext = *head };
+				       .lru_prev = TIER_END, .lru_next = TIER_END,
+				       .own_prev = TIER_END, .own_next = TIER_END, .hnext = *head,
+				       .owner = owner };
 	*head = i;
+	name(t, owner);
+	if (owner)
+		t->owners[owner].bytes += t->slot_bytes;
 	return i;
 }
 
@@ -131,6 +234,11 @@ static void tier_free(struct kvpd_tier *t)
 {
 	if (t->copier)
 		kvpd_tier_copier_stop(t->copier);
+	for (uint32_t i = 1; i < t->nowners; i++)
+		if (t->owners[i].names)
+			kvpd_tenant_put(t->d, t->owners[i].tenant);
+	free(t->owners);
+	free(t->block_owner);
 	if (t->mem)
 		munmap(t->mem, (size_t)t->nslots * t->slot_bytes);
 	free(t->e);
@@ -164,23 +272,28 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 	t->walk = calloc(t->scan, sizeof(*t->walk));
 	t->seen = calloc(num_blocks, sizeof(*t->seen));
 	t->loader = calloc(num_blocks, sizeof(*t->loader));
+	t->block_owner = calloc(num_blocks, sizeof(*t->block_owner));
+	t->owners = calloc(1, sizeof(*t->owners));
+	t->nowners = 1;
 	/* Untouched pages cost nothing: the tier's memory is taken as blocks are stored. */
 	t->mem = mmap(NULL, (size_t)t->nslots * t->slot_bytes, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (t->mem == MAP_FAILED)
 		t->mem = NULL;
-	if (!t->buckets || !t->e || !t->walk || !t->seen || !t->loader || !t->mem)
+	if (!t->buckets || !t->e || !t->walk || !t->seen || !t->loader || !t->block_owner ||
+	    !t->owners || !t->mem)
 		return -ENOMEM;
 	memset(t->buckets, 0xff, (size_t)nb * sizeof(*t->buckets));
 	for (uint32_t i = 0; i < t->nslots; i++)
 		t->e[i] = (struct tier_entry){ .lru_prev = TIER_END, .lru_next = TIER_END,
+					       .own_prev = TIER_END, .own_next = TIER_END,
 					       .hnext = i + 1 < t->nslots ? i + 1 : TIER_END };
 	t->e[t->nslots].lru_prev = t->e[t->nslots].lru_next = t->nslots;
 	t->nfree = t->nslots;
 	return 0;
 }
 
-int kvpd_tier_attach(struct kvpd_pool *pool, char *why, size_t why_len)
+int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
 {
 	const struct kvpd_kv_layout *l = &pool->layout;
 	size_t slot_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
@@ -198,6 +311,7 @@ int kvpd_tier_attach(struct kvpd_pool *pool, char *why, size_t why_len)
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	t->d = d;
 	t->pool = pool;
 	t->slot_bytes = slot_bytes;
 	t->nslots = (uint32_t)slots;

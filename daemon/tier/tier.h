@@ -43,7 +43,7 @@ struct kvpd_tier_stats {
  * Gives @pool the tier its spec asks for (tier_host_bytes; none: 0 and
  * nothing made). -ENOMEM with the reason in @why.
  */
-int kvpd_tier_attach(struct kvpd_pool *pool, char *why, size_t why_len);
+int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len);
 
 /* The loop's turn: each tiered pool whose free queue moved gets its copies down queued. */
 void kvpd_tier_turn(struct kvpd *d);

@@ -5,6 +5,7 @@
 
 #include "tier/tier.h"
 #include "pools/pools.h"
+#include "tenants/tenants.h"
 
 #define TIER_END UINT32_MAX
 
@@ -21,7 +22,22 @@ struct tier_entry {
 	uint32_t state;
 	uint32_t pins;               /* promotions reading it: not evicted, not in the LRU */
 	uint32_t lru_prev, lru_next; /* VALID and unpinned: least recently used first */
+	uint32_t own_prev, own_next; /* likewise among its owner's */
 	uint32_t hnext;              /* bucket chain, or the free list */
+	uint32_t owner;              /* its index in the tier's owners; 0: none */
+};
+
+/*
+ * Whom tier entries are charged to: the tenant whose max_tier_bytes bounds
+ * them, that of the client whose ALLOC took the block for new data (its
+ * namespace's in a named one, else its uid's). Held (with a reference on the
+ * tenant) while an entry or a pool block names it.
+ */
+struct tier_owner {
+	struct kvpd_tenant *tenant;  /* NULL: a free record */
+	uint64_t bytes;              /* its entries' slots, being filled or held */
+	uint32_t head, tail;         /* its VALID unpinned entries, least recently used first */
+	uint32_t names;              /* entries and pool blocks naming it */
 };
 
 /* A copy in flight: the workers' job, and what the loop needs back. */
@@ -52,6 +68,7 @@ struct tier_sync {
 };
 
 struct kvpd_tier {
+	struct kvpd *d;
 	struct kvpd_pool *pool;
 	size_t slot_bytes;
 	uint32_t nslots;
@@ -70,6 +87,9 @@ struct kvpd_tier {
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
 	/* Up */
 	struct tier_job **loader;    /* per pool block: the promotion filling it */
+	uint32_t *block_owner;       /* per pool block: whose ALLOC last took it, 0: none */
+	struct tier_owner *owners;   /* [0] unused */
+	uint32_t nowners;
 	struct tier_copier *copier;  /* the thread its copies down run on (copier.c) */
 	struct kvpd_lane lane;       /* its promotions' turn on the workers (never cancelled) */
 	struct tier_job *inflight;
@@ -96,8 +116,17 @@ void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job);
 
 /* store.c: the index, the slots, the LRU. */
 uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
-/* A slot for a new entry (COPYING), evicting the least recently used; TIER_END: none. */
-uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
+/*
+ * A slot for a new entry (COPYING) of @owner's, evicting the least recently
+ * used (first @owner's own, when it would go past its max_tier_bytes);
+ * TIER_END: none.
+ */
+uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key,
+			uint32_t owner);
+/* The owner record of @c's charged tenant (made on first use), or 0 when memory is short. */
+uint32_t kvpd_tier_owner_of(struct kvpd_tier *t, const struct kvpd_client *c);
+/* Pool block @block was taken for new data by @owner's client. */
+void kvpd_tier_block_owner(struct kvpd_tier *t, uint32_t block, uint32_t owner);
 /* Drops entry @i (its slot goes back to the free list). */
 void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i);
 /* VALID and most recently used: stored, or back from a promotion. */

@@ -37,6 +37,23 @@ static uint32_t loaders_of(struct kvpd_tier *t, struct kvc_seq *seq, uint32_t ng
 	return n;
 }
 
+/* The blocks the ALLOC took for new data, its promotions' among them, are its client's. */
+static void owner_blocks(struct kvpd_tier *t, const struct kvpd_client *c, struct kvc_seq *seq,
+			 uint32_t ngroups, const struct kvc_alloc_res *res)
+{
+	uint32_t owner = kvpd_tier_owner_of(t, c);
+
+	for (uint32_t g = 0; g < ngroups; g++) {
+		uint32_t len;
+		const uint32_t *table = kvc_seq_table(seq, g, &len);
+
+		for (uint32_t p = res->first_new[g]; p < len; p++)
+			kvpd_tier_block_owner(t, table[p], owner);
+	}
+	for (uint32_t i = 0; i < res->promoted; i++)
+		kvpd_tier_block_owner(t, res->promotions[i].block, owner);
+}
+
 static int add_waiter(struct tier_job *on, struct tier_job *w)
 {
 	if (on->nwaiters == on->waiters_cap) {
@@ -77,7 +94,10 @@ int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp
 	struct tier_job *loaders[MAX_LOADERS], *tj;
 	uint32_t nloaders;
 
-	if (!t || !res->hit_tokens)
+	if (!t)
+		return 0;
+	owner_blocks(t, c, slot->seq, ngroups, res);
+	if (!res->hit_tokens)
 		return 0;
 	nloaders = loaders_of(t, slot->seq, ngroups, res, loaders, MAX_LOADERS);
 	if (!res->promoted && !nloaders)

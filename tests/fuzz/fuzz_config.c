@@ -63,7 +63,7 @@ static void check_config(const struct kvpd_config *cfg)
 				fz_fail("config: namespace %s twice", n->name);
 	}
 	for (unsigned i = 0; i < cfg->nuid_quotas; i++) {
-		if (cfg->uid_quotas[i].set >> KVP_QUOTA_KEYS)
+		if (cfg->uid_quotas[i].set >> KVPD_QUOTA_KEYS)
 			fz_fail("config: [uid.%u] sets keys %#x", (unsigned)cfg->uid_quotas[i].uid,
 				cfg->uid_quotas[i].set);
 		for (unsigned j = 0; j < i; j++)

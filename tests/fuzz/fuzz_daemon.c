@@ -176,14 +176,14 @@ static void configure(struct kvpd_config *cfg)
 	ns = &cfg->namespaces[cfg->nnamespaces++];
 	strcpy(ns->name, "team");
 	ns->uids[ns->nuids++] = 1000;
-	for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
+	for (unsigned k = 0; k < KVPD_QUOTA_KEYS; k++)
 		ns->quota.limit[k] = KVP_QUOTA_UNLIMITED;
 	ns->quota.limit[KVP_QUOTA_SEQUENCES] = 8;
 	ns = &cfg->namespaces[cfg->nnamespaces++];
 	strcpy(ns->name, "open");
 	ns->uids[ns->nuids++] = 1000;
 	ns->uids[ns->nuids++] = 1001;
-	for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
+	for (unsigned k = 0; k < KVPD_QUOTA_KEYS; k++)
 		ns->quota.limit[k] = KVP_QUOTA_UNLIMITED;
 	ns->quota.limit[KVP_QUOTA_CLIENTS] = 1;
 }

@@ -41,7 +41,11 @@ uids = 0
 [namespace.tight]
 uids = 0
 max_blocks = 3
-"""
+
+[namespace.small]
+uids = 0
+max_tier_bytes = %d
+""" % (2 * SLOT)
 # The test build (ASan), whose tier copies KVPOOL_TIER_DELAY_US slows.
 HOOKS = os.path.join(ROOT, "build", "asan", "bin", "kvpoold")
 
@@ -319,3 +323,24 @@ def test_tiers_count_against_max_host_bytes(tmp_path):
             assert tier_of(a, "fits")["slots"] == 1024
     finally:
         d.stop()
+
+
+def test_max_tier_bytes_holds_and_spares_other_tenants(daemon, rng):
+    # ns2 has no limit; namespace small may keep 2 blocks in a pool's tier. small's prompts
+    # go down after ns2's: past its 2 blocks, they push out its own entries or are skipped,
+    # never ns2's.
+    pb = list(range(900, 917))
+    with daemon.client(pool="full", namespace="ns2") as b, \
+            daemon.client(pool="full", namespace="small") as a, \
+            daemon.client(pool="full") as other, daemon.client(admin=True) as admin:
+        written(b, pb, rng, [0])[0].close()
+        admin.pool_sync("full")
+        assert tier_of(admin, "full")["held"] == 4
+        for first in (1000, 2000, 3000):
+            written(a, list(range(first, first + 17)), rng, [0])[0].close()
+            flush(other, admin, "full", [0])
+            t = tier_of(admin, "full")
+            assert t["held"] == 4 + 2, t  # ns2's 4, and 2 of small's
+        assert t["skipped"] + t["evicted"] >= 3 * 4 - 2
+        with b.open(pb) as again:
+            assert again.alloc(1, use_cache=True) == 16  # all 4 of ns2's blocks still there
