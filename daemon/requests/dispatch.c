@@ -182,6 +182,9 @@ static struct kvp_stats_pool *pool_stats(struct kvpd *d, const struct kvpd_clien
 	return kvpd_stats_pool_entry(d, c->pool);
 }
 
+/* LOOKUP's lists carry the core's id for a position the pool's tier holds, as it is. */
+_Static_assert(KVP_BLOCK_TIER == KVC_TIER_BLOCK, "KVP_BLOCK_TIER");
+
 static int op_lookup(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 		     const struct kvp_sqe *sqe, struct kvp_cqe *cqe)
 {
