@@ -152,7 +152,7 @@ static void walk(struct kvpd *d, struct kvpd_tier *t)
 	uint32_t n, want, cached = 0;
 
 	kvc_pool_counters(t->pool->core, &c);
-	if (c.queue_ops == t->queue_ops)
+	if (c.queue_ops == t->queue_ops || t->idle)
 		return;
 	t->queue_ops = c.queue_ops;
 	want = window(t, &c);

@@ -315,6 +315,8 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	t->pool = pool;
 	t->slot_bytes = slot_bytes;
 	t->nslots = (uint32_t)slots;
+	for (uint32_t g = 0; g < pool->params.num_groups; g++)
+		t->idle |= pool->params.group_kind[g] == KVP_KIND_CYCLIC;
 	t->queue_cap = clamp_u32(TIER_QUEUE_BYTES / t->slot_bytes, 16, 1024);
 	t->scan = 4 * t->queue_cap;
 #ifdef KVPD_TEST_HOOKS

@@ -85,6 +85,7 @@ struct kvpd_tier {
 	uint32_t *seen;              /* per pool block: its gen + 1 when last walked */
 	uint64_t queue_ops;          /* the core's count when last walked */
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
+	bool idle;                   /* a cyclic group: the pool never hits, so nothing goes down */
 	/* Up */
 	struct tier_job **loader;    /* per pool block: the promotion filling it */
 	uint32_t *block_owner;       /* per pool block: whose ALLOC last took it, 0: none */

@@ -32,6 +32,17 @@ tier_host_bytes = {tier}
 CONFIG = "".join(POOL.format(name=n, groups=g, tier=64 * SLOT) for n, g in [
     ("full", "full"), ("swa", "swa:8"), ("chunked", "chunked:8"), ("rswa", "rswa:8"),
     ("hybrid", "full swa:8")]) + POOL.format(name="plain", groups="full", tier=0) + """
+[pool.cyclic]
+blocks = 17
+block_size = 4
+groups = full cyclic:4
+max_step_tokens = 17
+kv_heads = 2
+head_dim = 8
+dtype = f32
+layers_per_group = 2
+tier_host_bytes = %d
+""" % (64 * SLOT) + """
 [namespace.ns1]
 uids = 0
 
@@ -344,3 +355,13 @@ def test_max_tier_bytes_holds_and_spares_other_tenants(daemon, rng):
         assert t["skipped"] + t["evicted"] >= 3 * 4 - 2
         with b.open(pb) as again:
             assert again.alloc(1, use_cache=True) == 16  # all 4 of ns2's blocks still there
+
+
+def test_a_pool_with_a_cyclic_group_sends_nothing_down(daemon, rng):
+    # A cyclic group makes every hit 0 (docs/design.md): nothing in the tier could be hit.
+    with daemon.client(pool="cyclic") as c, daemon.client(admin=True) as admin:
+        a, _ = written(c, list(range(300, 317)), rng, [0, 1])
+        a.close()
+        admin.pool_sync("cyclic")
+        t = tier_of(admin, "cyclic")
+        assert (t["held"], t["stored"], t["queued"], t["slots"]) == (0, 0, 0, 64)

@@ -146,6 +146,9 @@ static int fill(struct runner *r, struct bop *op, struct kvp_sqe *sqe)
 	switch (op->kind) {
 	case BOP_ALLOC:
 		kvp_prep_alloc(sqe, op->handle, op->n, op->lookahead, op->use_cache);
+		/* With the cache it may complete later (blocks coming up from a tier). */
+		if (op->use_cache)
+			mark_busy(r, op->handle);
 		if (op->blocks) {
 			sqe->out_addr = off;
 			sqe->out_len = op->lists_bytes;
@@ -197,7 +200,8 @@ int kvpy_run_batch(ClientObject *client, struct bop *ops, size_t nops)
 	size_t handles = 1;
 
 	for (size_t i = 0; i < nops; i++)
-		handles += ops[i].kind == BOP_ATTEND ? ops[i].att.nseqs : ops[i].kind == BOP_WRITE_KV;
+		handles += ops[i].kind == BOP_ATTEND ? ops[i].att.nseqs :
+			   ops[i].kind == BOP_WRITE_KV || (ops[i].kind == BOP_ALLOC && ops[i].use_cache);
 	r.busy = malloc(handles * sizeof(*r.busy));
 	if (!r.busy)
 		return -ENOMEM;
