@@ -390,6 +390,22 @@ void create_pool_or_die(const struct daemon *d, const char *name, const char *co
 	kvp_close(c);
 }
 
+void create_tiered_pool_or_die(struct kvp_client *admin, const char *name, const char *const *kv,
+			       uint64_t tier_bytes)
+{
+	struct kvp_pool_params_v2 p;
+	char keys[64], why[KVP_REASON_MAX] = "";
+	int ret;
+
+	pool_params_or_die(&p, name, kv);
+	snprintf(keys, sizeof(keys), "tier_host_bytes = %llu\n", (unsigned long long)tier_bytes);
+	ret = kvp_pool_create_v3(admin, &p, keys, 0, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "pool create %s: %s: %s\n", name, strerror(-ret), why);
+		exit(1);
+	}
+}
+
 void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool_stats *st)
 {
 	struct kvp_client *c = connect_or_die(d, pool, "", true);

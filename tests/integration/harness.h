@@ -82,6 +82,9 @@ struct kvp_client *connect_or_die(const struct daemon *d, const char *pool, cons
 void pool_params_or_die(struct kvp_pool_params_v2 *p, const char *name, const char *const *kv);
 /* Creates a pool from kvctl-style "key=value" words (NULL-terminated), v2 keys included. */
 void create_pool_or_die(const struct daemon *d, const char *name, const char *const *kv);
+/* Likewise with a host tier of @tier_bytes (POOL_CREATE v3's tier_host_bytes), by @admin. */
+void create_tiered_pool_or_die(struct kvp_client *admin, const char *name, const char *const *kv,
+			       uint64_t tier_bytes);
 /* The pool's stats through an admin CHECK first: aborts if invariants are broken. */
 void check_pool_or_die(const struct daemon *d, const char *pool, struct kvp_pool_stats *st);
 

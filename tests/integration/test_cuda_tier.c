@@ -64,9 +64,7 @@ int main(void)
 	static uint16_t k[65 * ROW], v[65 * ROW], back[2][64 * ROW];
 	struct kvp_stats_view view = { 0 };
 	const struct kvp_stats_tier *t;
-	struct kvp_pool_params_v2 p;
 	struct kvp_client *admin, *c;
-	char keys[64], why[KVP_REASON_MAX];
 	uint64_t a, other, b;
 	uint32_t hit = 0;
 
@@ -75,9 +73,7 @@ int main(void)
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
 	watchdog_watch(&dmn);
 	admin = connect_or_die(&dmn, "", "", true);
-	pool_params_or_die(&p, "t", geometry);
-	snprintf(keys, sizeof(keys), "tier_host_bytes = %u\n", 64 * SLOT);
-	CHECK_EQ(kvp_pool_create_v3(admin, &p, keys, 0, why, sizeof(why)), 0);
+	create_tiered_pool_or_die(admin, "t", geometry, 64 * SLOT);
 	c = connect_or_die(&dmn, "t", "", false);
 
 	a = open_seq(c, 1000, 65);

@@ -172,17 +172,13 @@ int main(void)
 	static const char *const geometry[] = { "blocks=9", "block_size=4", "groups=full",
 						"kv_heads=1", "head_dim=8", "dtype=f32",
 						"layers_per_group=2", NULL };
-	struct kvp_pool_params_v2 p;
 	struct kvp_client *admin, *c;
-	char keys[64], why[KVP_REASON_MAX];
 
 	watchdog_start("test_tier_promote", 60);
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
 	watchdog_watch(&dmn);
 	admin = connect_or_die(&dmn, "", "", true);
-	pool_params_or_die(&p, "t", geometry);
-	snprintf(keys, sizeof(keys), "tier_host_bytes = %u\n", 64 * SLOT);
-	CHECK_EQ(kvp_pool_create_v3(admin, &p, keys, 0, why, sizeof(why)), 0);
+	create_tiered_pool_or_die(admin, "t", geometry, 64 * SLOT);
 	c = connect_or_die(&dmn, "t", "", false);
 	busy_meanwhile(c, admin);
 	death_meanwhile(c, admin);
