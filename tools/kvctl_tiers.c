@@ -4,6 +4,11 @@
 
 #include "kvctl.h"
 
+static uint64_t held_bytes(const struct kvp_stats_tier *t)
+{
+	return t->slots ? t->bytes / t->slots * t->held : 0;
+}
+
 static double mb_per_s(uint64_t bytes, uint64_t ns)
 {
 	return ns ? (double)bytes / (double)ns * 1000.0 : 0.0;
@@ -17,16 +22,17 @@ void print_tiers_table(const struct kvp_stats_view *s)
 		any |= kvp_stats_tier_of(s, p) != NULL;
 	if (!any)
 		return;
-	printf("\n%-20s %-5s %9s %9s %6s %9s %8s %9s %8s %9s %12s %6s %8s %8s\n", "TIERS", "KIND",
-	       "SLOTS", "HELD", "QUEUE", "STORED", "SKIPPED", "ABANDONED", "EVICTED", "PROMOTED",
-	       "HIT_TOKENS", "FAILED", "MB/s_DN", "MB/s_UP");
+	printf("\n%-20s %-5s %9s %9s %9s %6s %9s %8s %9s %8s %9s %12s %6s %8s %8s\n", "TIERS",
+	       "KIND", "SLOTS", "HELD", "HELD_MiB", "QUEUE", "STORED", "SKIPPED", "ABANDONED",
+	       "EVICTED", "PROMOTED", "HIT_TOKENS", "FAILED", "MB/s_DN", "MB/s_UP");
 	KVP_STATS_FOR_EACH_POOL(s, p) {
 		const struct kvp_stats_tier *t = kvp_stats_tier_of(s, p);
 
 		if (!t)
 			continue;
-		printf("%-20.*s %-5s %9u %9u %6u %9llu %8llu %9llu %8llu %9llu %12llu %6llu %8.1f %8.1f\n",
-		       KVP_NAME_MAX, p->name, "host", t->slots, t->held, t->queued,
+		printf("%-20.*s %-5s %9u %9u %9.1f %6u %9llu %8llu %9llu %8llu %9llu %12llu %6llu "
+		       "%8.1f %8.1f\n", KVP_NAME_MAX, p->name, "host", t->slots, t->held,
+		       held_bytes(t) / 1048576.0, t->queued,
 		       (unsigned long long)t->stored, (unsigned long long)t->skipped,
 		       (unsigned long long)t->abandoned, (unsigned long long)t->evicted,
 		       (unsigned long long)t->promoted, (unsigned long long)t->hit_tokens,
@@ -61,6 +67,11 @@ void print_tiers_prometheus(const struct kvp_stats_view *s)
 	TIER_METRIC("kvpool_tier_bytes", "gauge", "A pool's tier's memory.", bytes);
 	TIER_METRIC("kvpool_tier_slots", "gauge", "Blocks a pool's tier can hold.", slots);
 	TIER_METRIC("kvpool_tier_blocks", "gauge", "Blocks a pool's tier holds, hittable.", held);
+	printf("# HELP kvpool_tier_held_bytes The bytes of the blocks a pool's tier holds.\n"
+	       "# TYPE kvpool_tier_held_bytes gauge\n");
+	KVP_STATS_FOR_EACH_POOL(s, p)
+		if ((t = kvp_stats_tier_of(s, p)))
+			sample("kvpool_tier_held_bytes", p, NULL, held_bytes(t));
 	TIER_METRIC("kvpool_tier_queued_blocks", "gauge", "Copies into a tier in flight.", queued);
 	TIER_METRIC("kvpool_tier_stored_blocks_total", "counter",
 		    "Blocks copied into a tier and kept.", stored);
