@@ -230,6 +230,7 @@ void kvpd_tier_unpin(struct kvpd_tier *t, uint32_t i)
 		lru_append(t, i); /* a promotion is a use: most recent */
 }
 
+/* Also the pool's tier_free: only an idle pool is freed (no job in flight, no POOL_SYNC waiting). */
 static void tier_free(struct kvpd_tier *t)
 {
 	if (t->copier)
@@ -247,12 +248,6 @@ static void tier_free(struct kvpd_tier *t)
 	free(t->seen);
 	free(t->loader);
 	free(t);
-}
-
-static void tier_release(struct kvpd_tier *t)
-{
-	/* Only an idle pool is freed: no job in flight, no POOL_SYNC waiting. */
-	tier_free(t);
 }
 
 static uint32_t clamp_u32(uint64_t v, uint32_t lo, uint32_t hi)
@@ -333,7 +328,7 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	t->st.bytes = (uint64_t)t->nslots * t->slot_bytes;
 	t->dirty = true; /* its row is written at the loop's next turn, once the pool is in */
 	pool->tier = t;
-	pool->tier_free = tier_release;
+	pool->tier_free = tier_free;
 	kvc_pool_set_tier(pool->core, tier_has, t);
 	return 0;
 }
