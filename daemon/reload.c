@@ -97,6 +97,10 @@ static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvp
 		return "tier_host_bytes";
 	if (sa->tier_policy != sb->tier_policy)
 		return "tier_policy";
+	if (sa->tier_disk_bytes != sb->tier_disk_bytes)
+		return "tier_disk_bytes";
+	if (strcmp(sa->tier_disk_path, sb->tier_disk_path))
+		return "tier_disk_path";
 	return NULL;
 }
 

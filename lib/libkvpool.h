@@ -453,6 +453,12 @@ int kvp_pool_create_v3(struct kvp_client *c, const struct kvp_pool_params_v2 *pa
 /* kvp_pool_destroy - destroy a pool; -EBUSY while another client uses it. */
 int kvp_pool_destroy(struct kvp_client *c, const char *name);
 /*
+ * kvp_pool_destroy_flags - the same with POOL_DESTROY's op_flags:
+ * KVP_POOL_DESTROY_DROP_TIER removes the pool's disk tier file too (without
+ * it the file is kept, for a pool of the same name and geometry made later).
+ */
+int kvp_pool_destroy_flags(struct kvp_client *c, const char *name, uint32_t flags);
+/*
  * kvp_pool_sync - wait until every copy into pool @name's tier (NULL: the
  * attached pool's) queued before the call has finished; 0 at once for a pool
  * without a tier. -ENOENT: no such pool.

@@ -288,7 +288,18 @@ int kvp_pool_map_request(struct kvp_client *c, uint64_t *tag, char *why, size_t 
 
 int kvp_pool_destroy(struct kvp_client *c, const char *name)
 {
-	return name_call(c, KVP_OP_POOL_DESTROY, name);
+	return kvp_pool_destroy_flags(c, name, 0);
+}
+
+int kvp_pool_destroy_flags(struct kvp_client *c, const char *name, uint32_t flags)
+{
+	struct call call = { 0 };
+	int ret = stage_name(c, &call, KVP_OP_POOL_DESTROY, name);
+
+	if (ret)
+		return ret;
+	call.sqe.op_flags = flags;
+	return run(c, &call);
 }
 
 int kvp_pool_sync(struct kvp_client *c, const char *name)

@@ -39,11 +39,13 @@ static json_object *tier_json(const struct kvp_stats_tier *t)
 	if (!t || !t->in_use)
 		return NULL;
 	o = json_object_new_object();
-	json_object_object_add(o, "kind", json_object_new_string("host"));
+	json_object_object_add(o, "kind", json_object_new_string(t->kind == KVP_TIER_DISK ? "disk" :
+								  "host"));
 	json_object_object_add(o, "bytes", ju64(t->bytes));
 	json_object_object_add(o, "slots", ju64(t->slots));
+	json_object_object_add(o, "slot_bytes", ju64(t->slot_bytes));
 	json_object_object_add(o, "held", ju64(t->held));
-	json_object_object_add(o, "held_bytes", ju64(t->slots ? t->bytes / t->slots * t->held : 0));
+	json_object_object_add(o, "held_bytes", ju64((uint64_t)t->slot_bytes * t->held));
 	json_object_object_add(o, "queued", ju64(t->queued));
 	json_object_object_add(o, "stored", ju64(t->stored));
 	json_object_object_add(o, "skipped", ju64(t->skipped));
@@ -58,6 +60,9 @@ static json_object *tier_json(const struct kvp_stats_tier *t)
 		t->ns_down ? (double)t->bytes_down / (double)t->ns_down * 1000.0 : 0.0));
 	json_object_object_add(o, "mb_per_s_up", json_object_new_double(
 		t->ns_up ? (double)t->bytes_up / (double)t->ns_up * 1000.0 : 0.0));
+	json_object_object_add(o, "restored", ju64(t->restored));
+	json_object_object_add(o, "refused", ju64(t->refused));
+	json_object_object_add(o, "write_failures", ju64(t->write_failures));
 	return o;
 }
 

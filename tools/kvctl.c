@@ -155,6 +155,7 @@ int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char 
 		{ "prometheus", no_argument, NULL, OPT_PROM },
 		{ "interval", required_argument, NULL, OPT_INTERVAL },
 		{ "count", required_argument, NULL, OPT_COUNT },
+		{ "drop-tier", no_argument, NULL, OPT_DROP_TIER },
 		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 	};
@@ -184,6 +185,9 @@ int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char 
 			break;
 		case OPT_PROM:
 			o->prom = true;
+			break;
+		case OPT_DROP_TIER:
+			o->drop_tier = true;
 			break;
 		case OPT_INTERVAL:
 			if (parse_uint(optarg, &o->interval) || !o->interval)

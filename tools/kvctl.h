@@ -42,12 +42,13 @@ int kvctl_acct(int argc, char **argv, const char *socket_path);
 struct cmd_opts {
 	const char *socket;
 	bool json, prom;
+	bool drop_tier;
 	unsigned interval, count;
 	int nargs;     /* operands, in order */
 	char **args;
 };
 
-enum { OPT_JSON = 256, OPT_PROM, OPT_INTERVAL, OPT_COUNT };
+enum { OPT_JSON = 256, OPT_PROM, OPT_INTERVAL, OPT_COUNT, OPT_DROP_TIER };
 /* parse_cmd printed the command's help: kvctl exits 0. */
 #define HELP_SHOWN (-1)
 /* Options a command takes beyond -s and -h: bits (1 << (OPT_x - OPT_JSON)). */

@@ -8,7 +8,7 @@
 
 static const char pool_help[] =
 	"Usage: kvctl pool create NAME KEY=VALUE... [--socket PATH]\n"
-	"       kvctl pool destroy NAME [--socket PATH]\n"
+	"       kvctl pool destroy NAME [--drop-tier] [--socket PATH]\n"
 	"       kvctl pool sync NAME [--socket PATH]\n"
 	"Create or destroy a pool, or wait for its tier's copies (admin: root or the\n"
 	"daemon's uid). 'kvctl pool create --help' lists the keys.\n"
@@ -34,6 +34,10 @@ static const char pool_create_help[] =
 	"  tier_host_bytes=N   a host-memory tier of N bytes under the pool's prefix\n"
 	"                      cache: blocks the pool evicts stay hittable there (needs\n"
 	"                      KV and caching; default 0, none)\n"
+	"  tier_disk_bytes=N   a disk tier instead: a file of N bytes, NAME.kvtier, that\n"
+	"                      outlives the daemon (preallocated; its blocks are hit\n"
+	"                      again after a restart with the same geometry)\n"
+	"  tier_disk_path=DIR  the disk tier's directory (default /var/lib/kvpool)\n"
 	"  tier_policy=lru     what the tier drops for room (lru, the default)\n"
 	"Every KEY=VALUE goes to the daemon as it is (POOL_CREATE v3's key text), so\n"
 	"keys a newer kvpoold takes pass through; kvctl itself checks the keys above.\n"
@@ -49,11 +53,14 @@ static const char pool_create_help[] =
 	SOCKET_HELP;
 
 static const char pool_destroy_help[] =
-	"Usage: kvctl pool destroy NAME [--socket PATH]\n"
+	"Usage: kvctl pool destroy NAME [--drop-tier] [--socket PATH]\n"
 	"Destroy pool NAME (admin: root or the daemon's uid): refused while a client is\n"
-	"attached to it or a sequence is open. Prints \"pool NAME destroyed\".\n"
+	"attached to it or a sequence is open. Prints \"pool NAME destroyed\". A disk\n"
+	"tier's file is kept, so that a pool of the same name and geometry made later\n"
+	"hits what it holds, unless --drop-tier.\n"
 	"\n"
 	"Options:\n"
+	"  --drop-tier          remove the pool's disk tier file (NAME.kvtier) too\n"
 	SOCKET_HELP;
 
 /* What the options after a command set. */
@@ -168,7 +175,7 @@ int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	const char *name;
 	int ret;
 
-	ret = parse_cmd(cmd, help, 0, argc, argv, o);
+	ret = parse_cmd(cmd, help, destroy ? TAKES(OPT_DROP_TIER) : 0, argc, argv, o);
 	if (ret)
 		return ret;
 	if (!create && !destroy && !sync)
@@ -186,7 +193,9 @@ int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	if (connect_to(o->socket, true, &c))
 		return 1;
 	ret = create ? pool_create(c, &params, keys, unknown, why, sizeof(why))
-		     : destroy ? kvp_pool_destroy(c, name) : kvp_pool_sync(c, name);
+		     : destroy ? kvp_pool_destroy_flags(c, name, o->drop_tier ?
+							   KVP_POOL_DESTROY_DROP_TIER : 0)
+		     : kvp_pool_sync(c, name);
 	if (ret == -EBUSY && destroy)
 		busy_pool(c, name, why, sizeof(why));
 	kvp_close(c);

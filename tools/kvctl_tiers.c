@@ -6,7 +6,12 @@
 
 static uint64_t held_bytes(const struct kvp_stats_tier *t)
 {
-	return t->slots ? t->bytes / t->slots * t->held : 0;
+	return (uint64_t)t->slot_bytes * t->held;
+}
+
+static const char *kind_name(const struct kvp_stats_tier *t)
+{
+	return t->kind == KVP_TIER_DISK ? "disk" : "host";
 }
 
 static double mb_per_s(uint64_t bytes, uint64_t ns)
@@ -22,31 +27,34 @@ void print_tiers_table(const struct kvp_stats_view *s)
 		any |= kvp_stats_tier_of(s, p) != NULL;
 	if (!any)
 		return;
-	printf("\n%-20s %-5s %9s %9s %9s %6s %9s %8s %9s %8s %9s %12s %6s %8s %8s\n", "TIERS",
-	       "KIND", "SLOTS", "HELD", "HELD_MiB", "QUEUE", "STORED", "SKIPPED", "ABANDONED",
-	       "EVICTED", "PROMOTED", "HIT_TOKENS", "FAILED", "MB/s_DN", "MB/s_UP");
+	printf("\n%-20s %-5s %9s %9s %9s %6s %9s %8s %9s %8s %9s %12s %6s %8s %8s %9s %8s "
+	       "%8s\n", "TIERS", "KIND", "SLOTS", "HELD", "HELD_MiB", "QUEUE", "STORED", "SKIPPED",
+	       "ABANDONED", "EVICTED", "PROMOTED", "HIT_TOKENS", "FAILED", "MB/s_DN", "MB/s_UP",
+	       "RESTORED", "REFUSED", "W_FAILED");
 	KVP_STATS_FOR_EACH_POOL(s, p) {
 		const struct kvp_stats_tier *t = kvp_stats_tier_of(s, p);
 
 		if (!t)
 			continue;
 		printf("%-20.*s %-5s %9u %9u %9.1f %6u %9llu %8llu %9llu %8llu %9llu %12llu %6llu "
-		       "%8.1f %8.1f\n", KVP_NAME_MAX, p->name, "host", t->slots, t->held,
+		       "%8.1f %8.1f %9llu %8llu %8llu\n", KVP_NAME_MAX, p->name, kind_name(t),
+		       t->slots, t->held,
 		       held_bytes(t) / 1048576.0, t->queued,
 		       (unsigned long long)t->stored, (unsigned long long)t->skipped,
 		       (unsigned long long)t->abandoned, (unsigned long long)t->evicted,
 		       (unsigned long long)t->promoted, (unsigned long long)t->hit_tokens,
 		       (unsigned long long)t->read_failures, mb_per_s(t->bytes_down, t->ns_down),
-		       mb_per_s(t->bytes_up, t->ns_up));
+		       mb_per_s(t->bytes_up, t->ns_up), (unsigned long long)t->restored,
+		       (unsigned long long)t->refused, (unsigned long long)t->write_failures);
 	}
 }
 
-static void sample(const char *metric, const struct kvp_stats_pool *p, const char *dir,
-		   uint64_t value)
+static void sample(const char *metric, const struct kvp_stats_pool *p,
+		   const struct kvp_stats_tier *t, const char *dir, uint64_t value)
 {
 	printf("%s{", metric);
 	prom_label("pool", p->name, KVP_NAME_MAX, true);
-	printf(",tier=\"host\"");
+	printf(",tier=\"%s\"", kind_name(t));
 	if (dir)
 		printf(",direction=\"%s\"", dir);
 	printf("} %llu\n", (unsigned long long)value);
@@ -57,7 +65,7 @@ static void sample(const char *metric, const struct kvp_stats_pool *p, const cha
 		printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);    \
 		KVP_STATS_FOR_EACH_POOL(s, p)                                      \
 			if ((t = kvp_stats_tier_of(s, p)))                         \
-				sample(name, p, NULL, t->field);                   \
+				sample(name, p, t, NULL, t->field);                 \
 	} while (0)
 
 void print_tiers_prometheus(const struct kvp_stats_view *s)
@@ -71,7 +79,7 @@ void print_tiers_prometheus(const struct kvp_stats_view *s)
 	       "# TYPE kvpool_tier_held_bytes gauge\n");
 	KVP_STATS_FOR_EACH_POOL(s, p)
 		if ((t = kvp_stats_tier_of(s, p)))
-			sample("kvpool_tier_held_bytes", p, NULL, held_bytes(t));
+			sample("kvpool_tier_held_bytes", p, t, NULL, held_bytes(t));
 	TIER_METRIC("kvpool_tier_queued_blocks", "gauge", "Copies into a tier in flight.", queued);
 	TIER_METRIC("kvpool_tier_stored_blocks_total", "counter",
 		    "Blocks copied into a tier and kept.", stored);
@@ -87,12 +95,20 @@ void print_tiers_prometheus(const struct kvp_stats_view *s)
 		    "Blocks whose copy up from a tier failed.", read_failures);
 	TIER_METRIC("kvpool_tier_hit_tokens_total", "counter",
 		    "ALLOC's hit tokens from its first promoted position on.", hit_tokens);
+	TIER_METRIC("kvpool_tier_restored_blocks_total", "counter",
+		    "Blocks a disk tier found on disk at its pool's start, hittable at once.",
+		    restored);
+	TIER_METRIC("kvpool_tier_refused_blocks_total", "counter",
+		    "Blocks on a disk tier never hit: a checksum failed, past the file's end, "
+		    "or a duplicate.", refused);
+	TIER_METRIC("kvpool_tier_write_failures_total", "counter",
+		    "Copies into a disk tier the disk did not take.", write_failures);
 	printf("# HELP kvpool_tier_copied_bytes_total Bytes copied between a pool and its tier.\n"
 	       "# TYPE kvpool_tier_copied_bytes_total counter\n");
 	KVP_STATS_FOR_EACH_POOL(s, p)
 		if ((t = kvp_stats_tier_of(s, p))) {
-			sample("kvpool_tier_copied_bytes_total", p, "down", t->bytes_down);
-			sample("kvpool_tier_copied_bytes_total", p, "up", t->bytes_up);
+			sample("kvpool_tier_copied_bytes_total", p, t, "down", t->bytes_down);
+			sample("kvpool_tier_copied_bytes_total", p, t, "up", t->bytes_up);
 		}
 	printf("# HELP kvpool_tier_copy_seconds_total Time the copies between a pool and its "
 	       "tier took.\n# TYPE kvpool_tier_copy_seconds_total counter\n");
@@ -100,9 +116,11 @@ void print_tiers_prometheus(const struct kvp_stats_view *s)
 		if ((t = kvp_stats_tier_of(s, p))) {
 			printf("kvpool_tier_copy_seconds_total{");
 			prom_label("pool", p->name, KVP_NAME_MAX, true);
-			printf(",tier=\"host\",direction=\"down\"} %.9f\n", (double)t->ns_down / 1e9);
+			printf(",tier=\"%s\",direction=\"down\"} %.9f\n", kind_name(t),
+			       (double)t->ns_down / 1e9);
 			printf("kvpool_tier_copy_seconds_total{");
 			prom_label("pool", p->name, KVP_NAME_MAX, true);
-			printf(",tier=\"host\",direction=\"up\"} %.9f\n", (double)t->ns_up / 1e9);
+			printf(",tier=\"%s\",direction=\"up\"} %.9f\n", kind_name(t),
+			       (double)t->ns_up / 1e9);
 		}
 }

@@ -249,6 +249,11 @@ enum kvp_opcode {
  * client is attached to it and no sequence or request uses it.
  */
 #define KVP_POOL_OWNED (1u << 0)
+/*
+ * POOL_DESTROY: remove the pool's disk tier file too (else it is kept, and a
+ * pool of the same name and geometry made later hits what it holds).
+ */
+#define KVP_POOL_DESTROY_DROP_TIER (1u << 0)
 
 /*
  * One request: 64 bytes, written by the client, copied out of the ring before
@@ -607,28 +612,37 @@ struct kvp_stats_tenant {
 };
 
 /*
- * A pool's tier (tier_host_bytes): entry i of the page's tiers is pools[i]'s,
- * in_use 0 for a pool without one. Blocks are the pool's, slot_bytes each (K
- * and V of every layer). MB/s each way: bytes_* / ns_* * 1000.
+ * A pool's tier (tier_host_bytes or tier_disk_bytes): entry i of the page's
+ * tiers is pools[i]'s, in_use 0 for a pool without one. Blocks are the
+ * pool's, slot_bytes each (K and V of every layer). MB/s each way: bytes_* /
+ * ns_* * 1000.
  */
 #define KVP_TIER_HOST 1
+#define KVP_TIER_DISK 2 /* a file, NAME.kvtier, that outlives the daemon */
 struct kvp_stats_tier {
 	__u32 in_use;        /* 0: an unused entry (all zero) */
-	__u32 kind;          /* KVP_TIER_HOST */
-	__u64 bytes;         /* its memory */
+	__u32 kind;          /* KVP_TIER_HOST, KVP_TIER_DISK */
+	__u64 bytes;         /* its memory, or its file's size */
 	__u32 slots;         /* blocks it can hold */
 	__u32 held;          /* blocks it holds, hittable */
 	__u32 queued;        /* copies down in flight now */
-	__u32 resv;          /* zero */
+	__u32 slot_bytes;    /* a block's K and V of every layer, as the tier holds it */
 	__u64 stored;        /* blocks copied down and kept */
 	__u64 skipped;       /* blocks not copied down: the queue was full or no slot free */
 	__u64 abandoned;     /* copies dropped: their block was handed out meanwhile */
 	__u64 evicted;       /* entries dropped for room */
 	__u64 promoted;      /* blocks copied up into the pool by ALLOC */
-	__u64 read_failures; /* blocks whose copy up failed (the ALLOC failed with it) */
+	__u64 read_failures; /* blocks whose copy up failed, a disk's read or checksum included
+			      * (the ALLOC failed with it) */
 	__u64 hit_tokens;    /* ALLOC's hit tokens from its first promoted position on */
 	__u64 bytes_down, bytes_up; /* copied into the tier, out of it */
 	__u64 ns_down, ns_up;       /* the copies' time, job by job */
+	/* A disk tier's; zero for a host tier. */
+	__u64 restored;      /* blocks found on disk at the pool's start, hittable at once */
+	__u64 refused;       /* blocks on disk never hit: a record or its bytes failed their
+			      * checksum, past the file's end, a duplicate (at start or read) */
+	__u64 write_failures; /* copies down the disk did not take (the tier stops writing at
+			       * the first: the daemon's log says why) */
 };
 
 /*
@@ -827,7 +841,7 @@ _Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, head_stride) == 40
 	       "kvp_kv_layer_layout.head_stride");
 _Static_assert(sizeof(struct kvp_kv_layout) == 64, "kvp_kv_layout");
 _Static_assert(sizeof(struct kvp_map_msg) == 32, "kvp_map_msg");
-_Static_assert(sizeof(struct kvp_stats_tier) == 120, "kvp_stats_tier");
+_Static_assert(sizeof(struct kvp_stats_tier) == 144, "kvp_stats_tier");
 _Static_assert(__builtin_offsetof(struct kvp_stats_tier, stored) == 32, "kvp_stats_tier.stored");
 _Static_assert(__builtin_offsetof(struct kvp_kv_layout, num_pieces) == 16,
 	       "kvp_kv_layout.num_pieces");

@@ -60,6 +60,10 @@ enum kvpd_evloop_choice { KVPD_EVLOOP_AUTO, KVPD_EVLOOP_IO_URING, KVPD_EVLOOP_EP
 #define KVPD_MAX_CLIENTS_MAX (1u << 16)
 #define KVPD_THREADS_MAX 1024
 
+/* A disk tier's directory when its pool names none (systemd's StateDirectory=kvpool). */
+#define KVPD_TIER_DISK_PATH "/var/lib/kvpool"
+#define KVPD_TIER_PATH_MAX 4096
+
 enum kvpd_tier_policy {
 	KVPD_TIER_LRU, /* the least recently stored or hit block goes first */
 };
@@ -73,6 +77,8 @@ struct kvpd_pool_spec {
 	struct kvp_pool_params_v2 v2;
 	uint64_t tier_host_bytes; /* a host-memory tier under the pool's cache; 0: none */
 	uint32_t tier_policy;     /* enum kvpd_tier_policy */
+	uint64_t tier_disk_bytes; /* a disk tier's file, NAME.kvtier; 0: none */
+	char tier_disk_path[KVPD_TIER_PATH_MAX]; /* its directory; "": KVPD_TIER_DISK_PATH */
 };
 
 struct kvpd_config {

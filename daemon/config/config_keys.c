@@ -74,7 +74,7 @@ static const char *const layouts[] = { "default", "block", "layer", NULL };
 static const char *const tier_policies[] = { [KVPD_TIER_LRU] = "lru", NULL };
 
 /* [pool.NAME]'s keys past v2's 16 (stored in struct kvpd_pool_spec itself, not by libkvpool). */
-enum { P_TIER_HOST_BYTES = 16, P_TIER_POLICY };
+enum { P_TIER_HOST_BYTES = 16, P_TIER_POLICY, P_TIER_DISK_PATH, P_TIER_DISK_BYTES };
 
 /* Stored by libkvpool's kvp_pool_params_v2_set, as kvctl's; the ranges are pool_check.c's. */
 static const struct cfg_key pool_keys[] = {
@@ -96,6 +96,9 @@ static const struct cfg_key pool_keys[] = {
 	OF_TYPE("namespace", KEY_NAME),
 	[P_TIER_HOST_BYTES] = NUMBER("tier_host_bytes", 0, UINT64_MAX),
 	[P_TIER_POLICY] = CHOICE("tier_policy", tier_policies),
+	[P_TIER_DISK_PATH] = STRING("tier_disk_path", KVPD_TIER_PATH_MAX - 1,
+				    "a directory for the pool's disk tier"),
+	[P_TIER_DISK_BYTES] = NUMBER("tier_disk_bytes", 0, UINT64_MAX),
 };
 
 #define QUOTA_KEYS                                                                             \
@@ -376,6 +379,14 @@ int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *ob
 		}
 		if (idx == P_TIER_POLICY) {
 			((struct kvpd_pool_spec *)obj)->tier_policy = (uint32_t)choice;
+			return 0;
+		}
+		if (idx == P_TIER_DISK_PATH) {
+			strcpy(((struct kvpd_pool_spec *)obj)->tier_disk_path, value);
+			return 0;
+		}
+		if (idx == P_TIER_DISK_BYTES) {
+			((struct kvpd_pool_spec *)obj)->tier_disk_bytes = num;
 			return 0;
 		}
 		/* In range here, so refused there only if the two parsers disagree. */

@@ -66,17 +66,32 @@ static int check_kv(const struct kvp_pool_params *p, char *why, size_t len)
 int kvpd_pool_spec_check(const struct kvpd_pool_spec *spec, char *why, size_t len)
 {
 	const struct kvp_pool_params *p = &spec->v2.v1;
+	const char *key = spec->tier_disk_bytes ? "tier_disk_bytes" : "tier_host_bytes";
 	int ret = kvpd_pool_params_check(&spec->v2, why, len);
 
-	if (ret || !spec->tier_host_bytes)
+	if (!ret && *spec->tier_disk_path && !spec->tier_disk_bytes)
+		return kvpd_refuse(why, len, -EINVAL, "tier_disk_path: set without tier_disk_bytes "
+				   "(the disk tier's size)");
+	if (ret || (!spec->tier_host_bytes && !spec->tier_disk_bytes))
 		return ret;
+	/* One lower level under the cache: a host tier over a disk tier is not built. */
+	if (spec->tier_host_bytes && spec->tier_disk_bytes)
+		return kvpd_refuse(why, len, -EINVAL, "tier_host_bytes and tier_disk_bytes: a "
+				   "pool has one tier, in host memory or on disk");
 	/* A tier keeps blocks by their cache key and holds their KV: it needs both. */
 	if (!p->kv_heads)
-		return kvpd_refuse(why, len, -EINVAL, "tier_host_bytes: the pool holds no KV "
-				   "(kv_heads, head_dim, layers_per_group) for a tier to keep");
+		return kvpd_refuse(why, len, -EINVAL, "%s: the pool holds no KV (kv_heads, "
+				   "head_dim, layers_per_group) for a tier to keep", key);
 	if (!p->caching)
-		return kvpd_refuse(why, len, -EINVAL, "tier_host_bytes: caching is off, so no "
-				   "block is ever hit from a tier");
+		return kvpd_refuse(why, len, -EINVAL, "%s: caching is off, so no block is ever "
+				   "hit from a tier", key);
+	if (spec->tier_disk_bytes && (strchr(p->name, '/') || p->name[0] == '.'))
+		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes: the tier's file is named "
+				   "after the pool (NAME.kvtier), and '%s' holds a '/' or starts "
+				   "with '.'", p->name);
+	if (spec->tier_disk_bytes && spec->v2.backend == KVP_BACKEND_CUDA)
+		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes: a cuda pool's disk tier "
+				   "is not built (a host tier is: tier_host_bytes)");
 	if (spec->tier_policy != KVPD_TIER_LRU)
 		return kvpd_refuse(why, len, -EINVAL, "tier_policy %u: must be 0 (lru)",
 				   spec->tier_policy);

@@ -149,10 +149,10 @@ struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 	return NULL;
 }
 
-static void pool_free(struct kvpd_pool *pool)
+static void pool_free(struct kvpd_pool *pool, bool drop_tier)
 {
 	if (pool->tier)
-		pool->tier_free(pool->tier);
+		pool->tier_free(pool->tier, drop_tier);
 	if (pool->mem)
 		pool->backend->pool_fini(&pool->layout, pool->mem);
 	if (pool->core)
@@ -269,7 +269,7 @@ void kvpd_pool_install(struct kvpd *d, struct kvpd_pool *pool)
 void kvpd_pool_discard(struct kvpd *d, struct kvpd_pool *pool)
 {
 	building_unlink(d, pool);
-	pool_free(pool);
+	pool_free(pool, false);
 }
 
 int kvpd_pool_create(struct kvpd *d, const struct kvpd_pool_spec *spec,
@@ -294,7 +294,7 @@ bool kvpd_pool_busy(const struct kvpd_pool *pool, uint32_t own_attachments)
 	return pool->sequences || pool->inflight || pool->clients > own_attachments;
 }
 
-int kvpd_pool_destroy(struct kvpd *d, const char *name)
+int kvpd_pool_destroy(struct kvpd *d, const char *name, bool drop_tier)
 {
 	struct kvpd_pool *pool = kvpd_pool_find(d, name);
 	unsigned i;
@@ -309,7 +309,7 @@ int kvpd_pool_destroy(struct kvpd *d, const char *name)
 		;
 	d->pools[i] = d->pools[--d->npools];
 	kvpd_log(d, KVPD_LOG_INFO, "pool %s destroyed", pool->name);
-	pool_free(pool);
+	pool_free(pool, drop_tier);
 	return 0;
 }
 
@@ -318,7 +318,7 @@ void kvpd_pools_reap(struct kvpd *d)
 {
 	for (unsigned i = d->npools; i-- > 0;)
 		if (d->pools[i]->orphaned || d->pools[i]->removed)
-			kvpd_pool_destroy(d, d->pools[i]->name);
+			kvpd_pool_destroy(d, d->pools[i]->name, false);
 }
 
 void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner)
@@ -335,7 +335,7 @@ void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner)
 void kvpd_pools_release(struct kvpd *d)
 {
 	while (d->npools)
-		pool_free(d->pools[--d->npools]);
+		pool_free(d->pools[--d->npools], false);
 }
 
 int kvpd_job_run(struct kvpd_job *job, uint32_t task)

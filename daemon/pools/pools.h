@@ -52,10 +52,11 @@ struct kvpd_pool {
 	bool removed;       /* configured, and a reload found it gone: destroy once unused */
 	/*
 	 * Its tier (the tier room's; NULL: none) and how to free it: the pools
-	 * room frees a pool's tier with it, knowing nothing else of tiers.
+	 * room frees a pool's tier with it, knowing nothing else of tiers. A disk
+	 * tier's file stays unless @drop.
 	 */
 	struct kvpd_tier *tier;
-	void (*tier_free)(struct kvpd_tier *tier);
+	void (*tier_free)(struct kvpd_tier *tier, bool drop);
 };
 
 /* Who creates a KVP_POOL_OWNED pool: its client's id and uid. */
@@ -90,8 +91,8 @@ struct kvpd_pool *kvpd_pool_building(struct kvpd *d, const char *name);
  * @own_attachments (the destroyer's own attachment, which it drops first).
  */
 bool kvpd_pool_busy(const struct kvpd_pool *pool, uint32_t own_attachments);
-/* -EBUSY while kvpd_pool_busy(pool, 0). */
-int kvpd_pool_destroy(struct kvpd *d, const char *name);
+/* -EBUSY while kvpd_pool_busy(pool, 0). @drop_tier: its disk tier's file goes too. */
+int kvpd_pool_destroy(struct kvpd *d, const char *name, bool drop_tier);
 struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name);
 void kvpd_pools_release(struct kvpd *d);
 /* Client @owner is gone: its owned pools are destroyed now, or once unused (kvpd_pools_reap). */

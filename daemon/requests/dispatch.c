@@ -28,6 +28,7 @@ static const uint32_t known_op_flags[KVP_OP_LAST] = {
 	[KVP_OP_SEQ_OPEN] = KVP_OPEN_PREFIX,
 	[KVP_OP_ALLOC] = KVP_ALLOC_USE_CACHE,
 	[KVP_OP_POOL_CREATE] = KVP_POOL_OWNED,
+	[KVP_OP_POOL_DESTROY] = KVP_POOL_DESTROY_DROP_TIER,
 };
 
 /* [off, off + len) inside the arena, or NULL. */
@@ -443,7 +444,8 @@ static void give_reason(const struct kvpd_client *c, const struct kvp_sqe *sqe,
 }
 
 /* Refused while a client other than @c is attached or any sequence is open. */
-static int op_pool_destroy(struct kvpd *d, struct kvpd_client *c, const char *name)
+static int op_pool_destroy(struct kvpd *d, struct kvpd_client *c, const char *name,
+			   uint32_t flags)
 {
 	struct kvpd_pool *pool = kvpd_pool_find(d, name);
 
@@ -453,7 +455,7 @@ static int op_pool_destroy(struct kvpd *d, struct kvpd_client *c, const char *na
 		return -EBUSY;
 	if (c->pool == pool)
 		kvpd_client_detach(c);
-	return kvpd_pool_destroy(d, name);
+	return kvpd_pool_destroy(d, name, flags & KVP_POOL_DESTROY_DROP_TIER);
 }
 
 static int op_pool_sync(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
@@ -484,7 +486,7 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_POOL_CREATE:
 		return kvpd_pool_create_request(d, c, sqe, cqe);
 	case KVP_OP_POOL_DESTROY:
-		return arena_name(c, sqe, name) ?: op_pool_destroy(d, c, name);
+		return arena_name(c, sqe, name) ?: op_pool_destroy(d, c, name, sqe->op_flags);
 	case KVP_OP_POOL_SYNC:
 		return op_pool_sync(d, c, sqe, name);
 	}

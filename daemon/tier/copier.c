@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A tier's copier: one thread running its copies down, a block a task, on the
- * pool's backend, at a low priority (tier_internal.h says why).
+ * A tier's copier: one thread running a queue of its jobs in order: a host
+ * tier's copies down, a block a task, on the pool's backend, at a low
+ * priority (tier_internal.h says why); a disk tier's reads and writes
+ * (disk_io.c), one copier each way.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,20 +21,20 @@ struct tier_copier {
 	pthread_cond_t wake;
 	struct kvpd_job *head, *tail;
 	bool stop;
+	bool background;
+	tier_run_fn *run;
+	void *arg;
 };
 
-/* The next task of the job at the head; the job leaves the queue with its last task taken. */
-static struct kvpd_job *take(struct tier_copier *cp, uint32_t *task)
+void kvpd_tier_run_tasks(void *arg, struct kvpd_job *job)
 {
-	struct kvpd_job *job = cp->head;
+	uint32_t n = job->ntasks;
 
-	*task = job->next_task++;
-	if (job->next_task == job->ntasks) {
-		cp->head = job->next;
-		if (!cp->head)
-			cp->tail = NULL;
-	}
-	return job;
+	(void)arg;
+	/* The last task_done hands the job back to the loop: it is not read after. */
+	for (uint32_t task = 0; task < n; task++)
+		if (kvpd_job_run(job, task) != KVPD_TASK_LATER)
+			job->task_done(job);
 }
 
 static void *copier_main(void *arg)
@@ -47,35 +49,41 @@ static void *copier_main(void *arg)
 	 * a busy 2-core machine, and there starved the copies (the tier's hit rate
 	 * fell by half: bench/README.md).
 	 */
-	pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){ 0 });
-	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+	if (cp->background) {
+		pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){ 0 });
+		setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+	}
 	pthread_mutex_lock(&cp->lock);
 	for (;;) {
 		struct kvpd_job *job;
-		uint32_t task;
 
 		while (!cp->head && !cp->stop)
 			pthread_cond_wait(&cp->wake, &cp->lock);
-		if (!cp->head)
+		job = cp->head;
+		if (!job)
 			break;
-		job = take(cp, &task);
+		cp->head = job->next;
+		if (!cp->head)
+			cp->tail = NULL;
 		pthread_mutex_unlock(&cp->lock);
-		/* The last task_done hands the job back to the loop: it is not read after. */
-		if (kvpd_job_run(job, task) != KVPD_TASK_LATER)
-			job->task_done(job);
+		cp->run(cp->arg, job);
 		pthread_mutex_lock(&cp->lock);
 	}
 	pthread_mutex_unlock(&cp->lock);
 	return NULL;
 }
 
-int kvpd_tier_copier_start(struct tier_copier **out)
+int kvpd_tier_copier_start(struct tier_copier **out, const char *name, bool background,
+			   tier_run_fn *run, void *arg)
 {
 	struct tier_copier *cp = calloc(1, sizeof(*cp));
 	int ret;
 
 	if (!cp)
 		return -ENOMEM;
+	cp->background = background;
+	cp->run = run;
+	cp->arg = arg;
 	pthread_mutex_init(&cp->lock, NULL);
 	pthread_cond_init(&cp->wake, NULL);
 	ret = pthread_create(&cp->thread, NULL, copier_main, cp);
@@ -85,7 +93,7 @@ int kvpd_tier_copier_start(struct tier_copier **out)
 		free(cp);
 		return -ret;
 	}
-	pthread_setname_np(cp->thread, "kvpoold-tier");
+	pthread_setname_np(cp->thread, name);
 	*out = cp;
 	return 0;
 }

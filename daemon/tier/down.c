@@ -9,20 +9,25 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "observe/probes.h"
-#include "tier/tier_internal.h"
+#include "tier/disk.h"
 
 struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type, uint32_t n)
 {
-	struct tier_job *tj = calloc(1, sizeof(*tj) + 3 * (size_t)n * sizeof(uint32_t));
+	size_t disk = t->disk ? n * (sizeof(uint64_t) + 1) : 0;
+	struct tier_job *tj = calloc(1, sizeof(*tj) + 3 * (size_t)n * sizeof(uint32_t) + disk);
 
 	if (!tj)
 		return NULL;
 	tj->tier = t;
-	tj->blocks = (uint32_t *)(tj + 1);
+	/* The 64-bit sums first: aligned behind the struct. */
+	tj->sums = t->disk ? (uint64_t *)(tj + 1) : NULL;
+	tj->blocks = t->disk ? (uint32_t *)(tj->sums + n) : (uint32_t *)(tj + 1);
 	tj->slots = tj->blocks + n;
 	tj->gens = tj->slots + n;
+	tj->failed = t->disk ? (uint8_t *)(tj->gens + n) : NULL;
 	tj->job.type = type;
 	tj->job.pool = t->pool;
 	tj->job.layout = &t->pool->layout;
@@ -48,7 +53,11 @@ void kvpd_tier_job_submit(struct kvpd *d, struct tier_job *tj)
 	t->inflight = tj;
 	t->pool->inflight++;
 	d->jobs_inflight++;
-	if (tj->job.type == KVPD_JOB_TIER_UP) {
+	if (t->disk) {
+		/* Both ways on the disk's own threads: a read holds no worker a client waits for. */
+		kvpd_workers_adopt(d->workers, &tj->job);
+		kvpd_tier_disk_push(t, tj);
+	} else if (tj->job.type == KVPD_JOB_TIER_UP) {
 		/* An ALLOC waits for it: the workers', in turns with the clients' tasks. */
 		kvpd_workers_submit(d->workers, &tj->job);
 	} else {
@@ -152,7 +161,7 @@ static void walk(struct kvpd *d, struct kvpd_tier *t)
 	uint32_t n, want, cached = 0;
 
 	kvc_pool_counters(t->pool->core, &c);
-	if (c.queue_ops == t->queue_ops || t->idle)
+	if (c.queue_ops == t->queue_ops || t->idle || kvpd_tier_disk_write_error(t))
 		return;
 	t->queue_ops = c.queue_ops;
 	want = window(t, &c);
@@ -196,28 +205,87 @@ void kvpd_tier_turn(struct kvpd *d)
 	}
 }
 
+/* A disk that refused a write: said once, with the cause; the tier stores nothing after. */
+static void writes_stopped(struct kvpd *d, struct kvpd_tier *t)
+{
+	int err = kvpd_tier_disk_write_error(t);
+
+	if (!err || t->write_logged)
+		return;
+	t->write_logged = true;
+	kvpd_log(d, KVPD_LOG_ERR, "pool %s: disk tier %s: a write failed (%s): the tier stores "
+		 "no more blocks and serves those it holds", t->pool->name, t->disk->path,
+		 strerror(-err));
+}
+
+/*
+ * A disk tier's second pass: the records of the blocks kept go back to the
+ * disk's thread, written after their data; the job stays in flight (a
+ * POOL_SYNC waits for it) until they are. False when there are none.
+ */
+static bool commit(struct kvpd *d, struct tier_job *tj, struct kvtier_record *recs,
+		   uint32_t kept)
+{
+	if (!kept || !recs)
+		return false;
+	tj->recs = recs;
+	tj->n = kept;
+	tj->commit = true;
+	tj->job.ntasks = 1;
+	kvpd_workers_adopt(d->workers, &tj->job);
+	kvpd_tier_disk_push(tj->tier, tj);
+	return true;
+}
+
 /* Kept only where the block was not handed out during the copy: else it may hold anything. */
 static void down_done(struct kvpd *d, struct tier_job *tj)
 {
 	struct kvpd_tier *t = tj->tier;
+	struct kvtier_record *recs = NULL;
+	uint32_t kept = 0, n = tj->n;
 
-	for (uint32_t i = 0; i < tj->n; i++) {
+	if (tj->commit) {
+		writes_stopped(d, t);
+		kvpd_tier_job_retire(d, tj);
+		free(tj->recs);
+		free(tj);
+		return;
+	}
+	if (t->disk)
+		recs = malloc((size_t)n * sizeof(*recs)); /* none: kept, but not durable */
+	for (uint32_t i = 0; i < n; i++) {
 		struct kvc_block_state st;
 		uint32_t slot = tj->slots[i];
 
-		if (!kvc_block_state(t->pool->core, tj->blocks[i], &st) && st.gen == tj->gens[i] &&
-		    !tj->job.error) {
+		if (tj->failed && tj->failed[i]) {
+			kvpd_tier_drop(t, slot);
+			t->st.write_failures++;
+		} else if (!kvc_block_state(t->pool->core, tj->blocks[i], &st) &&
+			   st.gen == tj->gens[i] && !tj->job.error) {
 			kvpd_tier_use(t, slot);
 			t->st.stored++;
 			t->st.bytes_down += t->slot_bytes;
 			KVPD_PROBE(tier_store, t->pool->name, t->e[slot].group, t->e[slot].key.lo);
+			if (!t->disk)
+				continue;
+			t->e[slot].sum = tj->sums[i];
+			if (recs)
+				recs[kept] = (struct kvtier_record){
+					.valid = KVTIER_RECORD_VALID, .group = t->e[slot].group,
+					.key_lo = t->e[slot].key.lo, .key_hi = t->e[slot].key.hi,
+					.sum = tj->sums[i], .geometry = t->disk->geometry };
+			tj->slots[kept++] = slot;
 		} else {
 			kvpd_tier_drop(t, slot);
 			t->st.abandoned++;
 		}
 	}
-	t->st.queued -= tj->n;
+	t->st.queued -= n;
 	t->dirty = true;
+	writes_stopped(d, t);
+	if (commit(d, tj, recs, kept))
+		return;
+	free(recs);
 	kvpd_tier_job_retire(d, tj);
 	free(tj);
 }

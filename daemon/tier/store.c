@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A tier's store: slots of one block each in host memory, an index by (group,
- * chained hash), and an LRU list of the entries that may go to make room. An
- * entry being filled (COPYING) is found, so a block is never copied twice,
- * but not hit; one being read by a promotion is pinned, out of the LRU.
+ * A tier's store: slots of one block each, in host memory or in a file
+ * (disk_file.c), an index by (group, chained hash), and an LRU list of the
+ * entries that may go to make room. An entry being filled (COPYING) is found,
+ * so a block is never copied twice, but not hit; one being read by a
+ * promotion is pinned, out of the LRU.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 #include <sys/mman.h>
 
 #include "observe/probes.h"
-#include "tier/tier_internal.h"
+#include "tier/disk.h"
 
 /* Copies down in flight at most: 64 MiB of KV, 16..1024 blocks. */
 #define TIER_QUEUE_BYTES (64u << 20)
@@ -72,6 +73,37 @@ static void lru_append(struct kvpd_tier *t, uint32_t i)
 		x->own_next = TIER_END;
 		*(o->tail == TIER_END ? &o->head : &t->e[o->tail].own_next) = i;
 		o->tail = i;
+	}
+}
+
+void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
+		       const struct kvc_hash *key, uint64_t sum)
+{
+	uint32_t *head = &t->buckets[bucket_of(t, group, key)];
+	uint32_t s = t->nslots;
+
+	t->e[slot] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_VALID,
+					  .own_prev = TIER_END, .own_next = TIER_END,
+					  .hnext = *head, .sum = sum };
+	*head = slot;
+	/* Restored newest first: each goes before the others, least recently used. */
+	t->e[slot].lru_next = t->e[s].lru_next;
+	t->e[slot].lru_prev = s;
+	t->e[t->e[s].lru_next].lru_prev = slot;
+	t->e[s].lru_next = slot;
+	t->st.held++;
+}
+
+void kvpd_tier_free_rest(struct kvpd_tier *t)
+{
+	t->free_head = TIER_END;
+	t->nfree = 0;
+	for (uint32_t i = t->nslots; i-- > 0;) {
+		if (t->e[i].state != TIER_FREE)
+			continue;
+		t->e[i].hnext = t->free_head;
+		t->free_head = i;
+		t->nfree++;
 	}
 }
 
@@ -231,10 +263,11 @@ void kvpd_tier_unpin(struct kvpd_tier *t, uint32_t i)
 }
 
 /* Also the pool's tier_free: only an idle pool is freed (no job in flight, no POOL_SYNC waiting). */
-static void tier_free(struct kvpd_tier *t)
+static void tier_free(struct kvpd_tier *t, bool drop)
 {
 	if (t->copier)
 		kvpd_tier_copier_stop(t->copier);
+	kvpd_tier_disk_close(t, drop);
 	for (uint32_t i = 1; i < t->nowners; i++)
 		if (t->owners[i].names)
 			kvpd_tenant_put(t->d, t->owners[i].tenant);
@@ -270,13 +303,15 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 	t->block_owner = calloc(num_blocks, sizeof(*t->block_owner));
 	t->owners = calloc(1, sizeof(*t->owners));
 	t->nowners = 1;
-	/* Untouched pages cost nothing: the tier's memory is taken as blocks are stored. */
-	t->mem = mmap(NULL, (size_t)t->nslots * t->slot_bytes, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (t->mem == MAP_FAILED)
-		t->mem = NULL;
+	if (!t->disk) {
+		/* Untouched pages cost nothing: the tier's memory is taken as blocks are stored. */
+		t->mem = mmap(NULL, (size_t)t->nslots * t->slot_bytes, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (t->mem == MAP_FAILED)
+			t->mem = NULL;
+	}
 	if (!t->buckets || !t->e || !t->walk || !t->seen || !t->loader || !t->block_owner ||
-	    !t->owners || !t->mem)
+	    !t->owners || (!t->mem && !t->disk))
 		return -ENOMEM;
 	memset(t->buckets, 0xff, (size_t)nb * sizeof(*t->buckets));
 	for (uint32_t i = 0; i < t->nslots; i++)
@@ -288,28 +323,56 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 	return 0;
 }
 
+static int host_slots(struct kvpd_tier *t, char *why, size_t why_len)
+{
+	uint64_t bytes = t->pool->spec.tier_host_bytes;
+	uint64_t slots = bytes / (t->slot_bytes ? t->slot_bytes : 1);
+
+	if (slots == 0 || slots > KVC_MAX_BLOCKS)
+		return kvpd_refuse(why, why_len, -EINVAL, "tier_host_bytes %llu: holds %llu blocks "
+				   "of %zu bytes, must be 1..%u", (unsigned long long)bytes,
+				   (unsigned long long)slots, t->slot_bytes, KVC_MAX_BLOCKS);
+	t->nslots = (uint32_t)slots;
+	return 0;
+}
+
+/* The host tier's copier, or the disk tier's index read back and its lanes. */
+static int tier_start(struct kvpd_tier *t, char *why, size_t why_len)
+{
+	int ret;
+
+	if (!t->disk) {
+		ret = kvpd_tier_copier_start(&t->copier, "kvpoold-tier", true, kvpd_tier_run_tasks,
+					     NULL);
+		return ret ? kvpd_refuse(why, why_len, ret, "tier: its copier thread: %s",
+					 strerror(-ret)) : 0;
+	}
+	ret = kvpd_tier_disk_restore(t, why, why_len);
+	if (ret)
+		return ret;
+	ret = kvpd_tier_disk_start(t);
+	return ret ? kvpd_refuse(why, why_len, ret, "tier_disk_path: its threads: %s",
+				 strerror(-ret)) : 0;
+}
+
 int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
 {
 	const struct kvpd_kv_layout *l = &pool->layout;
-	size_t slot_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
-	uint64_t slots = pool->spec.tier_host_bytes / (slot_bytes ? slot_bytes : 1);
+	bool disk = pool->spec.tier_disk_bytes != 0;
 	struct kvpd_tier *t;
 	int ret;
 
-	if (!pool->spec.tier_host_bytes)
+	if (!pool->spec.tier_host_bytes && !disk)
 		return 0;
-	if (slots == 0 || slots > KVC_MAX_BLOCKS)
-		return kvpd_refuse(why, why_len, -EINVAL, "tier_host_bytes %llu: holds %llu blocks "
-				   "of %zu bytes, must be 1..%u", (unsigned long long)
-				   pool->spec.tier_host_bytes, (unsigned long long)slots,
-				   slot_bytes, KVC_MAX_BLOCKS);
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
 	t->d = d;
 	t->pool = pool;
-	t->slot_bytes = slot_bytes;
-	t->nslots = (uint32_t)slots;
+	t->slot_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
+	ret = disk ? kvpd_tier_disk_open(t, why, why_len) : host_slots(t, why, why_len);
+	if (ret)
+		goto free_tier;
 	for (uint32_t g = 0; g < pool->params.num_groups; g++)
 		t->idle |= pool->params.group_kind[g] == KVP_KIND_CYCLIC;
 	t->queue_cap = clamp_u32(TIER_QUEUE_BYTES / t->slot_bytes, 16, 1024);
@@ -318,19 +381,32 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	if (getenv("KVPOOL_TIER_DELAY_US"))
 		t->delay_us = (uint32_t)strtoul(getenv("KVPOOL_TIER_DELAY_US"), NULL, 10);
 #endif
-	ret = tier_alloc(t, pool->layout.num_blocks) ?: kvpd_tier_copier_start(&t->copier);
+	ret = tier_alloc(t, pool->layout.num_blocks);
 	if (ret) {
-		tier_free(t);
-		return kvpd_refuse(why, why_len, ret, "tier_host_bytes: no memory for %u blocks' "
-				   "tier", t->nslots);
+		ret = kvpd_refuse(why, why_len, ret, "%s: no memory for %u blocks' tier",
+				  disk ? "tier_disk_bytes" : "tier_host_bytes", t->nslots);
+		goto free_tier;
 	}
+	ret = tier_start(t, why, why_len);
+	if (ret)
+		goto free_tier;
+	t->st.kind = disk ? KVP_TIER_DISK : KVP_TIER_HOST;
 	t->st.slots = t->nslots;
-	t->st.bytes = (uint64_t)t->nslots * t->slot_bytes;
+	t->st.bytes = disk ? t->disk->file_bytes : (uint64_t)t->nslots * t->slot_bytes;
 	t->dirty = true; /* its row is written at the loop's next turn, once the pool is in */
 	pool->tier = t;
 	pool->tier_free = tier_free;
 	kvc_pool_set_tier(pool->core, tier_has, t);
+	if (disk)
+		kvpd_log(d, KVPD_LOG_INFO, "pool %s: disk tier %s: %u blocks, %llu found and "
+			 "hittable, %llu refused; %s", pool->name, t->disk->path, t->nslots,
+			 (unsigned long long)t->st.restored, (unsigned long long)t->st.refused,
+			 kvpd_tier_disk_io(t));
 	return 0;
+
+free_tier:
+	tier_free(t, false);
+	return ret;
 }
 
 void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t)
@@ -340,12 +416,15 @@ void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t)
 	kvpd_stats_begin(d);
 	kvpd_stats_dirty(&d->stats->pools_dirty, t->pool->stat_idx);
 	d->stats->tiers[t->pool->stat_idx] = (struct kvp_stats_tier){
-		.in_use = 1, .kind = KVP_TIER_HOST, .bytes = st->bytes, .slots = st->slots,
+		.in_use = 1, .kind = st->kind, .bytes = st->bytes, .slots = st->slots,
+		.slot_bytes = (uint32_t)t->slot_bytes,
 		.held = st->held, .queued = st->queued, .stored = st->stored,
 		.skipped = st->skipped, .abandoned = st->abandoned, .evicted = st->evicted,
 		.promoted = st->promoted, .read_failures = st->read_failures,
 		.hit_tokens = st->hit_tokens, .bytes_down = st->bytes_down,
 		.bytes_up = st->bytes_up, .ns_down = st->ns_down, .ns_up = st->ns_up,
+		.restored = st->restored, .refused = st->refused,
+		.write_failures = st->write_failures,
 	};
 	kvpd_stats_end(d);
 	t->dirty = false;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The tier room: a pool's lower tier (host memory today), where blocks the
+ * The tier room: a pool's lower tier (host memory or a file), where blocks the
  * pool is about to evict are kept hittable by (group, chained hash).
  *
  * Going down: a pool's free queue hands its head out first, so the cached
@@ -24,7 +24,8 @@
 
 /* What a tier counts (kvctl stats' TIERS). */
 struct kvpd_tier_stats {
-	uint64_t bytes;          /* its memory: slots * slot bytes */
+	uint32_t kind;           /* KVP_TIER_HOST, KVP_TIER_DISK */
+	uint64_t bytes;          /* its memory (slots * slot bytes), or its file's size */
 	uint32_t slots;          /* blocks it can hold */
 	uint32_t held;           /* blocks it holds, hittable */
 	uint32_t queued;         /* copies down in flight */
@@ -37,11 +38,15 @@ struct kvpd_tier_stats {
 	uint64_t hit_tokens;     /* ALLOC's hit tokens from the first promoted position on */
 	uint64_t bytes_down, bytes_up;
 	uint64_t ns_down, ns_up; /* the copies' time, job by job: MB/s = bytes / ns * 1000 */
+	uint64_t restored;       /* a disk tier's blocks found at start */
+	uint64_t refused;        /* on disk, never hit: a checksum, the file's end, a duplicate */
+	uint64_t write_failures; /* copies down the disk refused (it takes none after the first) */
 };
 
 /*
- * Gives @pool the tier its spec asks for (tier_host_bytes; none: 0 and
- * nothing made). -ENOMEM with the reason in @why.
+ * Gives @pool the tier its spec asks for (tier_host_bytes, or tier_disk_bytes:
+ * a disk tier's file is made, or found and its blocks hittable at once; none:
+ * 0 and nothing made). -errno with the reason in @why.
  */
 int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len);
 

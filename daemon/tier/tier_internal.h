@@ -6,6 +6,7 @@
 #include "tier/tier.h"
 #include "pools/pools.h"
 #include "tenants/tenants.h"
+#include "tier/disk_format.h"
 
 #define TIER_END UINT32_MAX
 
@@ -25,6 +26,7 @@ struct tier_entry {
 	uint32_t own_prev, own_next; /* likewise among its owner's */
 	uint32_t hnext;              /* bucket chain, or the free list */
 	uint32_t owner;              /* its index in the tier's owners; 0: none */
+	uint64_t sum;                /* a disk tier's: XXH3-64 of its KV, checked at each read */
 };
 
 /*
@@ -48,6 +50,11 @@ struct tier_job {
 	uint64_t seq;                /* order of submission (POOL_SYNC waits by it) */
 	uint32_t n;                  /* blocks (tasks) */
 	uint32_t *blocks, *slots, *gens;
+	/* A disk tier's: each task's checksum, and whether its read or write failed */
+	uint64_t *sums;
+	uint8_t *failed;
+	struct kvtier_record *recs;  /* DOWN's second pass: the records of the blocks kept */
+	bool commit;                 /* that pass (its tasks' data is on disk) */
 	/* UP: the ALLOC it completes */
 	struct kvpd_client *client;
 	uint64_t handle;
@@ -86,12 +93,14 @@ struct kvpd_tier {
 	uint64_t queue_ops;          /* the core's count when last walked */
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
 	bool idle;                   /* a cyclic group: the pool never hits, so nothing goes down */
+	bool write_logged;           /* a disk tier's failed write said in the log */
 	/* Up */
 	struct tier_job **loader;    /* per pool block: the promotion filling it */
 	uint32_t *block_owner;       /* per pool block: whose ALLOC last took it, 0: none */
 	struct tier_owner *owners;   /* [0] unused */
 	uint32_t nowners;
 	struct tier_copier *copier;  /* the thread its copies down run on (copier.c) */
+	struct tier_disk *disk;      /* a disk tier's file and threads (NULL: host memory) */
 	struct kvpd_lane lane;       /* its promotions' turn on the workers (never cancelled) */
 	struct tier_job *inflight;
 	uint64_t next_seq;
@@ -109,7 +118,13 @@ struct kvpd_tier {
  * that key's KV).
  */
 struct tier_copier;
-int kvpd_tier_copier_start(struct tier_copier **out);
+/* How a copier runs a job it took: every task, each ending with job->task_done. */
+typedef void tier_run_fn(void *arg, struct kvpd_job *job);
+/* @background: SCHED_BATCH at nice 10 (copies down), else as the daemon (promotions). */
+int kvpd_tier_copier_start(struct tier_copier **out, const char *name, bool background,
+			   tier_run_fn *run, void *arg);
+/* The pool's backend runs each task, as the workers would. */
+tier_run_fn kvpd_tier_run_tasks;
 /* Only once no job of it is in flight. */
 void kvpd_tier_copier_stop(struct tier_copier *cp);
 /* @job adopted by the workers (kvpd_workers_adopt): it comes back through them. */
@@ -134,6 +149,30 @@ void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i);
 void kvpd_tier_use(struct kvpd_tier *t, uint32_t i);
 void kvpd_tier_pin(struct kvpd_tier *t, uint32_t i);
 void kvpd_tier_unpin(struct kvpd_tier *t, uint32_t i);
+
+/* A block found on disk at start: entry @slot, VALID, owned by no tenant. */
+void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
+		       const struct kvc_hash *key, uint64_t sum);
+/* After the restores: the slots left are the free list. */
+void kvpd_tier_free_rest(struct kvpd_tier *t);
+
+/*
+ * disk_file.c: a disk tier's file. Opens (or makes) DIR/NAME.kvtier for @t,
+ * locked, and sets t->nslots; -errno with the reason in @why.
+ */
+int kvpd_tier_disk_open(struct kvpd_tier *t, char *why, size_t why_len);
+/* Its records read back into @t's index (after tier_alloc): blocks hittable at once. */
+int kvpd_tier_disk_restore(struct kvpd_tier *t, char *why, size_t why_len);
+/* Its threads stopped (their queues done), the file synced and closed; removed when @drop. */
+void kvpd_tier_disk_close(struct kvpd_tier *t, bool drop);
+/* disk_io.c: its two threads (down at a low priority, up as the daemon), each with a ring. */
+int kvpd_tier_disk_start(struct kvpd_tier *t);
+void kvpd_tier_disk_stop(struct kvpd_tier *t);
+void kvpd_tier_disk_push(struct kvpd_tier *t, struct tier_job *tj);
+/* How its lanes read and write, for the log. */
+const char *kvpd_tier_disk_io(const struct kvpd_tier *t);
+/* The first write the disk refused (-errno), after which it takes none; 0: none yet. */
+int kvpd_tier_disk_write_error(const struct kvpd_tier *t);
 
 /* The stats row, written at the loop's turn when st moved. */
 void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t);

@@ -120,6 +120,8 @@ int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp
 		uint32_t e = kvpd_tier_find(t, p->group, &p->key);
 
 		kvpd_tier_pin(t, e);
+		if (tj->sums)
+			tj->sums[tj->n] = t->e[e].sum;
 		tj->blocks[tj->n] = p->block;
 		tj->slots[tj->n++] = e;
 		t->loader[p->block] = tj;
@@ -186,6 +188,7 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 
 	for (uint32_t i = 0; i < tj->n; i++) {
 		struct tier_entry *e = &t->e[tj->slots[i]];
+		bool bad = tj->failed && tj->failed[i];
 
 		if (err)
 			kvc_pool_evict(t->pool->core, &tj->blocks[i], 1);
@@ -196,10 +199,12 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 		 * Up, not copied: the pool has the block now, and a copy kept here would
 		 * take a slot the pool already covers (pool and tier hold as much as one
 		 * cache of their summed size only if they never hold a block twice). It
-		 * comes down again when the pool is about to evict it.
+		 * comes down again when the pool is about to evict it. A slot the disk
+		 * could not read whole, or whose bytes fail their sum, goes for good.
 		 */
-		if (!err && !t->e[tj->slots[i]].pins)
+		if ((bad || !err) && !e->pins)
 			kvpd_tier_drop(t, tj->slots[i]);
+		t->st.refused += bad;
 		t->loader[tj->blocks[i]] = NULL;
 	}
 	kvc_unpin(t->pool->core, tj->blocks, tj->n);
