@@ -92,7 +92,7 @@ BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench
 	     tools/bench_daemon.c tools/bench_attend.c tools/bench_attend_cuda.c tools/bench_cuda.c \
 	     tools/dtype_store.c \
 	     $(wildcard tools/bench_capacity*.c) $(wildcard tools/bench_load*.c) \
-	     $(wildcard tools/bench_replay*.c)
+	     $(wildcard tools/bench_replay*.c) tools/bench_tier_disk.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c tests/integration/cudatest.c \

@@ -3,7 +3,9 @@
 # (bench/README.md keeps them). About 2 minutes on 2 cores; nothing else should
 # run meanwhile (the figures are wall-clock). CI runs only smoke versions.
 #   bench/run.sh [NAME...]   only those: limits core rtt attend capacity load
-#                            replay overhead python engine vllm
+#                            replay tier-disk overhead python engine vllm
+# tier-disk writes a 10 GiB file and fio's 2 GiB in $KVBENCH_DISK_DIR (default
+# /var/tmp: a disk, not tmpfs), removed after; it is not in the default set.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 kvbench=${KVBENCH:-tools/kvbench}
@@ -23,6 +25,8 @@ wanted() {
 }
 
 names=("$@")
+# Only when named: it writes 10 GiB and takes a minute or two.
+all_but_disk() { [ ${#names[@]} -eq 0 ] && return 1; wanted "$1"; }
 wanted limits && run "$kvbench" limits
 wanted core && run "$kvbench" core
 wanted rtt && run "$kvbench" rtt
@@ -44,6 +48,20 @@ if wanted replay; then
 	run "$kvbench" replay "$trace" --pool-tokens 65536 --tier-host-tokens 262144 \
 		--kv-bytes-per-token 4096 --bystander
 	rm -f "$trace"
+fi
+if all_but_disk tier-disk; then
+	dir=$(mktemp -d "${KVBENCH_DISK_DIR:-/var/tmp}/kvbench-tier.XXXXXX")
+	trace=$(mktemp)
+	bench/conversations.sh 8 96 5 >"$trace"
+	# At the trace's own pace: a disk takes what arrives, not what a back-to-back
+	# replay can produce.
+	run "$kvbench" replay "$trace" --pool-tokens 65536 --tier-host-tokens 262144 --speed 1
+	for policy in lru second_sight; do
+		run "$kvbench" replay "$trace" --pool-tokens 65536 --tier-disk-tokens 262144 \
+			--tier-disk-path "$dir" --tier-policy "$policy" --speed 1
+	done
+	run "$kvbench" tier-disk --dir "$dir"
+	rm -rf "$dir" "$trace"
 fi
 if wanted overhead; then
 	if [ "$(id -u)" = 0 ]; then

@@ -63,6 +63,7 @@ static json_object *tier_json(const struct kvp_stats_tier *t)
 	json_object_object_add(o, "restored", ju64(t->restored));
 	json_object_object_add(o, "refused", ju64(t->refused));
 	json_object_object_add(o, "write_failures", ju64(t->write_failures));
+	json_object_object_add(o, "declined", ju64(t->declined));
 	return o;
 }
 

@@ -303,7 +303,7 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		{ "--tier-host-tokens", 0, 1ull << 40 }, { "--tier-disk-tokens", 0, 1ull << 40 },
 	};
 	*o = (struct replay_opts){ .engines = 1, .decode = true, .kv_bytes_per_token = 16,
-				   .block_size = 16, .pool_tokens = 65536 };
+				   .block_size = 16, .pool_tokens = 65536, .tier_policy = "lru" };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint64_t num;
@@ -327,6 +327,12 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		if (!strcmp(a, "--daemon") || !strcmp(a, "--socket") || !strcmp(a, "--tier-disk-path")) {
 			*(a[2] == 'd' && a[3] == 'a' ? &o->daemon : a[2] == 's' ? &o->socket :
 			  &o->tier_disk_path) = v;
+			continue;
+		}
+		if (!strcmp(a, "--tier-policy")) {
+			if (strcmp(v, "lru") && strcmp(v, "second_sight"))
+				return usage_error("bad --tier-policy '%s': lru or second_sight", v);
+			o->tier_policy = v;
 			continue;
 		}
 		if (!strcmp(a, "--speed")) {
@@ -358,9 +364,12 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 	if (o->kv_bytes_per_token % 8)
 		return usage_error("%s", "--kv-bytes-per-token: a multiple of 8 (K and V of f32 "
 				   "values, one kv head, one layer)");
-	if (o->tier_disk_tokens || o->tier_disk_path)
-		return usage_error("%s", "the disk tier is not built yet (#39): --tier-disk-tokens "
-				   "and --tier-disk-path are for it");
+	if (o->tier_disk_tokens && o->tier_host_tokens)
+		return usage_error("%s", "--tier-host-tokens and --tier-disk-tokens: a pool has one "
+				   "tier, in host memory or on disk");
+	if (!o->tier_disk_tokens != !o->tier_disk_path)
+		return usage_error("%s", "--tier-disk-tokens and --tier-disk-path go together (the "
+				   "disk tier's size and its directory)");
 	return 0;
 }
 
@@ -391,6 +400,9 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		   const struct replay_lat *lat, uint64_t ceiling, uint64_t lru, uint64_t elapsed_ns)
 {
 	uint64_t prompt = 0, hit = 0;
+	uint64_t host_hit = tier->disk ? 0 : tier->hit_tokens, disk_hit = tier->disk ? tier->hit_tokens : 0;
+	uint64_t host_down = tier->disk ? 0 : tier->bytes_down, disk_down = tier->disk ? tier->bytes_down : 0;
+	uint64_t host_up = tier->disk ? 0 : tier->bytes_up, disk_up = tier->disk ? tier->bytes_up : 0;
 	struct bench_pct plain, promoting;
 	uint32_t nplain, npromoting, errors = 0;
 
@@ -412,19 +424,21 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "pool_tokens", json_object_new_int64((int64_t)o->pool_tokens));
 		json_object_object_add(row, "tier_host_tokens",
 				       json_object_new_int64((int64_t)o->tier_host_tokens));
-		json_object_object_add(row, "tier_disk_tokens", json_object_new_int64(0));
+		json_object_object_add(row, "tier_disk_tokens",
+				       json_object_new_int64((int64_t)o->tier_disk_tokens));
+		json_object_object_add(row, "tier_policy", json_object_new_string(o->tier_policy));
 		json_object_object_add(row, "prompt_tokens", json_object_new_int64((int64_t)prompt));
 		json_object_object_add(row, "hit_tokens", json_object_new_int64((int64_t)hit));
 		json_object_object_add(row, "hit_rate_pool",
 				       bench_json_fixed(ratio(hit - tier->hit_tokens, prompt), 4));
-		json_object_object_add(row, "hit_rate_host", bench_json_fixed(ratio(tier->hit_tokens, prompt), 4));
-		json_object_object_add(row, "hit_rate_disk", bench_json_fixed(0.0, 4));
+		json_object_object_add(row, "hit_rate_host", bench_json_fixed(ratio(host_hit, prompt), 4));
+		json_object_object_add(row, "hit_rate_disk", bench_json_fixed(ratio(disk_hit, prompt), 4));
 		json_object_object_add(row, "hit_rate", bench_json_fixed(ratio(hit, prompt), 4));
 		json_object_object_add(row, "ceiling", bench_json_fixed(ratio(ceiling, prompt), 4));
 		json_object_object_add(row, "ceiling_tokens", json_object_new_int64((int64_t)ceiling));
 		json_object_object_add(row, "lru_hit_rate", bench_json_fixed(ratio(lru, prompt), 4));
-		json_object_object_add(row, "bytes_down_host", json_object_new_int64((int64_t)tier->bytes_down));
-		json_object_object_add(row, "bytes_up_host", json_object_new_int64((int64_t)tier->bytes_up));
+		json_object_object_add(row, "bytes_down_host", json_object_new_int64((int64_t)host_down));
+		json_object_object_add(row, "bytes_up_host", json_object_new_int64((int64_t)host_up));
 		json_object_object_add(row, "pool_evicted_blocks",
 				       json_object_new_int64((int64_t)tier->pool_evicted));
 		json_object_object_add(row, "host_stored_blocks", json_object_new_int64((int64_t)tier->stored));
@@ -433,8 +447,10 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "host_skipped_blocks", json_object_new_int64((int64_t)tier->skipped));
 		json_object_object_add(row, "host_abandoned_blocks",
 				       json_object_new_int64((int64_t)tier->abandoned));
-		json_object_object_add(row, "bytes_down_disk", json_object_new_int64(0));
-		json_object_object_add(row, "bytes_up_disk", json_object_new_int64(0));
+		json_object_object_add(row, "bytes_down_disk", json_object_new_int64((int64_t)disk_down));
+		json_object_object_add(row, "bytes_up_disk", json_object_new_int64((int64_t)disk_up));
+		json_object_object_add(row, "tier_declined_blocks",
+				       json_object_new_int64((int64_t)tier->declined));
 		json_object_object_add(row, "allocs", json_object_new_int64(nplain));
 		json_object_object_add(row, "alloc_p50_us", bench_json_fixed(plain.median / 1e3, 1));
 		json_object_object_add(row, "alloc_p99_us", bench_json_fixed(plain.p99 / 1e3, 1));
@@ -454,15 +470,17 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		bench_json_line(row);
 		return;
 	}
-	printf("replay %s: %u requests, %llu prompt tokens, engines %u, pool %llu tokens, host "
-	       "tier %llu: hit rate %.4f (pool %.4f, host %.4f, disk 0.0000), ceiling %.4f, one LRU "
-	       "%.4f; host tier %.1f MB down, %.1f MB up; ALLOC p50/p99 %.1f/%.1f us, %u "
-	       "promoting %.1f/%.1f us, decode %.1f/%.1f us; %u errors; %.3f s\n", o->trace, n,
-	       (unsigned long long)prompt, o->engines, (unsigned long long)o->pool_tokens,
-	       (unsigned long long)o->tier_host_tokens, ratio(hit, prompt),
-	       ratio(hit - tier->hit_tokens, prompt), ratio(tier->hit_tokens, prompt),
-	       ratio(ceiling, prompt), ratio(lru, prompt), tier->bytes_down / 1e6,
-	       tier->bytes_up / 1e6, plain.median / 1e3, plain.p99 / 1e3, npromoting,
+	printf("replay %s: %u requests, %llu prompt tokens, engines %u, pool %llu tokens, %s "
+	       "tier %llu (%s): hit rate %.4f (pool %.4f, host %.4f, disk %.4f), ceiling %.4f, one "
+	       "LRU %.4f; tier %.1f MB down, %.1f MB up, %llu declined; ALLOC p50/p99 %.1f/%.1f "
+	       "us, %u promoting %.1f/%.1f us, decode %.1f/%.1f us; %u errors; %.3f s\n", o->trace,
+	       n, (unsigned long long)prompt, o->engines, (unsigned long long)o->pool_tokens,
+	       o->tier_disk_tokens ? "disk" : "host",
+	       (unsigned long long)(o->tier_disk_tokens ? o->tier_disk_tokens : o->tier_host_tokens),
+	       o->tier_policy, ratio(hit, prompt), ratio(hit - tier->hit_tokens, prompt),
+	       ratio(host_hit, prompt), ratio(disk_hit, prompt), ratio(ceiling, prompt),
+	       ratio(lru, prompt), tier->bytes_down / 1e6, tier->bytes_up / 1e6,
+	       (unsigned long long)tier->declined, plain.median / 1e3, plain.p99 / 1e3, npromoting,
 	       promoting.median / 1e3, promoting.p99 / 1e3, lat->decode.median / 1e3,
 	       lat->decode.p99 / 1e3, errors, elapsed_ns / 1e9);
 	if (o->bystander)
@@ -487,7 +505,8 @@ int bench_replay(int argc, char **argv)
 	if (!ret)
 		ret = simulate(reqs, n, o.block_size, UINT64_MAX, &ceiling) ?:
 		      simulate(reqs, n, o.block_size,
-			       (o.pool_tokens + o.tier_host_tokens) / o.block_size, &lru);
+			       (o.pool_tokens + o.tier_host_tokens + o.tier_disk_tokens) /
+				       o.block_size, &lru);
 	if (!ret) {
 		/* Shared: each engine process writes its requests' results. */
 		res = mmap(NULL, (size_t)n * sizeof(*res), PROT_READ | PROT_WRITE,

@@ -32,6 +32,7 @@ struct replay_opts {
 	uint32_t block_size;
 	uint64_t pool_tokens, tier_host_tokens, tier_disk_tokens;
 	const char *tier_disk_path;
+	const char *tier_policy;     /* kvpool.conf's tier_policy: lru, second_sight */
 };
 
 /* What one request saw (written by its engine into memory the parent shares). */
@@ -47,6 +48,8 @@ struct replay_result {
 struct replay_tier {
 	uint64_t hit_tokens, bytes_down, bytes_up, promoted, stored, skipped, abandoned;
 	uint64_t pool_evicted; /* cached blocks the pool handed out for new data */
+	bool disk;             /* the tier is a disk tier */
+	uint64_t declined;     /* copies down its policy declined */
 };
 
 /* Latencies measured beside the requests': decode ALLOCs, the bystander's NOPs. */

@@ -247,20 +247,33 @@ static void latencies(struct samples *s, const struct replay_opts *o, const stru
 		bench_percentiles(s->nop_ns, lat->nop_n, &lat->nop);
 }
 
+/* A disk tier's file for @tokens: its header, a record and a 4 KiB-padded slot a block. */
+static uint64_t disk_bytes(const struct replay_opts *o)
+{
+	uint64_t slots = o->tier_disk_tokens / o->block_size;
+	uint64_t slot = (uint64_t)o->block_size * o->kv_bytes_per_token;
+
+	return 4096 + (slots * 64 + 4095) / 4096 * 4096 + slots * ((slot + 4095) / 4096 * 4096);
+}
+
 static int make_pool(struct kvp_client *admin, const struct replay_opts *o, const char *name)
 {
 	struct kvp_pool_params_v2 p;
-	char keys[512], why[KVP_REASON_MAX] = "";
-	int ret;
+	char keys[512 + PATH_MAX], why[KVP_REASON_MAX] = "";
+	int n, ret;
 
 	kvp_pool_params_v2_init(&p, name);
-	snprintf(keys, sizeof(keys), "blocks = %llu\nblock_size = %u\ngroups = full\n"
-		 "kv_heads = 1\nhead_dim = %u\ndtype = f32\nlayers_per_group = 1\n"
-		 "tier_host_bytes = %llu\n",
-		 (unsigned long long)(o->pool_tokens / o->block_size + 1), o->block_size,
-		 o->kv_bytes_per_token / 8,
-		 (unsigned long long)(o->tier_host_tokens / o->block_size * o->block_size *
-				      o->kv_bytes_per_token));
+	n = snprintf(keys, sizeof(keys), "blocks = %llu\nblock_size = %u\ngroups = full\n"
+		     "kv_heads = 1\nhead_dim = %u\ndtype = f32\nlayers_per_group = 1\n"
+		     "tier_host_bytes = %llu\ntier_policy = %s\n",
+		     (unsigned long long)(o->pool_tokens / o->block_size + 1), o->block_size,
+		     o->kv_bytes_per_token / 8,
+		     (unsigned long long)(o->tier_host_tokens / o->block_size * o->block_size *
+					  o->kv_bytes_per_token), o->tier_policy);
+	if (o->tier_disk_tokens)
+		snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_disk_bytes = %llu\n"
+			 "tier_disk_path = %s\n", (unsigned long long)disk_bytes(o),
+			 o->tier_disk_path);
 	ret = kvp_pool_create_v3(admin, &p, keys, 0, why, sizeof(why));
 	if (ret)
 		fprintf(stderr, "kvbench replay: pool %s: %s\n", name, *why ? why : strerror(-ret));
@@ -282,7 +295,8 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 				*t = (struct replay_tier){ row->hit_tokens, row->bytes_down,
 							   row->bytes_up, row->promoted, row->stored,
 							   row->skipped, row->abandoned,
-							   p->evictions_reuse };
+							   p->evictions_reuse, row->kind == KVP_TIER_DISK,
+							   row->declined };
 		}
 	}
 	kvp_stats_view_release(&v);
@@ -367,7 +381,8 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	kvp_pool_sync(admin, pool);
 	tier_counters(admin, pool, tier);
 out_pools:
-	kvp_pool_destroy(admin, pool);
+	/* A disk tier's file is the run's own: it goes with the pool. */
+	kvp_pool_destroy_flags(admin, pool, KVP_POOL_DESTROY_DROP_TIER);
 	if (o->bystander)
 		kvp_pool_destroy(admin, by_pool);
 	kvp_close(admin);

@@ -112,6 +112,7 @@ static const char usage[] =
 	"                      and daemon spin; sleep, both sleep at once\n"
 	"  replay TRACE [--json] [--engines N] [--speed X] [--no-decode]\n"
 	"         [--pool-tokens N] [--tier-host-tokens N] [--block-size N]\n"
+	"         [--tier-disk-tokens N --tier-disk-path DIR] [--tier-policy P]\n"
 	"         [--kv-bytes-per-token N] [--daemon PATH | --socket PATH]\n"
 	"                      a request trace in Mooncake's format (JSONL: timestamp\n"
 	"                      ms, input_length, output_length, hash_ids, one id a\n"
@@ -128,7 +129,18 @@ static const char usage[] =
 	"                      size on the same trace, bytes copied each way, ALLOC\n"
 	"                      p50/p99 with and without promotion, seconds. Default\n"
 	"                      pool 65536 tokens, no tier, blocks of 16 tokens, 16\n"
-	"                      bytes of KV a token (f32, one kv head, one layer)\n"
+	"                      bytes of KV a token (f32, one kv head, one layer).\n"
+	"                      A disk tier's file goes in DIR and is removed after;\n"
+	"                      P: the tier's policy, lru (default) or second_sight\n"
+	"  tier-disk --dir DIR [--gib N] [--promotions N] [--json] [--daemon PATH]\n"
+	"                      a pool's disk tier (a file of N GiB, default 10, in\n"
+	"                      DIR, removed after): filled with prompts of 64 blocks\n"
+	"                      of 256 KiB; N ALLOCs (default 12) whose prompt comes\n"
+	"                      up whole from the disk, MB/s beside fio's io_uring\n"
+	"                      O_DIRECT random reads of 256 KiB at depth 32 and 64\n"
+	"                      in DIR (fio must be installed); the daemon restarted\n"
+	"                      and the pool made again: seconds to a stored prompt's\n"
+	"                      first hit\n"
 	"\n"
 	"Every benchmark's --json prints JSON Lines: one object a row, units in the\n"
 	"field names, \"cores\" (the online cores) in each.\n"
@@ -226,6 +238,8 @@ int main(int argc, char **argv)
 		return bench_load(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "replay"))
 		return bench_replay(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "tier-disk"))
+		return bench_tier_disk(argc - 1, argv + 1);
 	fprintf(stderr, argc < 2 ? "kvbench: no benchmark named\n" : "kvbench: unknown benchmark '%s'\n",
 		argv[1]);
 	fputs("Try 'kvbench --help' for more information.\n", stderr);

@@ -68,6 +68,8 @@ int bench_overhead(int argc, char **argv);
 int bench_limits(int argc, char **argv);
 int bench_rtt(int argc, char **argv);
 int bench_capacity(int argc, char **argv);
+/* bench_tier_disk.c: kvbench tier-disk */
+int bench_tier_disk(int argc, char **argv);
 int bench_load(int argc, char **argv);
 /* bench_replay.c: kvbench replay TRACE. */
 int bench_replay(int argc, char **argv);

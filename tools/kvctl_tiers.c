@@ -103,6 +103,9 @@ void print_tiers_prometheus(const struct kvp_stats_view *s)
 		    "or a duplicate.", refused);
 	TIER_METRIC("kvpool_tier_write_failures_total", "counter",
 		    "Copies into a disk tier the disk did not take.", write_failures);
+	TIER_METRIC("kvpool_tier_declined_blocks_total", "counter",
+		    "Blocks tier_policy second_sight kept out of a tier: seen leaving the pool "
+		    "for the first time.", declined);
 	printf("# HELP kvpool_tier_copied_bytes_total Bytes copied between a pool and its tier.\n"
 	       "# TYPE kvpool_tier_copied_bytes_total counter\n");
 	KVP_STATS_FOR_EACH_POOL(s, p)

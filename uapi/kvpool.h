@@ -643,6 +643,7 @@ struct kvp_stats_tier {
 			      * checksum, past the file's end, a duplicate (at start or read) */
 	__u64 write_failures; /* copies down the disk did not take (the tier stops writing at
 			       * the first: the daemon's log says why) */
+	__u64 declined;      /* blocks tier_policy second_sight kept out: first seen leaving */
 };
 
 /*
@@ -841,7 +842,7 @@ _Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, head_stride) == 40
 	       "kvp_kv_layer_layout.head_stride");
 _Static_assert(sizeof(struct kvp_kv_layout) == 64, "kvp_kv_layout");
 _Static_assert(sizeof(struct kvp_map_msg) == 32, "kvp_map_msg");
-_Static_assert(sizeof(struct kvp_stats_tier) == 144, "kvp_stats_tier");
+_Static_assert(sizeof(struct kvp_stats_tier) == 152, "kvp_stats_tier");
 _Static_assert(__builtin_offsetof(struct kvp_stats_tier, stored) == 32, "kvp_stats_tier.stored");
 _Static_assert(__builtin_offsetof(struct kvp_kv_layout, num_pieces) == 16,
 	       "kvp_kv_layout.num_pieces");

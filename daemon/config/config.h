@@ -65,7 +65,8 @@ enum kvpd_evloop_choice { KVPD_EVLOOP_AUTO, KVPD_EVLOOP_IO_URING, KVPD_EVLOOP_EP
 #define KVPD_TIER_PATH_MAX 4096
 
 enum kvpd_tier_policy {
-	KVPD_TIER_LRU, /* the least recently stored or hit block goes first */
+	KVPD_TIER_LRU,          /* every block about to be evicted goes down; LRU makes room */
+	KVPD_TIER_SECOND_SIGHT, /* only a block seen about to be evicted once before goes down */
 };
 
 /*

@@ -71,7 +71,8 @@ static const char *const publishes[] = { "commit", "alloc", NULL };
 static const char *const dtypes[] = { "f32", "f16", "bf16", NULL };
 static const char *const backends[] = { "host", "cuda", NULL };
 static const char *const layouts[] = { "default", "block", "layer", NULL };
-static const char *const tier_policies[] = { [KVPD_TIER_LRU] = "lru", NULL };
+static const char *const tier_policies[] = { [KVPD_TIER_LRU] = "lru",
+					       [KVPD_TIER_SECOND_SIGHT] = "second_sight", NULL };
 
 /* [pool.NAME]'s keys past v2's 16 (stored in struct kvpd_pool_spec itself, not by libkvpool). */
 enum { P_TIER_HOST_BYTES = 16, P_TIER_POLICY, P_TIER_DISK_PATH, P_TIER_DISK_BYTES };

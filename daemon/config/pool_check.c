@@ -92,9 +92,9 @@ int kvpd_pool_spec_check(const struct kvpd_pool_spec *spec, char *why, size_t le
 	if (spec->tier_disk_bytes && spec->v2.backend == KVP_BACKEND_CUDA)
 		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes: a cuda pool's disk tier "
 				   "is not built (a host tier is: tier_host_bytes)");
-	if (spec->tier_policy != KVPD_TIER_LRU)
-		return kvpd_refuse(why, len, -EINVAL, "tier_policy %u: must be 0 (lru)",
-				   spec->tier_policy);
+	if (spec->tier_policy > KVPD_TIER_SECOND_SIGHT)
+		return kvpd_refuse(why, len, -EINVAL, "tier_policy %u: must be 0 (lru) or 1 "
+				   "(second_sight)", spec->tier_policy);
 	return 0;
 }
 

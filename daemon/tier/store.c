@@ -280,6 +280,7 @@ static void tier_free(struct kvpd_tier *t, bool drop)
 	free(t->walk);
 	free(t->seen);
 	free(t->loader);
+	free(t->ghost);
 	free(t);
 }
 
@@ -303,6 +304,16 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 	t->block_owner = calloc(num_blocks, sizeof(*t->block_owner));
 	t->owners = calloc(1, sizeof(*t->owners));
 	t->nowners = 1;
+	if (t->pool->spec.tier_policy == KVPD_TIER_SECOND_SIGHT) {
+		uint32_t ng = 2;
+
+		while (ng < 2 * t->nslots)
+			ng <<= 1;
+		t->ghost = calloc(ng, sizeof(*t->ghost));
+		t->ghost_mask = ng - 1;
+		if (!t->ghost)
+			return -ENOMEM;
+	}
 	if (!t->disk) {
 		/* Untouched pages cost nothing: the tier's memory is taken as blocks are stored. */
 		t->mem = mmap(NULL, (size_t)t->nslots * t->slot_bytes, PROT_READ | PROT_WRITE,
@@ -424,7 +435,7 @@ void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t)
 		.hit_tokens = st->hit_tokens, .bytes_down = st->bytes_down,
 		.bytes_up = st->bytes_up, .ns_down = st->ns_down, .ns_up = st->ns_up,
 		.restored = st->restored, .refused = st->refused,
-		.write_failures = st->write_failures,
+		.write_failures = st->write_failures, .declined = st->declined,
 	};
 	kvpd_stats_end(d);
 	t->dirty = false;

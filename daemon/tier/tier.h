@@ -41,6 +41,7 @@ struct kvpd_tier_stats {
 	uint64_t restored;       /* a disk tier's blocks found at start */
 	uint64_t refused;        /* on disk, never hit: a checksum, the file's end, a duplicate */
 	uint64_t write_failures; /* copies down the disk refused (it takes none after the first) */
+	uint64_t declined;       /* second_sight: blocks kept out, first seen leaving the pool */
 };
 
 /*

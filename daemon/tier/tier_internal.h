@@ -94,6 +94,12 @@ struct kvpd_tier {
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
 	bool idle;                   /* a cyclic group: the pool never hits, so nothing goes down */
 	bool write_logged;           /* a disk tier's failed write said in the log */
+	/*
+	 * second_sight: fingerprints of the blocks seen leaving the pool, direct
+	 * mapped (a collision forgets one: at worst a block waits for a third sight).
+	 */
+	uint64_t *ghost;
+	uint32_t ghost_mask;
 	/* Up */
 	struct tier_job **loader;    /* per pool block: the promotion filling it */
 	uint32_t *block_owner;       /* per pool block: whose ALLOC last took it, 0: none */

@@ -281,7 +281,7 @@ def test_slow_copies_hold_nothing_up_and_a_reused_block_never_hits(slow_daemon, 
     ((16, 4, [("full", 0)], 2, 8), "tier_host_bytes = 1048576\ncaching = off\n",
      "tier_host_bytes: caching is off, so no block is ever hit from a tier"),
     ((16, 4, [("full", 0)], 2, 8), "tier_policy = fifo\n",
-     "tier_policy = fifo: not one of lru"),
+     "tier_policy = fifo: not one of lru, second_sight"),
     ((16, 4, [("full", 0)], 2, 8), "tier_host_bytes = -1\n",
      "tier_host_bytes = -1: not a number (0..18446744073709551615)"),
 ])

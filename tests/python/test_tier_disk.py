@@ -417,3 +417,79 @@ def test_destroy_keeps_the_file_and_drop_tier_removes_it(bare, tmp_path, disk):
     create(bare, "rt", keys)
     with bare.client(admin=True) as admin:
         assert tier_of(admin, "rt")["restored"] == 0
+
+
+def test_second_sight_stores_a_block_the_second_time_it_leaves(tmp_path, disk):
+    run = Run(tmp_path, config(disk) + "tier_policy = second_sight\n")
+    d = run.start()
+    try:
+        with d.client(pool="full") as c, d.client(admin=True) as admin:
+            store(c, PROMPT, 1)
+            flush(c, admin)
+            t = tier_of(admin)
+            assert (t["declined"], t["stored"], t["held"]) == (4, 0, 0)
+            with c.open(PROMPT) as b:
+                assert b.alloc(1, use_cache=True) == 0  # gone: recomputed
+            data = store(c, PROMPT, 2)
+            flush(c, admin, base=6000)
+            t = tier_of(admin)
+            assert (t["declined"], t["stored"], t["held"]) == (4, 4, 4)
+            assert hit_of(c, PROMPT, data) == 16
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A tmpfs of 8 MiB of the test's own (root only), unmounted after."""
+    where = tmp_path / "small"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a filesystem needs root")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)]).returncode:
+        pytest.skip("mount -t tmpfs refused here")
+    try:
+        if not direct_io(str(where)):
+            pytest.skip("this kernel's tmpfs refuses O_DIRECT (Linux 6.6 takes it)")
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)])
+
+
+def test_a_full_disk_stops_the_tiers_writes_not_the_pool(tmp_path, small_fs):
+    # The file is preallocated, so a disk that fills afterwards cannot take its slots
+    # back, except where the filesystem does not keep a preallocation (thin
+    # provisioning, copy on write): here its slots are punched out, the disk filled,
+    # and the first copy down meets ENOSPC.
+    run = Run(tmp_path, config(small_fs))
+    d = run.start()
+    try:
+        path = small_fs / "full.kvtier"
+        subprocess.run(["fallocate", "--punch-hole", "--offset", str(DATA_OFF), "--length",
+                        str(SLOTS * STRIDE), str(path)], check=True)
+        with open(small_fs / "filler", "wb", buffering=0) as f:
+            for chunk in (65536, 4096, 1):
+                try:
+                    while f.write(b"\1" * chunk):
+                        pass
+                except OSError:
+                    pass
+        with d.client(pool="full") as c, d.client(admin=True) as admin:
+            data = store(c, PROMPT, 1)
+            flush(c, admin)
+            t = tier_of(admin)
+            assert (t["write_failures"], t["stored"], t["held"]) == (4, 0, 0)
+            # Stopped for good: nothing more goes down, and the pool serves on.
+            store(c, list(range(300, 317)), 2)
+            flush(c, admin, base=7000)
+            t = tier_of(admin)
+            assert (t["write_failures"], t["stored"], t["queued"]) == (4, 0, 0)
+            assert hit_of(c, PROMPT, data) == 0
+            data = store(c, PROMPT, 3)
+            assert hit_of(c, PROMPT, data) == 16
+        log = run.log()
+        assert log.count("a write failed") == 1
+        assert (f"kvpoold: pool full: disk tier {path}: a write failed (No space left on "
+                "device): the tier stores no more blocks and serves those it holds") in log
+    finally:
+        d.stop()
