@@ -94,3 +94,15 @@ void bench_daemon_stop(struct bench_daemon *d)
 	d->pid = 0;
 	rmdir(d->dir);
 }
+
+int bench_pool_drop(struct kvp_client *admin, const char *name)
+{
+	int ret = -EBUSY;
+
+	for (int i = 0; i < 200 && ret == -EBUSY; i++) {
+		ret = kvp_pool_destroy_flags(admin, name, KVP_POOL_DESTROY_DROP_TIER);
+		if (ret == -EBUSY)
+			usleep(10000);
+	}
+	return ret;
+}

@@ -382,7 +382,9 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	tier_counters(admin, pool, tier);
 out_pools:
 	/* A disk tier's file is the run's own: it goes with the pool. */
-	kvp_pool_destroy_flags(admin, pool, KVP_POOL_DESTROY_DROP_TIER);
+	if (bench_pool_drop(admin, pool) && o->tier_disk_tokens)
+		fprintf(stderr, "kvbench replay: %s/%s.kvtier left behind\n", o->tier_disk_path,
+			pool);
 	if (o->bystander)
 		kvp_pool_destroy(admin, by_pool);
 	kvp_close(admin);

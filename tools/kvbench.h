@@ -56,6 +56,12 @@ void bench_default_daemon(char *out, size_t len);
 int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
 		       const char *event_loop, int cpu);
 void bench_daemon_stop(struct bench_daemon *d);
+/*
+ * Destroys pool @name and its disk tier's file, waiting up to 2 s for the
+ * daemon to see the clients that used it go (-EBUSY until then): 0 or -errno.
+ */
+struct kvp_client;
+int bench_pool_drop(struct kvp_client *admin, const char *name);
 
 int bench_core(int argc, char **argv);
 int bench_attend(int argc, char **argv);

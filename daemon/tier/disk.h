@@ -19,6 +19,7 @@ struct tier_disk {
 	uint64_t geometry;        /* XXH3-64 of geo, in every record */
 	uint64_t stamp;           /* the last record's; the down lane's after start */
 	int write_error;          /* atomic: the first write refused; none are made after */
+	uint64_t restore_ns;      /* reading the records back and indexing them, at start */
 	bool made;                /* the file is this open's: removed if the pool is refused */
 	bool opened;              /* open and read back: the pool has it */
 	struct disk_lane *down, *up;

@@ -300,6 +300,7 @@ int kvpd_tier_disk_restore(struct kvpd_tier *t, char *why, size_t len)
 	size_t bytes = dk->nslots * sizeof(struct kvtier_record);
 	struct kvtier_record *recs = malloc(bytes);
 	struct found *found = malloc(dk->nslots * sizeof(*found));
+	uint64_t t0 = kvpd_now_ns();
 	uint32_t n = 0;
 	ssize_t got;
 
@@ -349,6 +350,7 @@ int kvpd_tier_disk_restore(struct kvpd_tier *t, char *why, size_t len)
 	}
 	kvpd_tier_free_rest(t);
 	dk->opened = true;
+	dk->restore_ns = kvpd_now_ns() - t0;
 	free(recs);
 	free(found);
 	return 0;

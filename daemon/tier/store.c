@@ -410,9 +410,10 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	kvc_pool_set_tier(pool->core, tier_has, t);
 	if (disk)
 		kvpd_log(d, KVPD_LOG_INFO, "pool %s: disk tier %s: %u blocks, %llu found and "
-			 "hittable, %llu refused; %s", pool->name, t->disk->path, t->nslots,
-			 (unsigned long long)t->st.restored, (unsigned long long)t->st.refused,
-			 kvpd_tier_disk_io(t));
+			 "hittable, %llu refused; %s; its records read back in %.1f ms", pool->name,
+			 t->disk->path, t->nslots, (unsigned long long)t->st.restored,
+			 (unsigned long long)t->st.refused, kvpd_tier_disk_io(t),
+			 t->disk->restore_ns / 1e6);
 	return 0;
 
 free_tier:

@@ -356,7 +356,7 @@ void fz_teardown(struct kvpd *d)
 	for (unsigned i = 0; i < d->npools; i++)
 		check_pool(d->pools[i]);
 	while (d->npools) {
-		int ret = kvpd_pool_destroy(d, d->pools[d->npools - 1]->name);
+		int ret = kvpd_pool_destroy(d, d->pools[d->npools - 1]->name, false);
 
 		if (ret)
 			fz_fail("pool %s cannot be destroyed: %s", d->pools[d->npools - 1]->name,

@@ -117,7 +117,7 @@ static void stray_op_flags(struct kvp_client *c, struct kvp_client *adm, uint8_t
 			struct kvp_sqe s = plausible((uint8_t)o, h);
 
 			if (bits[b] == 1 && (o == KVP_OP_SEQ_OPEN || o == KVP_OP_ALLOC ||
-					     o == KVP_OP_POOL_CREATE))
+					     o == KVP_OP_POOL_CREATE || o == KVP_OP_POOL_DESTROY))
 				continue;
 			s.op_flags = bits[b];
 			CHECK_EQ(res_of(c, &s), -EINVAL);

@@ -12,6 +12,7 @@ import os
 import signal
 import struct
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -74,7 +75,10 @@ def daemon_for(how, binary, tmp_path):
 
 
 class Run:
-    """A daemon on tmp_path/runN (its socket and log), started again as often as wanted."""
+    """A daemon on tmp_path/runN (its socket and log), started again as often as wanted;
+    any still running when the test ends is stopped (stop_the_runs)."""
+
+    live = []
 
     def __init__(self, tmp_path, text, daemon=DAEMON, env=None):
         self.tmp_path, self.text, self.daemon, self.env = tmp_path, text, daemon, env
@@ -85,10 +89,20 @@ class Run:
         where = self.tmp_path / f"run{self.n}"
         where.mkdir()
         self.d = Daemon(where, text or self.text, self.daemon, env=self.env)
+        Run.live.append(self.d)
         return self.d
 
     def log(self):
         return (self.tmp_path / f"run{self.n}" / "kvpoold.log").read_text()
+
+
+@pytest.fixture(autouse=True)
+def stop_the_runs():
+    yield
+    while Run.live:
+        d = Run.live.pop()
+        if d.proc.poll() is None:
+            d.stop()
 
 
 def tier_of(client, pool="full"):
@@ -401,8 +415,14 @@ def test_destroy_keeps_the_file_and_drop_tier_removes_it(bare, tmp_path, disk):
         assert tier_of(admin, "rt")["held"] == 4
 
     def kvctl(*args):
-        return subprocess.run([KVCTL, "-s", bare.socket, "pool", *args], capture_output=True,
-                              text=True)
+        # The clients just closed: the daemon may not have seen them go yet (busy).
+        for _ in range(100):
+            out = subprocess.run([KVCTL, "-s", bare.socket, "pool", *args],
+                                 capture_output=True, text=True)
+            if out.returncode == 0 or "in use" not in out.stderr:
+                return out
+            time.sleep(0.02)
+        return out
 
     out = kvctl("destroy", "rt")
     assert (out.returncode, out.stdout) == (0, "pool rt destroyed\n")
