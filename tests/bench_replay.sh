@@ -8,8 +8,8 @@
 #    pool with a host tier, whose hits show as hit_rate_host and bytes copied both ways;
 #  - one LRU cache as large as the pool alone hits within a point of what the pool does,
 #    and none of pool and tier together beats one LRU cache of their summed size
-#    (bench/README.md has how close it comes); the text row; --engines 3 and --speed;
-#    usage errors exit 2.
+#    (bench/README.md has how close it comes); a disk tier (lru, then second_sight) at the
+#    trace's pace; the text row; --engines 3 and --speed; usage errors exit 2.
 # $KVBENCH (default tools/kvbench), $KVPOOLD (the daemon kvbench starts).
 set -eu
 cd "$(dirname "$0")/.."
@@ -75,11 +75,32 @@ jq -e --slurpfile p "$dir/pool.json" '.hit_rate > $p[0].hit_rate + 0.03 and .hit
        .hit_rate <= .lru_hit_rate' "$dir/tier.json" >/dev/null ||
 	fail "with a tier: not above the pool alone, or above one LRU cache of their summed size"
 
+# A disk tier at the trace's pace (a disk takes what arrives): it hits, its bytes go both ways
+# on disk, none on the host; second_sight declines blocks; the files are gone after.
+disk=$(mktemp -d /var/tmp/kvpool-test-replay.XXXXXX)
+trap 'rm -rf "$dir" "$disk"' EXIT
+for policy in lru second_sight; do
+	replay --pool-tokens 16384 --tier-disk-tokens 65536 --tier-disk-path "$disk" \
+		--tier-policy "$policy" --speed 1 >"$dir/disk-$policy.json" ||
+		fail "kvbench replay with a disk tier ($policy)"
+	cat "$dir/disk-$policy.json"
+done
+jq -e --slurpfile p "$dir/pool.json" '.tier_policy == "lru" and .tier_disk_tokens == 65536 and
+       .hit_rate_disk > 0 and .hit_rate_host == 0 and .bytes_down_disk > 0 and
+       .bytes_up_disk > 0 and .bytes_down_host == 0 and .tier_declined_blocks == 0 and
+       .errors == 0 and .hit_rate > $p[0].hit_rate and .hit_rate <= .lru_hit_rate' \
+	"$dir/disk-lru.json" >/dev/null || fail "with a disk tier: its figures"
+jq -e '.tier_policy == "second_sight" and .tier_declined_blocks > 0 and .errors == 0' \
+	"$dir/disk-second_sight.json" >/dev/null || fail "second_sight: nothing declined"
+[ -z "$(ls -A "$disk")" ] || fail "left in the disk tier's directory: $(ls "$disk")"
+
 "$kvbench" replay "$dir/trace.jsonl" --daemon "$kvpoold" --pool-tokens 16384 \
 	--tier-host-tokens 65536 --engines 3 --speed 1000 >"$dir/text.out" || fail "--engines 3"
 grep -qE "^replay .*trace.jsonl: 192 requests, $want_prompt prompt tokens, engines 3, .* 0 errors; " \
 	"$dir/text.out" || { cat "$dir/text.out"; fail "the text row"; }
-for bad in "--pool-tokens 0" "--kv-bytes-per-token 12" "--tier-disk-tokens 1" "--speed 0" "--bogus 1"; do
+for bad in "--pool-tokens 0" "--kv-bytes-per-token 12" "--tier-disk-tokens 1" "--speed 0" \
+	   "--tier-policy fifo" "--tier-host-tokens 1 --tier-disk-tokens 1 --tier-disk-path /" \
+	   "--bogus 1"; do
 	set +e
 	# shellcheck disable=SC2086 # the options are words
 	"$kvbench" replay "$dir/trace.jsonl" $bad >/dev/null 2>"$dir/err"
