@@ -14,6 +14,8 @@ packages=(
 	libbpf-dev libelf-dev zlib1g-dev
 	# the Python binding: headers to build it, DLPack's header; its arrays are numpy's
 	python3-dev libdlpack-dev python3-numpy
+	# the disk tier's tests: a small ext4 of their own (mkfs.ext4); its benchmark's yardstick
+	e2fsprogs fio
 )
 vllm=false
 if [ "${1:-}" = --vllm ]; then
