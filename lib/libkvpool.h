@@ -470,6 +470,8 @@ int kvp_evict(struct kvp_client *c, const uint32_t *ids, uint32_t n);
 
 /* kvp_reset - clear the attached pool's prefix cache; -EBUSY while blocks are in use. */
 int kvp_reset(struct kvp_client *c);
+/* kvp_pool_reset - the same for pool @name (admin; the connection need not be attached). */
+int kvp_pool_reset(struct kvp_client *c, const char *name);
 
 /* kvp_dump_freeq - copy up to @max free-queue ids, head first; returns the queue length. */
 int kvp_dump_freeq(struct kvp_client *c, uint32_t *ids, uint32_t max);

@@ -401,6 +401,11 @@ int kvp_reset(struct kvp_client *c)
 	return run(c, &call);
 }
 
+int kvp_pool_reset(struct kvp_client *c, const char *name)
+{
+	return name_call(c, KVP_OP_RESET, name);
+}
+
 int kvp_dump_freeq(struct kvp_client *c, uint32_t *ids, uint32_t max)
 {
 	struct call call = { .sqe.opcode = KVP_OP_DUMP_FREEQ };

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* kvctl pool: create, destroy and sync the daemon's pools. */
+/* kvctl pool: create, destroy, sync and reset the daemon's pools. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,8 +10,10 @@ static const char pool_help[] =
 	"Usage: kvctl pool create NAME KEY=VALUE... [--socket PATH]\n"
 	"       kvctl pool destroy NAME [--drop-tier] [--socket PATH]\n"
 	"       kvctl pool sync NAME [--socket PATH]\n"
-	"Create or destroy a pool, or wait for its tier's copies (admin: root or the\n"
-	"daemon's uid). 'kvctl pool create --help' lists the keys.\n"
+	"       kvctl pool reset NAME [--socket PATH]\n"
+	"Create or destroy a pool, wait for its tier's copies, or forget its prefix\n"
+	"cache (admin: root or the daemon's uid). 'kvctl pool create --help' lists the\n"
+	"keys.\n"
 	"\n"
 	"Options:\n"
 	SOCKET_HELP;
@@ -75,17 +77,34 @@ static const char pool_sync_help[] =
 	"Options:\n"
 	SOCKET_HELP;
 
-/* The pool a destroy found busy: who holds it, from the stats page. */
-static void busy_pool(struct kvp_client *c, const char *name, char *buf, size_t len)
+static const char pool_reset_help[] =
+	"Usage: kvctl pool reset NAME [--socket PATH]\n"
+	"Forget pool NAME's prefix cache (admin: root or the daemon's uid), as vLLM's\n"
+	"reset_prefix_cache: every cached block forgets its hash, so nothing hits until\n"
+	"new KV is committed. Refused while any of its blocks is in use (a sequence\n"
+	"holds it): the reset needs every block free. The pool's tier keeps what it\n"
+	"holds. Prints \"pool NAME reset\".\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+/* Why a destroy or a reset found pool @name busy, from the stats page. */
+static void busy_pool(struct kvp_client *c, const char *name, bool reset, char *buf, size_t len)
 {
 	struct kvp_stats_view s = { 0 };
 
-	snprintf(buf, len, "in use");
+	snprintf(buf, len, reset ? "blocks in use: a reset needs every block free" : "in use");
 	if (!kvp_stats_view_take(c, &s)) {
-		KVP_STATS_FOR_EACH_POOL(&s, p)
-			if (!strncmp(p->name, name, KVP_NAME_MAX))
+		KVP_STATS_FOR_EACH_POOL(&s, p) {
+			if (strncmp(p->name, name, KVP_NAME_MAX))
+				continue;
+			if (reset)
+				snprintf(buf, len, "%u blocks in use (sequences open %u): a reset "
+					 "needs every block free", p->blocks_used, p->sequences);
+			else
 				snprintf(buf, len, "in use: clients attached %u, sequences open %u",
 					 p->clients, p->sequences);
+		}
 	}
 	kvp_stats_view_release(&s);
 }
@@ -159,15 +178,19 @@ static const char *first_operand(int argc, char **argv)
 	return NULL;
 }
 
-/* pool create NAME KEY=VALUE... | destroy NAME | sync NAME: one line of output, or the refusal's reason. */
+/*
+ * pool create NAME KEY=VALUE... | destroy NAME | sync NAME | reset NAME: one
+ * line of output, or the refusal's reason.
+ */
 int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 {
 	const char *sub = first_operand(argc, argv);
 	bool create = sub && !strcmp(sub, "create"), destroy = sub && !strcmp(sub, "destroy");
-	bool sync = sub && !strcmp(sub, "sync");
-	const char *cmd = create ? "pool create" : destroy ? "pool destroy" : sync ? "pool sync" : "pool";
+	bool sync = sub && !strcmp(sub, "sync"), reset = sub && !strcmp(sub, "reset");
+	const char *cmd = create ? "pool create" : destroy ? "pool destroy" : sync ? "pool sync" :
+			  reset ? "pool reset" : "pool";
 	const char *help = create ? pool_create_help : destroy ? pool_destroy_help :
-			   sync ? pool_sync_help : pool_help;
+			   sync ? pool_sync_help : reset ? pool_reset_help : pool_help;
 	struct kvp_pool_params_v2 params;
 	char why[KVP_REASON_MAX] = "", keys[KVP_POOL_KEYS_MAX + 1];
 	const char *unknown = NULL;
@@ -178,9 +201,10 @@ int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	ret = parse_cmd(cmd, help, destroy ? TAKES(OPT_DROP_TIER) : 0, argc, argv, o);
 	if (ret)
 		return ret;
-	if (!create && !destroy && !sync)
+	if (!create && !destroy && !sync && !reset)
 		return o->nargs ? usage_error("pool", "unknown command '%s'", o->args[0]) :
-				  usage_error("pool", "missing command: create, destroy or sync");
+				  usage_error("pool", "missing command: create, destroy, sync or "
+					      "reset");
 	if (o->nargs < 2)
 		return usage_error(cmd, "missing the pool's NAME");
 	name = o->args[1];
@@ -195,14 +219,14 @@ int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	ret = create ? pool_create(c, &params, keys, unknown, why, sizeof(why))
 		     : destroy ? kvp_pool_destroy_flags(c, name, o->drop_tier ?
 							   KVP_POOL_DESTROY_DROP_TIER : 0)
-		     : kvp_pool_sync(c, name);
-	if (ret == -EBUSY && destroy)
-		busy_pool(c, name, why, sizeof(why));
+		     : sync ? kvp_pool_sync(c, name) : kvp_pool_reset(c, name);
+	if (ret == -EBUSY && (destroy || reset))
+		busy_pool(c, name, reset, why, sizeof(why));
 	kvp_close(c);
 	if (!ret && create)
 		print_pool_created(&params);
 	else if (!ret)
-		printf("pool %s %s\n", name, destroy ? "destroyed" : "synced");
+		printf("pool %s %s\n", name, destroy ? "destroyed" : sync ? "synced" : "reset");
 	else if (*why)
 		fprintf(stderr, "kvctl: %s %s: %s\n", cmd, name, why);
 	else if (ret == -ENOENT && !create)

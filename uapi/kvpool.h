@@ -213,7 +213,10 @@ enum kvp_opcode {
 	KVP_OP_POOL_DESTROY,  /* addr: pool name (len bytes); -EBUSY while in use by others */
 	KVP_OP_EVICT,         /* addr: block ids (__u32[len], repeats allowed) of the attached pool.
 			       * res: hashes removed */
-	KVP_OP_RESET,         /* the attached pool's prefix cache; -EBUSY while blocks are used */
+	KVP_OP_RESET,         /* a pool's prefix cache forgotten (vLLM's reset_prefix_cache): addr
+			       * a pool name (len bytes; len 0: the attached pool, -ENODEV
+			       * without one); -EBUSY while any of its blocks is in use. Its
+			       * tier keeps what it holds */
 	KVP_OP_DUMP_FREEQ,    /* out: __u32 ids, head first. res: queue length */
 	KVP_OP_CHECK,         /* attached pool's invariants: 0 or -EUCLEAN; out: reason text */
 	KVP_OP_POOL_SYNC,     /* addr: pool name (len bytes; len 0: the attached pool, -ENODEV

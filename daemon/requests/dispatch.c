@@ -458,21 +458,43 @@ static int op_pool_destroy(struct kvpd *d, struct kvpd_client *c, const char *na
 	return kvpd_pool_destroy(d, name, flags & KVP_POOL_DESTROY_DROP_TIER);
 }
 
-static int op_pool_sync(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
-			char *name)
+/* The pool an admin request names (len bytes at addr), or the attached one (len 0). */
+static int named_pool(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+		      struct kvpd_pool **pool)
 {
-	struct kvpd_pool *pool = c->pool;
+	char name[KVP_NAME_MAX];
+	int ret;
 
+	*pool = c->pool;
 	if (sqe->len) {
-		int ret = arena_name(c, sqe, name);
-
+		ret = arena_name(c, sqe, name);
 		if (ret)
 			return ret;
-		pool = kvpd_pool_find(d, name);
-		if (!pool)
+		*pool = kvpd_pool_find(d, name);
+		if (!*pool)
 			return -ENOENT;
 	}
-	return pool ? kvpd_tier_sync(d, c, pool, sqe->user_data) : -ENODEV;
+	return *pool ? 0 : -ENODEV;
+}
+
+static int op_pool_sync(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	struct kvpd_pool *pool;
+
+	return named_pool(d, c, sqe, &pool) ?: kvpd_tier_sync(d, c, pool, sqe->user_data);
+}
+
+/* vLLM's reset_prefix_cache: every cached block forgets its hash; -EBUSY while any is in use. */
+static int op_reset(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	struct kvpd_pool *pool;
+	int ret = named_pool(d, c, sqe, &pool);
+
+	if (ret)
+		return ret;
+	if (pool == c->pool)
+		c->touched_pool = true;
+	return kvc_pool_reset(pool->core);
 }
 
 static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
@@ -488,7 +510,9 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_POOL_DESTROY:
 		return arena_name(c, sqe, name) ?: op_pool_destroy(d, c, name, sqe->op_flags);
 	case KVP_OP_POOL_SYNC:
-		return op_pool_sync(d, c, sqe, name);
+		return op_pool_sync(d, c, sqe);
+	case KVP_OP_RESET:
+		return op_reset(d, c, sqe);
 	}
 	if (!c->pool)
 		return -ENODEV;
@@ -496,8 +520,6 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	switch (sqe->opcode) {
 	case KVP_OP_EVICT:
 		return op_evict(c, sqe);
-	case KVP_OP_RESET:
-		return kvc_pool_reset(c->pool->core);
 	case KVP_OP_DUMP_FREEQ:
 		return op_dump_freeq(c, sqe);
 	case KVP_OP_CHECK:
