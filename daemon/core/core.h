@@ -68,6 +68,8 @@ struct kvc_pool {
 	struct kvc_pool_counters counters;
 	kvc_tier_has_fn tier_has;
 	void *tier;
+	const struct kvc_event_ops *events;
+	void *events_ctx;
 	kvc_hold_fn hold;
 	kvc_admit_fn admit;
 };
@@ -129,8 +131,9 @@ void kvc_touch(struct kvc_pool *pool, uint32_t id);
 /* prefix_cache.c */
 int kvc_cache_init(struct kvc_pool *pool);
 uint32_t kvc_cache_get(const struct kvc_pool *pool, uint32_t group, const struct kvc_hash *h);
-void kvc_cache_insert(struct kvc_pool *pool, uint32_t group, const struct kvc_hash *h,
-		      uint32_t id);
+/* Caches block @id of @seq's position @pos under its hash (announced if the first copy). */
+void kvc_cache_insert(struct kvc_pool *pool, const struct kvc_seq *seq, uint32_t group,
+		      uint32_t pos, uint32_t id);
 void kvc_cache_remove(struct kvc_pool *pool, uint32_t id);
 void kvc_cache_clear(struct kvc_pool *pool);
 

@@ -156,6 +156,24 @@ void kvc_pool_set_admit_hook(struct kvc_pool *pool, kvc_admit_fn fn);
 typedef bool (*kvc_tier_has_fn)(void *tier, uint32_t group, const struct kvc_hash *key);
 void kvc_pool_set_tier(struct kvc_pool *pool, kvc_tier_has_fn has, void *tier);
 
+/*
+ * What the prefix cache tells a KV events publisher (vLLM's BlockStored,
+ * BlockRemoved, AllBlocksCleared): @stored when a key becomes hittable in the
+ * pool (its first cached copy: published by COMMIT or ALLOC, or promoted from
+ * the tier), with the block's place in its sequence: @pos, its parent's key
+ * (NULL for block 0) and its block_size tokens; @removed when its last copy
+ * forgets it (the block handed out for new data, EVICT); @cleared on a reset.
+ * A publication's blocks come in order, group by group. Called inside the
+ * core's operations: they must not call into the pool. NULL: none.
+ */
+struct kvc_event_ops {
+	void (*stored)(void *ctx, uint32_t group, uint32_t pos, const struct kvc_hash *key,
+		       const struct kvc_hash *parent, const uint32_t *tokens);
+	void (*removed)(void *ctx, uint32_t group, const struct kvc_hash *key);
+	void (*cleared)(void *ctx);
+};
+void kvc_pool_set_events(struct kvc_pool *pool, const struct kvc_event_ops *ops, void *ctx);
+
 /* What the tier needs of one block (kvc_block_state). */
 struct kvc_block_state {
 	struct kvc_hash key; /* hashed: its cache key */

@@ -152,6 +152,12 @@ void kvc_pool_set_tier(struct kvc_pool *pool, kvc_tier_has_fn has, void *tier)
 	pool->tier = tier;
 }
 
+void kvc_pool_set_events(struct kvc_pool *pool, const struct kvc_event_ops *ops, void *ctx)
+{
+	pool->events = ops;
+	pool->events_ctx = ctx;
+}
+
 int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_state *st)
 {
 	const struct kvc_block *b;

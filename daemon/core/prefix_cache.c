@@ -45,9 +45,10 @@ uint32_t kvc_cache_get(const struct kvc_pool *pool, uint32_t group, const struct
 	return id;
 }
 
-void kvc_cache_insert(struct kvc_pool *pool, uint32_t group, const struct kvc_hash *h,
-		      uint32_t id)
+void kvc_cache_insert(struct kvc_pool *pool, const struct kvc_seq *seq, uint32_t group,
+		      uint32_t pos, uint32_t id)
 {
+	const struct kvc_hash *h = &seq->hashes[pos];
 	struct kvc_block *b = &pool->blocks[id];
 	uint32_t oldest = kvc_cache_get(pool, group, h);
 
@@ -61,6 +62,10 @@ void kvc_cache_insert(struct kvc_pool *pool, uint32_t group, const struct kvc_ha
 		b->dup_prev = b->dup_next = id;
 		b->bucket_next = *head;
 		*head = id;
+		if (pool->events)
+			pool->events->stored(pool->events_ctx, group, pos, h,
+					     pos ? &seq->hashes[pos - 1] : NULL,
+					     seq->tokens + (size_t)pos * pool->cfg.block_size);
 		return;
 	}
 	/* Newest goes last in the ring, just before the oldest. */
@@ -108,6 +113,8 @@ void kvc_cache_remove(struct kvc_pool *pool, uint32_t id)
 	if (!alone) {
 		pool->blocks[b->dup_prev].dup_next = b->dup_next;
 		pool->blocks[b->dup_next].dup_prev = b->dup_prev;
+	} else if (pool->events) {
+		pool->events->removed(pool->events_ctx, b->group, &b->hash);
 	}
 	forget_hash(b);
 	pool->ncached--;
@@ -121,4 +128,6 @@ void kvc_cache_clear(struct kvc_pool *pool)
 	for (uint32_t i = 0; i <= pool->bucket_mask; i++)
 		pool->buckets[i] = KVC_BUCKET_END;
 	pool->ncached = 0;
+	if (pool->events)
+		pool->events->cleared(pool->events_ctx);
 }

@@ -171,7 +171,7 @@ static void publish_upto(struct kvc_seq *seq, uint64_t tokens)
 		kvc_seq_hash_upto(seq, upto);
 		for (uint32_t p = t->published; p < upto; p++)
 			if (t->ids[p] != KVC_NULL_BLOCK && kvc_kind(grp->kind)->publishable(seq, grp, p))
-				kvc_cache_insert(pool, g, &seq->hashes[p], t->ids[p]);
+				kvc_cache_insert(pool, seq, g, p, t->ids[p]);
 		t->published = upto;
 	}
 }
@@ -315,7 +315,7 @@ static void promote_hit(struct kvc_seq *seq, const struct alloc_plan *plan,
 				continue;
 			id = t->ids[p] = kvc_queue_pop(pool, g);
 			held(seq, id, true);
-			kvc_cache_insert(pool, g, &seq->hashes[p], id);
+			kvc_cache_insert(pool, seq, g, p, id);
 			pool->promotions[res->promoted++] =
 				(struct kvc_promotion){ g, p, id, seq->hashes[p] };
 			if (p < res->promoted_from)
