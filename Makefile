@@ -82,7 +82,7 @@ PY_EXT := $(if $(VARIANT),,$(if $(wildcard $(PY_INCLUDE)/Python.h),lib/python/kv
 ATTN_SRC ?= $(filter-out daemon/attn/bench_kernel.c,$(wildcard daemon/attn/*.c))
 ATTN_OBJ := $(ATTN_SRC:%.c=$(BUILD)/%.o)
 # The daemon's rooms, top first (daemon/ROOMS ranks them; tests/rooms.sh checks the includes).
-DAEMON_ROOMS := requests data tier session pools tenants observe loop config
+DAEMON_ROOMS := requests data events tier session pools tenants observe loop config
 DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
@@ -253,7 +253,7 @@ endif
 # The daemon shares one pure function with the library: the pool parameter parser.
 $(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lm -lpthread -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lmsgpackc -lm -lpthread -o $@
 
 $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
@@ -275,7 +275,7 @@ $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -lm -lpthread -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -lcmocka -lxxhash -lmsgpackc -lm -lpthread -o $@
 
 # The CUDA kernels' test: the plan (built here as C, for the variant) and the emulated kernels.
 $(GPU_EMU_OBJ): $(BUILD)/gpu/emu/%.o: gpu/emu/%.cc $(FLAGS_STAMP)
@@ -294,6 +294,7 @@ $(BUILD)/tests/test_gpu_attend: $(BUILD)/tests/unit/test_gpu_attend.o \
 # The worker pool's test links the pool itself, with a fake backend; the sizes' test, them.
 $(BUILD)/tests/test_workers: $(BUILD)/daemon/pools/workers.o
 $(BUILD)/tests/test_sizes: $(BUILD)/daemon/session/sizes.o
+$(BUILD)/tests/test_event_encode: $(BUILD)/daemon/events/encode.o
 
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
 		$(INTEG_LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_A)

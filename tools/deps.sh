@@ -16,6 +16,8 @@ packages=(
 	python3-dev libdlpack-dev python3-numpy
 	# the disk tier's tests: a small ext4 of their own (mkfs.ext4); its benchmark's yardstick
 	e2fsprogs fio
+	# KV events (vLLM's wire format): msgpack-c, libzmq; the tests' subscriber
+	libmsgpack-dev libzmq3-dev python3-msgpack python3-zmq
 )
 vllm=false
 if [ "${1:-}" = --vllm ]; then
