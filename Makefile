@@ -82,7 +82,7 @@ PY_EXT := $(if $(VARIANT),,$(if $(wildcard $(PY_INCLUDE)/Python.h),lib/python/kv
 ATTN_SRC ?= $(filter-out daemon/attn/bench_kernel.c,$(wildcard daemon/attn/*.c))
 ATTN_OBJ := $(ATTN_SRC:%.c=$(BUILD)/%.o)
 # The daemon's rooms, top first (daemon/ROOMS ranks them; tests/rooms.sh checks the includes).
-DAEMON_ROOMS := requests data events tier session pools tenants observe loop config
+DAEMON_ROOMS := requests data tier events session pools tenants observe loop config
 DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
@@ -253,7 +253,7 @@ endif
 # The daemon shares one pure function with the library: the pool parameter parser.
 $(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lmsgpackc -lm -lpthread -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lmsgpackc -lzmq -lm -lpthread -o $@
 
 $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
@@ -263,7 +263,7 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_pool.o kvctl_render.o kvctl_tenants.o kvctl_tiers.o kvctl_top.o)
+KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_pool.o kvctl_render.o kvctl_tenants.o kvctl_tiers.o kvctl_events.o kvctl_top.o)
 
 $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)

@@ -23,6 +23,7 @@
 
 struct kvpd_pool;        /* pools/pools.h */
 struct kvpd_tier;        /* tier/tier.h */
+struct kvpd_events;      /* events/events.h */
 struct kvpd_client;      /* session/session.h */
 struct kvpd_tenant;      /* tenants/tenants.h */
 struct kvpd_workers;     /* pools/jobs.h */

@@ -15,6 +15,7 @@
 
 #include "serve.h"
 #include "data/data.h"
+#include "events/events.h"
 #include "pools/pools.h"
 #include "tenants/tenants.h"
 
@@ -101,6 +102,17 @@ static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvp
 		return "tier_disk_bytes";
 	if (strcmp(sa->tier_disk_path, sb->tier_disk_path))
 		return "tier_disk_path";
+	if (strcmp(sa->kv_events, sb->kv_events))
+		return "kv_events";
+	if (strcmp(sa->kv_events_topic, sb->kv_events_topic))
+		return "kv_events_topic";
+	if (strcmp(sa->kv_events_replay, sb->kv_events_replay))
+		return "kv_events_replay";
+	if (sa->kv_events_buffer_set != sb->kv_events_buffer_set ||
+	    sa->kv_events_buffer != sb->kv_events_buffer)
+		return "kv_events_buffer";
+	if (sa->kv_events_format != sb->kv_events_format)
+		return "kv_events_format";
 	return NULL;
 }
 
@@ -237,7 +249,8 @@ int kvpd_pools_start(struct kvpd *d)
 			struct kvpd_pool *pool = kvpd_pool_find(d, name);
 
 			pool->configured = true;
-			ret = kvpd_tier_attach(d, pool, why, sizeof(why));
+			ret = kvpd_events_attach(d, pool, why, sizeof(why)) ?:
+			      kvpd_tier_attach(d, pool, why, sizeof(why));
 		}
 		if (ret) {
 			kvpd_log(d, KVPD_LOG_ERR, "pool %s: %s", name, *why ? why : strerror(-ret));
@@ -245,5 +258,7 @@ int kvpd_pools_start(struct kvpd *d)
 		}
 	}
 	kvpd_tier_turn(d); /* the tiers' stats rows, before any client reads the page */
+	kvpd_events_turn(d); /* a disk tier's blocks, announced first */
+	kvpd_events_stats(d);
 	return 0;
 }

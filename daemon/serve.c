@@ -18,6 +18,7 @@
 
 #include "serve.h"
 #include "data/data.h"
+#include "events/events.h"
 #include "loop/spin.h"
 #include "observe/probes.h"
 #include "requests/requests.h"
@@ -186,6 +187,7 @@ static void housekeeping(struct kvpd *d)
 	kvpd_accept_resume(d);
 	/* Orphaned pools still busy at their owner's close: their jobs drain, their users detach. */
 	kvpd_pools_reap(d);
+	kvpd_events_stats(d); /* the publishers count on their threads */
 	if (d->seqs_released >= TRIM_AFTER_SEQS) {
 		d->seqs_released = 0;
 		malloc_trim(0);
@@ -309,8 +311,10 @@ int kvpd_loop_run(struct kvpd *d)
 			done++;
 		}
 		/* What the turn's requests moved to the free queues' heads goes down to their tiers. */
-		if (done)
+		if (done) {
 			kvpd_tier_turn(d);
+			kvpd_events_turn(d); /* after the tier's: its drops are the turn's too */
+		}
 		/* idle: a short task run here is one worker fewer to wake, and to wait for */
 		if (!done && kvpd_workers_help(d->workers))
 			done++;

@@ -318,6 +318,8 @@ struct kvp_stats_view {
 	unsigned max_tenants;
 	const struct kvp_stats_tier *tiers;     /* page->max_pools, parallel to pools; NULL from
 						 * a daemon without tiers */
+	const struct kvp_stats_events *events;  /* likewise, KV events; NULL from a daemon
+						 * without them */
 	uint64_t taken_ns;                      /* CLOCK_MONOTONIC when copied */
 };
 
@@ -335,6 +337,14 @@ static inline const struct kvp_stats_tier *kvp_stats_tier_of(const struct kvp_st
 	const struct kvp_stats_tier *t = v->tiers ? &v->tiers[p - v->pools] : NULL;
 
 	return t && t->in_use ? t : NULL;
+}
+/* Pool @p's KV events row in view @v, or NULL when it publishes none. */
+static inline const struct kvp_stats_events *kvp_stats_events_of(const struct kvp_stats_view *v,
+								 const struct kvp_stats_pool *p)
+{
+	const struct kvp_stats_events *e = v->events ? &v->events[p - v->pools] : NULL;
+
+	return e && e->in_use ? e : NULL;
 }
 #define KVP_STATS_FOR_EACH_CLIENT(v, c)                                                      \
 	for (const struct kvp_stats_client *c = (v)->clients;                                \

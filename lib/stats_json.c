@@ -67,7 +67,33 @@ static json_object *tier_json(const struct kvp_stats_tier *t)
 	return o;
 }
 
-static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_stats_tier *t)
+/* A pool's KV events publisher, or null: kvctl's KV EVENTS table in JSON. */
+static json_object *events_json(const struct kvp_stats_events *e)
+{
+	json_object *o;
+
+	if (!e)
+		return NULL;
+	o = json_object_new_object();
+	json_object_object_add(o, "format", json_object_new_string(
+		e->format == KVP_EVENTS_ARRAY ? "array" : "map"));
+	json_object_object_add(o, "batches", ju64(e->batches));
+	json_object_object_add(o, "events", ju64(e->events));
+	json_object_object_add(o, "blocks_stored", ju64(e->blocks_stored));
+	json_object_object_add(o, "blocks_removed", ju64(e->blocks_removed));
+	json_object_object_add(o, "cleared", ju64(e->cleared));
+	json_object_object_add(o, "sent", ju64(e->sent));
+	json_object_object_add(o, "bytes", ju64(e->bytes));
+	json_object_object_add(o, "dropped", ju64(e->dropped));
+	json_object_object_add(o, "replays", ju64(e->replays));
+	json_object_object_add(o, "replayed", ju64(e->replayed));
+	json_object_object_add(o, "kept", ju64(e->kept));
+	json_object_object_add(o, "queued", ju64(e->queued));
+	return o;
+}
+
+static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_stats_tier *t,
+			      const struct kvp_stats_events *e)
 {
 	json_object *o = json_object_new_object(), *pc = json_object_new_object(),
 		    *ev = json_object_new_object(), *groups = json_object_new_array();
@@ -107,6 +133,7 @@ static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_s
 	}
 	json_object_object_add(o, "groups", groups);
 	json_object_object_add(o, "tier", tier_json(t));
+	json_object_object_add(o, "events", events_json(e));
 	return o;
 }
 
@@ -172,7 +199,8 @@ char *kvp_stats_json(const struct kvp_stats_view *s, bool clients_only)
 		json_object *pools = json_object_new_array();
 
 		KVP_STATS_FOR_EACH_POOL(s, p)
-			json_object_array_add(pools, pool_json(p, kvp_stats_tier_of(s, p)));
+			json_object_array_add(pools, pool_json(p, kvp_stats_tier_of(s, p),
+							      kvp_stats_events_of(s, p)));
 		json_object_object_add(root, "pools", pools);
 	}
 	json_object_object_add(root, "clients", clients);

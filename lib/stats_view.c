@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The daemon's stats page copied out and checked, and the names its numbers go by. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -70,7 +71,7 @@ uint64_t kvp_hist_percentile(const __u64 *hist, unsigned buckets, double p)
 static int validate(struct kvp_stats_view *s)
 {
 	const struct kvp_stats_page *pg = s->buf;
-	uint64_t pools_end, clients_end, ops_end, tenants_end, tiers_end;
+	uint64_t pools_end, clients_end, ops_end, tenants_end, tiers_end, events_end, events_off;
 
 	if (s->bytes < sizeof(*pg) || pg->magic != KVP_STATS_MAGIC || pg->version != KVP_STATS_VERSION)
 		return -EPROTO;
@@ -79,8 +80,13 @@ static int validate(struct kvp_stats_view *s)
 	ops_end = pg->ops_off + KVP_STATS_OPS * sizeof(struct kvp_stats_op);
 	tenants_end = pg->tenants_off + (uint64_t)pg->max_tenants * sizeof(struct kvp_stats_tenant);
 	tiers_end = pg->tiers_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_tier);
+	/* A page made before the field: its bytes there are the first pool's. */
+	events_off = pg->pools_off >= offsetof(struct kvp_stats_page, events_off) + 8 ?
+			     pg->events_off : 0;
+	events_end = events_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_events);
 	if (pools_end > s->bytes || clients_end > s->bytes || ops_end > s->bytes ||
 	    tenants_end > s->bytes || (pg->tiers_off && tiers_end > s->bytes) ||
+	    (events_off && events_end > s->bytes) ||
 	    pg->hist_buckets != KVP_HIST_BUCKETS)
 		return -EPROTO;
 	s->page = pg;
@@ -90,6 +96,7 @@ static int validate(struct kvp_stats_view *s)
 	s->tenants = (const void *)((const char *)s->buf + pg->tenants_off);
 	s->max_tenants = pg->max_tenants;
 	s->tiers = pg->tiers_off ? (const void *)((const char *)s->buf + pg->tiers_off) : NULL;
+	s->events = events_off ? (const void *)((const char *)s->buf + events_off) : NULL;
 	return 0;
 }
 

@@ -29,6 +29,9 @@ elif [ "${1:-}" = --tests ]; then
 		# libFuzzer and the sanitizers' runtimes: only a Recommends of clang
 		libclang-rt-14-dev
 		python3-pytest
+		# KV events' tests: the chained hashes a subscriber expects (xxhash); two daemons
+		# in network namespaces of their own, joined by veth (ip)
+		python3-xxhash iproute2
 		# systemd-socket-activate and systemd-analyze (tests/service.sh), man -l
 		systemd man-db groff-base
 	)

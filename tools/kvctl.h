@@ -23,6 +23,9 @@ void prom_label(const char *key, const char *value, size_t max, bool first);
 /* kvctl_tiers.c: the pools' tiers; nothing for a daemon whose pools have none. */
 void print_tiers_table(const struct kvp_stats_view *s);
 void print_tiers_prometheus(const struct kvp_stats_view *s);
+/* kvctl_events.c: the pools' KV events publishers; nothing where no pool has one. */
+void print_events_table(const struct kvp_stats_view *s);
+void print_events_prometheus(const struct kvp_stats_view *s);
 
 /* kvctl_tenants.c: the uids' and namespaces' use of their quotas. */
 void print_tenants_table(const struct kvp_stats_view *s);

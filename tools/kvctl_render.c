@@ -58,6 +58,7 @@ void print_stats_table(const struct kvp_stats_view *s)
 		}
 	}
 	print_tiers_table(s);
+	print_events_table(s);
 	printf("\n");
 	print_clients_table(s);
 	print_tenants_table(s);
@@ -299,4 +300,5 @@ void print_prometheus(const struct kvp_stats_view *s)
 	print_histograms(s);
 	print_tenants_prometheus(s);
 	print_tiers_prometheus(s);
+	print_events_prometheus(s);
 }

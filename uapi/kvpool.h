@@ -650,6 +650,31 @@ struct kvp_stats_tier {
 };
 
 /*
+ * A pool's KV events publisher (kv_events): entry i of the page's events is
+ * pools[i]'s, in_use 0 for a pool without one. A batch is one ZMQ message
+ * (one sequence number); dropped batches are gaps a subscriber sees in the
+ * sequence, kept for replay all the same.
+ */
+#define KVP_EVENTS_MAP 1   /* each event a map with "type" (vLLM's current form) */
+#define KVP_EVENTS_ARRAY 2 /* each event a tagged array (vLLM's older form) */
+struct kvp_stats_events {
+	__u32 in_use;        /* 0: an unused entry (all zero) */
+	__u32 format;        /* KVP_EVENTS_MAP, KVP_EVENTS_ARRAY */
+	__u64 batches;       /* batches made: the next sequence number */
+	__u64 events;        /* events in them */
+	__u64 blocks_stored; /* block hashes announced (BlockStored) */
+	__u64 blocks_removed; /* block hashes withdrawn (BlockRemoved) */
+	__u64 cleared;       /* AllBlocksCleared (pool resets) */
+	__u64 sent;          /* batches handed to the PUB socket */
+	__u64 bytes;         /* their payloads' bytes */
+	__u64 dropped;       /* batches the full queue never sent (or that could not be made) */
+	__u64 replays;       /* replay requests answered */
+	__u64 replayed;      /* batches sent by replays */
+	__u32 kept;          /* batches kept for replay now */
+	__u32 queued;        /* batches waiting for the publisher now */
+};
+
+/*
  * The page a client without KVP_FEAT_ADMIN maps is its uid's: client rows of
  * that uid only (the others counted in other_clients), and its uid's tenant
  * row; pools and operations are the daemon's.
@@ -681,6 +706,8 @@ struct kvp_stats_page {
 	__u32 resv0;        /* zero */
 	__u64 tiers_off;    /* bytes from the page's start: struct kvp_stats_tier[max_pools]
 			     * (zero from a daemon without tiers) */
+	__u64 events_off;   /* likewise: struct kvp_stats_events[max_pools]; a page whose
+			     * pools_off is under 144 has no such field (a daemon before KV events) */
 };
 
 /*
@@ -991,7 +1018,7 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_client, blocks_held) == 88,
 	       "kvp_stats_client.blocks_held");
 _Static_assert(__builtin_offsetof(struct kvp_stats_client, ops) == 96, "kvp_stats_client.ops");
 
-_Static_assert(sizeof(struct kvp_stats_page) == 136, "kvp_stats_page");
+_Static_assert(sizeof(struct kvp_stats_page) == 144, "kvp_stats_page");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, magic) == 0, "kvp_stats_page.magic");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, version) == 4, "kvp_stats_page.version");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, seq) == 8, "kvp_stats_page.seq");
@@ -1032,6 +1059,10 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_page, daemon_pid) == 120,
 	       "kvp_stats_page.daemon_pid");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, tiers_off) == 128,
 	       "kvp_stats_page.tiers_off");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, events_off) == 136,
+	       "kvp_stats_page.events_off");
+_Static_assert(sizeof(struct kvp_stats_events) == 96, "kvp_stats_events");
+_Static_assert(__builtin_offsetof(struct kvp_stats_events, kept) == 88, "kvp_stats_events.kept");
 _Static_assert(sizeof(struct kvp_stats_tenant) == 128, "kvp_stats_tenant");
 _Static_assert(__builtin_offsetof(struct kvp_stats_tenant, namespace_) == 16,
 	       "kvp_stats_tenant.namespace_");

@@ -70,6 +70,17 @@ enum kvpd_tier_policy {
 };
 
 /*
+ * KV events (kv_events): an endpoint is ZMQ's, "ipc://PATH" or "tcp://HOST:PORT";
+ * "on" is the ipc default, NAME.events (and NAME.replay) in the directory of
+ * the daemon's socket. kv_events_buffer's default is vLLM's.
+ */
+#define KVPD_EVENTS_ENDPOINT_MAX 256
+#define KVPD_EVENTS_TOPIC_MAX 256
+#define KVPD_EVENTS_BUFFER 10000u
+#define KVPD_EVENTS_BUFFER_MAX 1000000u
+enum kvpd_events_form { KVPD_EVENTS_FORM_MAP, KVPD_EVENTS_FORM_ARRAY };
+
+/*
  * A pool as the config file's [pool.NAME] or POOL_CREATE v3's keys describe it:
  * v2's fields, and the keys that only the text sets (no struct of the ABI has
  * them).
@@ -80,6 +91,13 @@ struct kvpd_pool_spec {
 	uint32_t tier_policy;     /* enum kvpd_tier_policy */
 	uint64_t tier_disk_bytes; /* a disk tier's file, NAME.kvtier; 0: none */
 	char tier_disk_path[KVPD_TIER_PATH_MAX]; /* its directory; "": KVPD_TIER_DISK_PATH */
+	char kv_events[KVPD_EVENTS_ENDPOINT_MAX];        /* the PUB socket's; "": no events */
+	char kv_events_topic[KVPD_EVENTS_TOPIC_MAX];     /* "": kv@HOSTNAME@POOL */
+	char kv_events_replay[KVPD_EVENTS_ENDPOINT_MAX]; /* the ROUTER's; "": the ipc default,
+							  * "off": no replay */
+	uint32_t kv_events_buffer;  /* batches kept for replay, if kv_events_buffer_set */
+	bool kv_events_buffer_set;
+	uint32_t kv_events_format;  /* enum kvpd_events_form */
 };
 
 struct kvpd_config {
@@ -144,7 +162,7 @@ bool kvpd_namespace_allowed(const struct kvpd_config *cfg, const char *ns, uid_t
 enum kvpd_conf_section {
 	KVPD_CONF_DAEMON, KVPD_CONF_POOL, KVPD_CONF_NAMESPACE, KVPD_CONF_QUOTA, KVPD_CONF_UID
 };
-#define KVPD_CONF_MAX_KEYS 24 /* the most keys a section has ([pool.NAME]'s) */
+#define KVPD_CONF_MAX_KEYS 32 /* the most keys a section has ([pool.NAME]'s) */
 /* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
 int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
 /* Key @name's index in a section of @kind; -ENOENT when it has no such key. */

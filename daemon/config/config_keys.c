@@ -74,8 +74,14 @@ static const char *const layouts[] = { "default", "block", "layer", NULL };
 static const char *const tier_policies[] = { [KVPD_TIER_LRU] = "lru",
 					       [KVPD_TIER_SECOND_SIGHT] = "second_sight", NULL };
 
+static const char *const events_forms[] = { [KVPD_EVENTS_FORM_MAP] = "map",
+					      [KVPD_EVENTS_FORM_ARRAY] = "array", NULL };
+
 /* [pool.NAME]'s keys past v2's 16 (stored in struct kvpd_pool_spec itself, not by libkvpool). */
-enum { P_TIER_HOST_BYTES = 16, P_TIER_POLICY, P_TIER_DISK_PATH, P_TIER_DISK_BYTES };
+enum {
+	P_TIER_HOST_BYTES = 16, P_TIER_POLICY, P_TIER_DISK_PATH, P_TIER_DISK_BYTES,
+	P_KV_EVENTS, P_KV_EVENTS_TOPIC, P_KV_EVENTS_REPLAY, P_KV_EVENTS_BUFFER, P_KV_EVENTS_FORMAT,
+};
 
 /* Stored by libkvpool's kvp_pool_params_v2_set, as kvctl's; the ranges are pool_check.c's. */
 static const struct cfg_key pool_keys[] = {
@@ -100,6 +106,14 @@ static const struct cfg_key pool_keys[] = {
 	[P_TIER_DISK_PATH] = STRING("tier_disk_path", KVPD_TIER_PATH_MAX - 1,
 				    "a directory for the pool's disk tier"),
 	[P_TIER_DISK_BYTES] = NUMBER("tier_disk_bytes", 0, UINT64_MAX),
+	[P_KV_EVENTS] = STRING("kv_events", KVPD_EVENTS_ENDPOINT_MAX - 1,
+			       "on, off, ipc://PATH or tcp://HOST:PORT"),
+	[P_KV_EVENTS_TOPIC] = STRING("kv_events_topic", KVPD_EVENTS_TOPIC_MAX - 1,
+				     "the events' ZMQ topic"),
+	[P_KV_EVENTS_REPLAY] = STRING("kv_events_replay", KVPD_EVENTS_ENDPOINT_MAX - 1,
+				      "on, off, ipc://PATH or tcp://HOST:PORT"),
+	[P_KV_EVENTS_BUFFER] = NUMBER("kv_events_buffer", 0, KVPD_EVENTS_BUFFER_MAX),
+	[P_KV_EVENTS_FORMAT] = CHOICE("kv_events_format", events_forms),
 };
 
 #define QUOTA_KEYS                                                                             \
@@ -358,6 +372,32 @@ void kvpd_conf_keys(enum kvpd_conf_section kind, char *buf, size_t len)
 		list_append(buf, len, !i, sections[kind].keys[i].name);
 }
 
+/* The kv_events keys, checked for their kind of value already. */
+static int events_set(struct kvpd_pool_spec *p, int idx, const char *value, uint64_t num,
+		      int choice)
+{
+	switch (idx) {
+	case P_KV_EVENTS:
+		/* "off" is no events, as not setting the key. */
+		strcpy(p->kv_events, strcmp(value, "off") ? value : "");
+		return 0;
+	case P_KV_EVENTS_TOPIC:
+		strcpy(p->kv_events_topic, value);
+		return 0;
+	case P_KV_EVENTS_REPLAY:
+		strcpy(p->kv_events_replay, strcmp(value, "on") ? value : "");
+		return 0;
+	case P_KV_EVENTS_BUFFER:
+		p->kv_events_buffer = (uint32_t)num;
+		p->kv_events_buffer_set = true;
+		return 0;
+	case P_KV_EVENTS_FORMAT:
+		p->kv_events_format = (uint32_t)choice;
+		return 0;
+	}
+	return -EINVAL;
+}
+
 int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *obj, int idx,
 		  const char *value, char *why, size_t why_len)
 {
@@ -390,6 +430,8 @@ int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *ob
 			((struct kvpd_pool_spec *)obj)->tier_disk_bytes = num;
 			return 0;
 		}
+		if (idx >= P_KV_EVENTS)
+			return events_set(obj, idx, value, num, choice);
 		/* In range here, so refused there only if the two parsers disagree. */
 		ret = kvp_pool_params_v2_set(&((struct kvpd_pool_spec *)obj)->v2, key->name, value);
 		return ret ? kvpd_refuse(why, why_len, -EINVAL, "refused by kvp_pool_params_v2_set") : 0;

@@ -63,11 +63,52 @@ static int check_kv(const struct kvp_pool_params *p, char *why, size_t len)
 	return 0;
 }
 
+/* What is wrong with endpoint @ep of key @key; NULL when nothing is (ZMQ's bind says the rest). */
+static const char *endpoint_problem(const char *ep)
+{
+	/* sun_path's 108 bytes, its NUL included. */
+	if (!strncmp(ep, "ipc://", 6))
+		return !ep[6] ? "no path after ipc://" :
+		       strlen(ep + 6) > 107 ? "the path is over 107 bytes (a socket's most)" : NULL;
+	if (!strncmp(ep, "tcp://", 6))
+		return strchr(ep + 6, ':') ? NULL : "no :PORT after tcp://HOST";
+	return "not on, off, ipc://PATH or tcp://HOST:PORT";
+}
+
+/* The kv_events keys: each needs kv_events, which needs the prefix cache. */
+static int events_check(const struct kvpd_pool_spec *spec, char *why, size_t len)
+{
+	const char *bad;
+
+	if (!*spec->kv_events) {
+		const char *key = *spec->kv_events_topic ? "kv_events_topic" :
+				  *spec->kv_events_replay ? "kv_events_replay" :
+				  spec->kv_events_buffer_set ? "kv_events_buffer" :
+				  spec->kv_events_format ? "kv_events_format" : NULL;
+
+		return key ? kvpd_refuse(why, len, -EINVAL, "%s: set without kv_events (the events' "
+					 "endpoint)", key) : 0;
+	}
+	if (!spec->v2.v1.caching)
+		return kvpd_refuse(why, len, -EINVAL, "kv_events: caching is off, so no block is "
+				   "ever announced");
+	if (strcmp(spec->kv_events, "on") && (bad = endpoint_problem(spec->kv_events)))
+		return kvpd_refuse(why, len, -EINVAL, "kv_events = %.60s: %s", spec->kv_events, bad);
+	if (*spec->kv_events_replay && strcmp(spec->kv_events_replay, "off") &&
+	    (bad = endpoint_problem(spec->kv_events_replay)))
+		return kvpd_refuse(why, len, -EINVAL, "kv_events_replay = %.60s: %s",
+				   spec->kv_events_replay, bad);
+	if (spec->kv_events_format > KVPD_EVENTS_FORM_ARRAY)
+		return kvpd_refuse(why, len, -EINVAL, "kv_events_format %u: must be 0 (map) or 1 "
+				   "(array)", spec->kv_events_format);
+	return 0;
+}
+
 int kvpd_pool_spec_check(const struct kvpd_pool_spec *spec, char *why, size_t len)
 {
 	const struct kvp_pool_params *p = &spec->v2.v1;
 	const char *key = spec->tier_disk_bytes ? "tier_disk_bytes" : "tier_host_bytes";
-	int ret = kvpd_pool_params_check(&spec->v2, why, len);
+	int ret = kvpd_pool_params_check(&spec->v2, why, len) ?: events_check(spec, why, len);
 
 	if (!ret && *spec->tier_disk_path && !spec->tier_disk_bytes)
 		return kvpd_refuse(why, len, -EINVAL, "tier_disk_path: set without tier_disk_bytes "

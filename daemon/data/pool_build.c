@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "data/data.h"
+#include "events/events.h"
 
 int kvpd_pool_build_start(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 			  struct kvpd_pool *pool)
@@ -55,7 +56,8 @@ void kvpd_pool_build_done(struct kvpd *d, struct kvpd_job *job)
 	if (!cqe.res && pool->owned && c && c->dead)
 		cqe.res = -ECONNRESET;
 	if (!cqe.res)
-		cqe.res = kvpd_tier_attach(d, pool, job->why, sizeof(job->why));
+		cqe.res = kvpd_events_attach(d, pool, job->why, sizeof(job->why)) ?:
+			  kvpd_tier_attach(d, pool, job->why, sizeof(job->why));
 	if (cqe.res) {
 		if (!c)
 			kvpd_log(d, KVPD_LOG_ERR, "reload: pool %s not created: %s", pool->name,

@@ -32,7 +32,7 @@ static int head(msgpack_packer *pk, enum kvpd_event_format f, const char *tag, u
 	return ret ?: key(pk, f, "type") ?: str(pk, tag);
 }
 
-static int hashes(msgpack_packer *pk, const struct kvpd_event *e)
+static int hashes(msgpack_packer *pk, const struct kvpd_kv_event *e)
 {
 	int ret = msgpack_pack_array(pk, e->nblocks);
 
@@ -41,7 +41,7 @@ static int hashes(msgpack_packer *pk, const struct kvpd_event *e)
 	return ret;
 }
 
-static int stored(msgpack_packer *pk, const struct kvpd_event *e, enum kvpd_event_format f)
+static int stored(msgpack_packer *pk, const struct kvpd_kv_event *e, enum kvpd_event_format f)
 {
 	uint64_t ntok = (uint64_t)e->nblocks * e->block_size;
 	int ret = head(pk, f, "BlockStored", 11) ?:
@@ -63,14 +63,14 @@ static int stored(msgpack_packer *pk, const struct kvpd_event *e, enum kvpd_even
 	       (e->window ? msgpack_pack_uint32(pk, e->window) : msgpack_pack_nil(pk));
 }
 
-static int removed(msgpack_packer *pk, const struct kvpd_event *e, enum kvpd_event_format f)
+static int removed(msgpack_packer *pk, const struct kvpd_kv_event *e, enum kvpd_event_format f)
 {
 	return head(pk, f, "BlockRemoved", 3) ?: key(pk, f, "block_hashes") ?: hashes(pk, e) ?:
 	       key(pk, f, "medium") ?: str(pk, e->medium) ?:
 	       key(pk, f, "group_idx") ?: msgpack_pack_uint32(pk, e->group);
 }
 
-int kvpd_events_encode(msgpack_sbuffer *sb, double ts, const struct kvpd_event *ev, uint32_t n,
+int kvpd_events_encode(msgpack_sbuffer *sb, double ts, const struct kvpd_kv_event *ev, uint32_t n,
 		       enum kvpd_event_format format)
 {
 	msgpack_packer pk;

@@ -18,7 +18,7 @@
 enum kvpd_event_type { KVPD_EVENT_STORED, KVPD_EVENT_REMOVED, KVPD_EVENT_CLEARED };
 
 /* vLLM's BlockStored, BlockRemoved or AllBlocksCleared, as kvpool fills them. */
-struct kvpd_event {
+struct kvpd_kv_event {
 	enum kvpd_event_type type;
 	uint32_t group;            /* group_idx */
 	uint32_t nblocks;
@@ -38,7 +38,7 @@ enum kvpd_event_format {
 };
 
 /* Appends the batch of @n events at @ts (seconds) to @sb: 0, or -ENOMEM. */
-int kvpd_events_encode(msgpack_sbuffer *sb, double ts, const struct kvpd_event *ev, uint32_t n,
+int kvpd_events_encode(msgpack_sbuffer *sb, double ts, const struct kvpd_kv_event *ev, uint32_t n,
 		       enum kvpd_event_format format);
 
 #endif

@@ -35,7 +35,9 @@ int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *nam
 
 	size_t tiers_off = tenants_off + max_tenants(d) * sizeof(struct kvp_stats_tenant);
 
-	sp->bytes = (tiers_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_tier) + 4095) &
+	size_t events_off = tiers_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_tier);
+
+	sp->bytes = (events_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_events) + 4095) &
 		    ~(size_t)4095;
 	sp->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (sp->fd < 0)
@@ -56,6 +58,7 @@ int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *nam
 	sp->ops = (struct kvp_stats_op *)(m + ops_off);
 	sp->tenants = (struct kvp_stats_tenant *)(m + tenants_off);
 	sp->tiers = (struct kvp_stats_tier *)(m + tiers_off);
+	sp->events = (struct kvp_stats_events *)(m + events_off);
 	clock_gettime(CLOCK_REALTIME, &rt);
 	*sp->page = (struct kvp_stats_page){
 		.magic = KVP_STATS_MAGIC,
@@ -69,6 +72,7 @@ int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *nam
 		.ops_off = ops_off,
 		.tenants_off = tenants_off,
 		.tiers_off = tiers_off,
+		.events_off = events_off,
 		.max_tenants = max_tenants(d),
 		.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec,
 		.daemon_pid = getpid(),

@@ -71,5 +71,6 @@ void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool)
 	kvpd_stats_begin(d);
 	memset(kvpd_stats_pool_entry(d, pool), 0, sizeof(struct kvp_stats_pool));
 	memset(&d->stats->tiers[pool->stat_idx], 0, sizeof(struct kvp_stats_tier));
+	memset(&d->stats->events[pool->stat_idx], 0, sizeof(struct kvp_stats_events));
 	kvpd_stats_end(d);
 }

@@ -153,6 +153,8 @@ static void pool_free(struct kvpd_pool *pool, bool drop_tier)
 {
 	if (pool->tier)
 		pool->tier_free(pool->tier, drop_tier);
+	if (pool->events)
+		pool->events_free(pool->events);
 	if (pool->mem)
 		pool->backend->pool_fini(&pool->layout, pool->mem);
 	if (pool->core)

@@ -57,6 +57,9 @@ struct kvpd_pool {
 	 */
 	struct kvpd_tier *tier;
 	void (*tier_free)(struct kvpd_tier *tier, bool drop);
+	/* Its KV events publisher (the events room's; NULL: none), freed likewise, after the tier. */
+	struct kvpd_events *events;
+	void (*events_free)(struct kvpd_events *events);
 };
 
 /* Who creates a KVP_POOL_OWNED pool: its client's id and uid. */

@@ -15,6 +15,7 @@
 #include "requests/requests.h"
 #include "session/kvwritten.h"
 #include "session/sizes.h"
+#include "events/events.h"
 #include "tier/tier.h"
 
 /* EVICT reads its ids out of the arena this many at a time. */
@@ -619,6 +620,9 @@ bool kvpd_dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *
 {
 	int res = dispatch(d, c, sqe, cqe);
 
+	/* One request's blocks are one event: the next request's start another. */
+	if (c->pool && c->pool->events)
+		kvpd_events_cut(c->pool->events);
 	if (res == KVPD_LATER)
 		return false;
 	cqe->res = res;

@@ -14,6 +14,7 @@ struct tier_disk {
 	uint64_t asked;           /* tier_disk_bytes */
 	uint64_t slot_bytes, stride, nslots;
 	uint64_t records_off, data_off, file_bytes;
+	uint64_t origins_off, origin_stride;
 	uint64_t found_bytes;     /* the file's size when opened: past it, no record is kept */
 	struct kvtier_geometry geo;
 	uint64_t geometry;        /* XXH3-64 of geo, in every record */

@@ -95,16 +95,25 @@ static void geometry_diff(const struct kvtier_geometry *f, const struct kvtier_g
 			 f->dtype < 3 ? dtypes[f->dtype] : "?", p->dtype < 3 ? dtypes[p->dtype] : "?");
 }
 
-/* The layout @bytes of file holds: as many slots as fit with their records. */
+static uint64_t data_off(const struct tier_disk *dk, uint64_t n)
+{
+	return KVTIER_ALIGN + round_up(n * 64, KVTIER_ALIGN) +
+	       round_up(n * dk->origin_stride, KVTIER_ALIGN);
+}
+
+/* The layout @bytes of file holds: as many slots as fit with their records and origins. */
 static void layout(struct tier_disk *dk, uint64_t bytes)
 {
-	uint64_t n = bytes > KVTIER_ALIGN ? (bytes - KVTIER_ALIGN) / (dk->stride + 64) : 0;
+	uint64_t n;
 
-	while (n && KVTIER_ALIGN + round_up(n * 64, KVTIER_ALIGN) + n * dk->stride > bytes)
+	dk->origin_stride = round_up(sizeof(struct kvtier_origin) + 4ull * dk->geo.block_size, 64);
+	n = bytes > KVTIER_ALIGN ? (bytes - KVTIER_ALIGN) / (dk->stride + 64 + dk->origin_stride) : 0;
+	while (n && data_off(dk, n) + n * dk->stride > bytes)
 		n--;
 	dk->nslots = n;
 	dk->records_off = KVTIER_ALIGN;
-	dk->data_off = KVTIER_ALIGN + round_up(n * 64, KVTIER_ALIGN);
+	dk->origins_off = KVTIER_ALIGN + round_up(n * 64, KVTIER_ALIGN);
+	dk->data_off = data_off(dk, n);
 	dk->file_bytes = dk->data_off + n * dk->stride;
 }
 
@@ -119,6 +128,8 @@ static void header_of(const struct tier_disk *dk, struct kvtier_header *h)
 	h->records_off = dk->records_off;
 	h->data_off = dk->data_off;
 	h->file_bytes = dk->file_bytes;
+	h->origins_off = dk->origins_off;
+	h->origin_stride = dk->origin_stride;
 	h->geo = dk->geo;
 	h->check = XXH3_64bits(h, offsetof(struct kvtier_header, check));
 }
@@ -175,7 +186,8 @@ static int check_header(struct tier_disk *dk, const char *file, char *why, size_
 				   "%s", file, diff);
 	}
 	header_of(dk, &want);
-	if (h.nslots != want.nslots || h.stride != want.stride || h.data_off != want.data_off)
+	if (h.nslots != want.nslots || h.stride != want.stride || h.data_off != want.data_off ||
+	    h.origins_off != want.origins_off || h.origin_stride != want.origin_stride)
 		return kvpd_refuse(why, len, -EEXIST, "tier_disk_bytes %llu: %s holds %llu blocks, "
 				   "not %llu: set %llu or remove it", (unsigned long long)dk->asked,
 				   file, (unsigned long long)h.nslots,
@@ -238,11 +250,11 @@ int kvpd_tier_disk_open(struct kvpd_tier *t, char *why, size_t len)
 	dk->geometry = XXH3_64bits(&dk->geo, sizeof(dk->geo));
 	layout(dk, spec->tier_disk_bytes);
 	if (!dk->nslots || dk->nslots > KVC_MAX_BLOCKS)
-		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes %llu: holds %llu blocks of "
-				   "%llu bytes (with a 64-byte record each and a 4 KiB header), "
-				   "must be 1..%u", (unsigned long long)dk->asked,
+		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes %llu: holds %llu blocks "
+				   "(%llu bytes and %llu of record and origin each, a 4 KiB "
+				   "header): must be 1..%u", (unsigned long long)dk->asked,
 				   (unsigned long long)dk->nslots, (unsigned long long)dk->stride,
-				   KVC_MAX_BLOCKS);
+				   (unsigned long long)(64 + dk->origin_stride), KVC_MAX_BLOCKS);
 	ret = check_dir(dir, why, len);
 	if (ret)
 		return ret;
@@ -288,6 +300,37 @@ static int by_stamp(const void *a, const void *b)
 	return x->stamp < y->stamp ? -1 : x->stamp > y->stamp;
 }
 
+/* The origins' region, for a pool with KV events (NULL when it cannot be read: none announced). */
+static uint8_t *read_origins(const struct tier_disk *dk)
+{
+	size_t bytes = dk->nslots * dk->origin_stride;
+	uint8_t *buf = malloc(bytes ? bytes : 1);
+
+	if (buf && pread(dk->rfd, buf, bytes, (off_t)dk->origins_off) != (ssize_t)bytes) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* Slot @slot's origin when its record names one and its checksum holds; else NULL. */
+static const struct kvpd_block_origin *origin_of(const struct tier_disk *dk, const uint8_t *origins,
+						 uint32_t slot, const struct kvtier_record *r,
+						 struct kvpd_block_origin *o)
+{
+	const struct kvtier_origin *x;
+
+	if (!origins || !r->origin_sum)
+		return NULL;
+	x = (const struct kvtier_origin *)(origins + (size_t)slot * dk->origin_stride);
+	if (XXH3_64bits_withSeed(x, dk->origin_stride, slot) != r->origin_sum)
+		return NULL;
+	*o = (struct kvpd_block_origin){ .pos = x->pos, .parent = x->parent,
+					 .has_parent = x->flags & KVTIER_ORIGIN_PARENT,
+					 .tokens = x->tokens };
+	return o;
+}
+
 /*
  * A record is kept when its own checksum holds, it is of this geometry, and
  * its slot lies whole inside what the file held before it was preallocated
@@ -301,6 +344,7 @@ int kvpd_tier_disk_restore(struct kvpd_tier *t, char *why, size_t len)
 	struct kvtier_record *recs = malloc(bytes);
 	struct found *found = malloc(dk->nslots * sizeof(*found));
 	uint64_t t0 = kvpd_now_ns();
+	uint8_t *origins;
 	uint32_t n = 0;
 	ssize_t got;
 
@@ -337,17 +381,21 @@ int kvpd_tier_disk_restore(struct kvpd_tier *t, char *why, size_t len)
 	}
 	/* Oldest first: the LRU order the last daemon left. */
 	qsort(found, n, sizeof(*found), by_stamp);
+	origins = t->pool->events ? read_origins(dk) : NULL;
 	for (uint32_t k = n; k-- > 0;) {
 		const struct kvtier_record *r = &recs[found[k].slot];
 		struct kvc_hash key = { .lo = r->key_lo, .hi = r->key_hi };
+		struct kvpd_block_origin o;
 
 		if (kvpd_tier_find(t, r->group, &key) != TIER_END) {
 			t->st.refused++; /* an older copy of a block restored already */
 			continue;
 		}
-		kvpd_tier_restore(t, found[k].slot, r->group, &key, r->sum);
+		kvpd_tier_restore(t, found[k].slot, r->group, &key, r->sum,
+				  origin_of(dk, origins, found[k].slot, r, &o));
 		t->st.restored++;
 	}
+	free(origins);
 	kvpd_tier_free_rest(t);
 	dk->opened = true;
 	dk->restore_ns = kvpd_now_ns() - t0;

@@ -150,7 +150,15 @@ static int write_record(struct tier_disk *dk, uint32_t slot, const struct kvtier
 	return n == (ssize_t)sizeof(*r) ? 0 : n < 0 ? -errno : -EIO;
 }
 
-/* The second pass down: the kept blocks' records, after their data. */
+static int write_origin(struct tier_disk *dk, uint32_t slot, const uint8_t *origin)
+{
+	off_t off = (off_t)(dk->origins_off + (uint64_t)slot * dk->origin_stride);
+	ssize_t n = pwrite(dk->rfd, origin, dk->origin_stride, off);
+
+	return n == (ssize_t)dk->origin_stride ? 0 : n < 0 ? -errno : -EIO;
+}
+
+/* The second pass down: the kept blocks' origins and records, after their data. */
 static void commit(struct disk_lane *ln, struct tier_job *tj)
 {
 	struct tier_disk *dk = ln->dk;
@@ -159,6 +167,11 @@ static void commit(struct disk_lane *ln, struct tier_job *tj)
 		struct kvtier_record *r = &tj->recs[i];
 		int ret;
 
+		if (r->origin_sum &&
+		    (ret = write_origin(dk, tj->slots[i], tj->origins + (size_t)i * dk->origin_stride))) {
+			set_first(&dk->write_error, ret);
+			r->origin_sum = 0; /* the block stays; after a restart it goes unannounced */
+		}
 		r->stamp = ++dk->stamp;
 		r->check = XXH3_64bits_withSeed(r, offsetof(struct kvtier_record, check),
 						tj->slots[i]);

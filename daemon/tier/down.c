@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "observe/probes.h"
 #include "tier/disk.h"
@@ -247,11 +248,12 @@ static void writes_stopped(struct kvpd *d, struct kvpd_tier *t)
  * POOL_SYNC waits for it) until they are. False when there are none.
  */
 static bool commit(struct kvpd *d, struct tier_job *tj, struct kvtier_record *recs,
-		   uint32_t kept)
+		   uint8_t *origins, uint32_t kept)
 {
 	if (!kept || !recs)
 		return false;
 	tj->recs = recs;
+	tj->origins = origins;
 	tj->n = kept;
 	tj->commit = true;
 	tj->job.ntasks = 1;
@@ -260,22 +262,43 @@ static bool commit(struct kvpd *d, struct tier_job *tj, struct kvtier_record *re
 	return true;
 }
 
+/* Slot @slot's origin into @origins' entry @k, as KV events know it: its checksum, or 0 (none). */
+static uint64_t origin_put(struct kvpd_tier *t, uint8_t *origins, uint32_t k, uint32_t slot)
+{
+	size_t stride = t->disk->origin_stride;
+	struct kvtier_origin *x = origins ? (struct kvtier_origin *)(origins + k * stride) : NULL;
+	struct kvpd_block_origin o;
+
+	if (!x || !kvpd_events_origin(t->pool->events, t->e[slot].group, &t->e[slot].key, &o))
+		return 0;
+	x->pos = o.pos;
+	x->flags = o.has_parent ? KVTIER_ORIGIN_PARENT : 0;
+	x->parent = o.parent;
+	memcpy(x->tokens, o.tokens, t->pool->params.block_size * sizeof(*o.tokens));
+	return XXH3_64bits_withSeed(x, stride, slot) ?: 1;
+}
+
 /* Kept only where the block was not handed out during the copy: else it may hold anything. */
 static void down_done(struct kvpd *d, struct tier_job *tj)
 {
 	struct kvpd_tier *t = tj->tier;
 	struct kvtier_record *recs = NULL;
+	uint8_t *origins = NULL;
 	uint32_t kept = 0, n = tj->n;
 
 	if (tj->commit) {
 		writes_stopped(d, t);
 		kvpd_tier_job_retire(d, tj);
 		free(tj->recs);
+		free(tj->origins);
 		free(tj);
 		return;
 	}
 	if (t->disk)
 		recs = malloc((size_t)n * sizeof(*recs)); /* none: kept, but not durable */
+	/* What KV events will say of them after a restart (none: not announced then). */
+	if (recs && t->pool->events)
+		origins = calloc(n, t->disk->origin_stride);
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvc_block_state st;
 		uint32_t slot = tj->slots[i];
@@ -296,7 +319,8 @@ static void down_done(struct kvpd *d, struct tier_job *tj)
 				recs[kept] = (struct kvtier_record){
 					.valid = KVTIER_RECORD_VALID, .group = t->e[slot].group,
 					.key_lo = t->e[slot].key.lo, .key_hi = t->e[slot].key.hi,
-					.sum = tj->sums[i], .geometry = t->disk->geometry };
+					.sum = tj->sums[i], .geometry = t->disk->geometry,
+					.origin_sum = origin_put(t, origins, kept, slot) };
 			tj->slots[kept++] = slot;
 		} else {
 			kvpd_tier_drop(t, slot);
@@ -306,9 +330,10 @@ static void down_done(struct kvpd *d, struct tier_job *tj)
 	t->st.queued -= n;
 	t->dirty = true;
 	writes_stopped(d, t);
-	if (commit(d, tj, recs, kept))
+	if (commit(d, tj, recs, origins, kept))
 		return;
 	free(recs);
+	free(origins);
 	kvpd_tier_job_retire(d, tj);
 	free(tj);
 }

@@ -77,7 +77,8 @@ static void lru_append(struct kvpd_tier *t, uint32_t i)
 }
 
 void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
-		       const struct kvc_hash *key, uint64_t sum)
+		       const struct kvc_hash *key, uint64_t sum,
+		       const struct kvpd_block_origin *origin)
 {
 	uint32_t *head = &t->buckets[bucket_of(t, group, key)];
 	uint32_t s = t->nslots;
@@ -92,6 +93,7 @@ void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
 	t->e[t->e[s].lru_next].lru_prev = slot;
 	t->e[s].lru_next = slot;
 	t->st.held++;
+	kvpd_events_tier_restored(t->pool->events, group, key, origin);
 }
 
 void kvpd_tier_free_rest(struct kvpd_tier *t)
@@ -176,6 +178,7 @@ void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i)
 		if (!x->pins)
 			lru_unlink(t, i);
 		t->st.held--;
+		kvpd_events_tier_gone(t->pool->events, x->group, &x->key);
 	}
 	*x = (struct tier_entry){ .state = TIER_FREE, .lru_prev = TIER_END, .lru_next = TIER_END,
 				  .own_prev = TIER_END, .own_next = TIER_END, .hnext = t->free_head };
@@ -243,6 +246,7 @@ void kvpd_tier_use(struct kvpd_tier *t, uint32_t i)
 	if (x->state != TIER_VALID) {
 		x->state = TIER_VALID;
 		t->st.held++;
+		kvpd_events_tier_held(t->pool->events, x->group, &x->key);
 	} else if (!x->pins) {
 		lru_unlink(t, i);
 	}
@@ -392,7 +396,8 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	if (getenv("KVPOOL_TIER_DELAY_US"))
 		t->delay_us = (uint32_t)strtoul(getenv("KVPOOL_TIER_DELAY_US"), NULL, 10);
 #endif
-	ret = tier_alloc(t, pool->layout.num_blocks);
+	ret = tier_alloc(t, pool->layout.num_blocks) ?:
+	      kvpd_events_tier_start(pool->events, t->nslots, disk);
 	if (ret) {
 		ret = kvpd_refuse(why, why_len, ret, "%s: no memory for %u blocks' tier",
 				  disk ? "tier_disk_bytes" : "tier_host_bytes", t->nslots);
@@ -408,6 +413,7 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	pool->tier = t;
 	pool->tier_free = tier_free;
 	kvc_pool_set_tier(pool->core, tier_has, t);
+	kvpd_events_tier_announce(pool->events); /* a disk tier's blocks, before anything else */
 	if (disk)
 		kvpd_log(d, KVPD_LOG_INFO, "pool %s: disk tier %s: %u blocks, %llu found and "
 			 "hittable, %llu refused; %s; its records read back in %.1f ms", pool->name,

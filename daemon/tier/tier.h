@@ -12,7 +12,7 @@
  * KV is in its blocks, and other requests on its sequence get -EBUSY until
  * then. docs/tiers.md has the rules and their reasons.
  *
- * It may use the session, pools, tenants, observe, loop and config rooms,
+ * It may use the events, session, pools, tenants, observe, loop and config rooms,
  * attn, the core and the shared headers.
  */
 #ifndef KVPOOLD_TIER_H

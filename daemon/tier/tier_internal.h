@@ -4,6 +4,7 @@
 #define KVPOOLD_TIER_INTERNAL_H
 
 #include "tier/tier.h"
+#include "events/events.h"
 #include "pools/pools.h"
 #include "tenants/tenants.h"
 #include "tier/disk_format.h"
@@ -54,6 +55,7 @@ struct tier_job {
 	uint64_t *sums;
 	uint8_t *failed;
 	struct kvtier_record *recs;  /* DOWN's second pass: the records of the blocks kept */
+	uint8_t *origins;            /* ...and their origins, origin_stride each (NULL: none) */
 	bool commit;                 /* that pass (its tasks' data is on disk) */
 	/* UP: the ALLOC it completes */
 	struct kvpd_client *client;
@@ -156,9 +158,13 @@ void kvpd_tier_use(struct kvpd_tier *t, uint32_t i);
 void kvpd_tier_pin(struct kvpd_tier *t, uint32_t i);
 void kvpd_tier_unpin(struct kvpd_tier *t, uint32_t i);
 
-/* A block found on disk at start: entry @slot, VALID, owned by no tenant. */
+/*
+ * A block found on disk at start: entry @slot, VALID, owned by no tenant; its
+ * @origin (NULL: none kept) for the pool's KV events.
+ */
 void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
-		       const struct kvc_hash *key, uint64_t sum);
+		       const struct kvc_hash *key, uint64_t sum,
+		       const struct kvpd_block_origin *origin);
 /* After the restores: the slots left are the free list. */
 void kvpd_tier_free_rest(struct kvpd_tier *t);
 

@@ -42,7 +42,7 @@ FUZZ_BINS := $(addprefix $(FUZZ_BUILD)/,$(FUZZERS))
 FUZZ_DAEMON_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(ATTN_SRC) lib/pool_params.c \
 		   $(CORE_SRC) tests/fuzz/fuzz_daemon.c
 FUZZ_SESSION_SRC := tests/fuzz/fuzz_session.c tests/fuzz/fuzz_client.c tests/fuzz/fuzz_requests.c
-FUZZ_DAEMON_LIBS := -luring -linih -lxxhash -lmsgpackc -lm -lpthread
+FUZZ_DAEMON_LIBS := -luring -linih -lxxhash -lmsgpackc -lzmq -lm -lpthread
 FUZZ_TRACE_SRC := tools/trace_parse.c tools/trace_core.c tools/trace_out.c tools/name_map.c \
 		  $(CORE_SRC)
 

@@ -3,8 +3,9 @@
 NAME.kvtier, that a restarted daemon hits at once; a damaged file never yields a hit.
 
 The pool has 8 usable blocks of 4 tokens (1 KiB of f32 KV each) and a file of 64 slots:
-a 4 KiB header, 64 records of 64 bytes, then the slots, each padded to 4 KiB for
-O_DIRECT (270336 bytes). Each test that restarts runs twice: with io_uring, and with
+a 4 KiB header, 64 records of 64 bytes, 64 origins of 64 bytes (a block's position, parent
+and 4 tokens, for KV events), then the slots, each padded to 4 KiB for O_DIRECT (274432
+bytes). Each test that restarts runs twice: with io_uring, and with
 io_uring refused by a seccomp filter (tests/no_io_uring: the epoll loop's machines, where
 the tier reads and writes with pread/pwrite)."""
 
@@ -26,7 +27,7 @@ SLOT = 2 * LAYERS * 4 * KVH * D * 4  # K and V of every layer of one block, f32
 STRIDE = 4096
 SLOTS = 64
 RECORDS_OFF = 4096
-DATA_OFF = 4096 + 4096
+DATA_OFF = 4096 + 4096 + 4096
 FILE = DATA_OFF + SLOTS * STRIDE
 KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
 NO_IO_URING = os.path.join(ROOT, "build", "tests", "no_io_uring")
@@ -394,8 +395,8 @@ def test_refusals_name_the_key_and_the_cause(bare, tmp_path):
     assert refusal(bare, "a", f"tier_disk_path = {tmp_path}") == \
         "tier_disk_path: set without tier_disk_bytes (the disk tier's size)"
     assert refusal(bare, "a", f"tier_disk_bytes = 8000\ntier_disk_path = {tmp_path}") == \
-        ("tier_disk_bytes 8000: holds 0 blocks of 4096 bytes (with a 64-byte record each and "
-         "a 4 KiB header), must be 1..16777216")
+        ("tier_disk_bytes 8000: holds 0 blocks (4096 bytes and 128 of record and origin each, "
+         "a 4 KiB header): must be 1..16777216")
     assert refusal(bare, "a/b", f"tier_disk_bytes = {FILE}\ntier_disk_path = {tmp_path}") == \
         ("tier_disk_bytes: the tier's file is named after the pool (NAME.kvtier), and 'a/b' "
          "holds a '/' or starts with '.'")

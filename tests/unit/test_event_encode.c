@@ -20,7 +20,7 @@
 
 static const uint64_t hashes[] = { 0xfedcba9876543210ull, 7 };
 static const uint32_t tokens[] = { 1, 2, 3, 4 };
-static const struct kvpd_event batch[] = {
+static const struct kvpd_kv_event batch[] = {
 	{ .type = KVPD_EVENT_STORED, .group = 1, .nblocks = 2, .hashes = hashes,
 	  .has_parent = true, .parent = 42, .tokens = tokens, .block_size = 2, .medium = "CPU",
 	  .spec_kind = "sliding_window", .window = 128 },

@@ -312,6 +312,68 @@ static PyObject *client_pool_sync(ClientObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* Admin: the attached pool's blocks @ids forget their cache hash (EVICT). */
+static PyObject *client_evict(ClientObject *self, PyObject *arg)
+{
+	Py_ssize_t n;
+	uint32_t *ids;
+	int ret;
+
+	if (!PyList_Check(arg))
+		return PyErr_Format(PyExc_TypeError, "evict: a list of block ids");
+	n = PyList_Size(arg);
+	ids = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*ids));
+	if (!ids)
+		return PyErr_NoMemory();
+	for (Py_ssize_t i = 0; i < n; i++) {
+		unsigned long v = PyLong_AsUnsignedLong(PyList_GetItem(arg, i));
+
+		if ((v == (unsigned long)-1 && PyErr_Occurred()) || v > UINT32_MAX) {
+			PyMem_Free(ids);
+			return PyErr_Occurred() ? NULL :
+			       PyErr_Format(PyExc_OverflowError, "evict: block id %lu", v);
+		}
+		ids[i] = (uint32_t)v;
+	}
+	KVPY_LOCKED_CALL(self, ret, kvp_evict(self->c, ids, (uint32_t)n));
+	PyMem_Free(ids);
+	if (ret == INT32_MIN)
+		return NULL;
+	if (ret < 0)
+		return kvpy_raise(self->st, ret, "evict", NULL);
+	return PyLong_FromLong(ret);
+}
+
+/* Admin: the attached pool's free queue, head first (DUMP_FREEQ). */
+static PyObject *client_free_queue(ClientObject *self, PyObject *unused)
+{
+	uint32_t *ids = NULL, none;
+	PyObject *list;
+	int ret, n = 0;
+
+	(void)unused;
+	for (;;) {
+		KVPY_LOCKED_CALL(self, ret, kvp_dump_freeq(self->c, ids ? ids : &none, (uint32_t)n));
+		if (ret == INT32_MIN || ret < 0 || ret <= n)
+			break;
+		n = ret;
+		PyMem_Free(ids);
+		ids = PyMem_Malloc((size_t)n * sizeof(*ids));
+		if (!ids)
+			return PyErr_NoMemory();
+	}
+	if (ret == INT32_MIN || ret < 0) {
+		PyMem_Free(ids);
+		return ret < 0 && ret != INT32_MIN ? kvpy_raise(self->st, ret, "free_queue", NULL) :
+						     NULL;
+	}
+	list = PyList_New(ret);
+	for (int i = 0; list && i < ret; i++)
+		PyList_SetItem(list, i, PyLong_FromUnsignedLong(ids[i]));
+	PyMem_Free(ids);
+	return list;
+}
+
 static PyMethodDef client_methods[] = {
 	{ "close", (PyCFunction)client_close, METH_NOARGS,
 	  "close()\n--\n\nClose the connection; the daemon closes the sequences left open." },
@@ -338,6 +400,12 @@ static PyMethodDef client_methods[] = {
 	  "pool_sync(name=None)\n--\n\nWait until every copy into pool NAME's tier (None: the\n"
 	  "attached pool's) queued before the call has finished (needs admin=True); at once\n"
 	  "for a pool without a tier." },
+	{ "evict", (PyCFunction)client_evict, METH_O,
+	  "evict(ids)\n--\n\nThe attached pool's blocks ids forget their cache hash (needs\n"
+	  "admin=True); how many had one." },
+	{ "free_queue", (PyCFunction)client_free_queue, METH_NOARGS,
+	  "free_queue()\n--\n\nThe attached pool's free queue, head (next handed out) first\n"
+	  "(needs admin=True)." },
 	{ "open", (PyCFunction)(void (*)(void))client_open, METH_VARARGS | METH_KEYWORDS,
 	  "open(tokens, salt=None, prefix=None)\n--\n\n"
 	  "Open a sequence with its prompt; a Sequence (a context manager that closes it).\n"

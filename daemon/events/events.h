@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The events room: a pool's KV events in vLLM's wire format (vllm/distributed/
+ * kv_events.py), so that the KV-aware routers of multi-node deployments
+ * (llm-d, Dynamo) learn which blocks this machine can serve a hit from.
+ *
+ * What is announced is the union of the pool and its tier: BlockStored when a
+ * (group, hash) becomes hittable here (the pool's first cached copy, or a disk
+ * tier's block found at start), BlockRemoved when neither holds it anymore,
+ * AllBlocksCleared at a reset (then the tier's blocks again). The core and the
+ * tier report what moves, on the loop (announce.c); the turn's events leave
+ * as one batch, encoded on the loop (encode.c) and handed to the pool's
+ * publisher thread through a bounded queue (publish.c), which sends them on a
+ * ZMQ PUB socket and serves replays on a ROUTER. docs/events.md has the rules.
+ *
+ * It may use the pools, tenants, observe, loop and config rooms, the core and
+ * the shared headers.
+ */
+#ifndef KVPOOLD_EVENTS_H
+#define KVPOOLD_EVENTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpoold.h"
+#include "core/kvcore.h"
+
+struct kvpd_events;
+struct kvpd_pool;
+
+/*
+ * Gives @pool its publisher when its spec asks for one (kv_events; else 0 and
+ * nothing): binds its endpoints and starts its thread. Before the tier's
+ * attach, so that a disk tier's blocks found at start are announced first.
+ * -errno with the reason in @why (a bind's names ZMQ's error and the endpoint).
+ */
+int kvpd_events_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len);
+
+/* A request on @ev's pool is done: the next block opens a new event. */
+void kvpd_events_cut(struct kvpd_events *ev);
+
+/* The loop's turn: each pool's events of the turn leave as one batch. */
+void kvpd_events_turn(struct kvpd *d);
+
+/* The events rows of the stats page, from the publishers' counters (housekeeping). */
+void kvpd_events_stats(struct kvpd *d);
+
+/*
+ * Where a block's hash came from: what BlockStored says of it and what a disk
+ * tier keeps to say it again after a restart.
+ */
+struct kvpd_block_origin {
+	uint32_t pos;            /* the block's index in its sequence */
+	bool has_parent;
+	uint64_t parent;         /* the previous block's hash, low 64 bits */
+	const uint32_t *tokens;  /* block_size tokens */
+};
+
+/*
+ * The tier's side (tier.h's attach, store.c's entries). A tier makes @ev keep
+ * an index of what is announced, with each block's origin: @slots entries at
+ * most in the tier, beside the pool's blocks. -ENOMEM.
+ */
+int kvpd_events_tier_start(struct kvpd_events *ev, uint32_t slots, bool disk);
+/* A tier entry became hittable (a copy down kept). */
+void kvpd_events_tier_held(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key);
+/* A hittable tier entry was dropped (room, a failed read, a reset of the tier). */
+void kvpd_events_tier_gone(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key);
+/*
+ * A disk tier's entry found at start, with its origin (NULL: none was kept:
+ * never announced); kvpd_events_tier_announce announces them all once the
+ * tier is up, parents first.
+ */
+void kvpd_events_tier_restored(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key,
+			       const struct kvpd_block_origin *origin);
+void kvpd_events_tier_announce(struct kvpd_events *ev);
+/* The origin of an announced (group, hash) into @o (its tokens @ev's): false when unknown. */
+bool kvpd_events_origin(const struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key,
+			struct kvpd_block_origin *o);
+
+#endif
