@@ -92,7 +92,7 @@ BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench
 	     tools/bench_daemon.c tools/bench_attend.c tools/bench_attend_cuda.c tools/bench_cuda.c \
 	     tools/dtype_store.c \
 	     $(wildcard tools/bench_capacity*.c) $(wildcard tools/bench_load*.c) \
-	     $(wildcard tools/bench_replay*.c) tools/bench_tier_disk.c
+	     $(wildcard tools/bench_replay*.c) tools/bench_tier_disk.c tools/bench_events.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c tests/integration/cudatest.c \
@@ -271,7 +271,7 @@ $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lpthread -lbpf -lelf -lz -lm -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lzmq -lpthread -lbpf -lelf -lz -lm -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)
@@ -368,6 +368,7 @@ install: all
 	install -m 644 daemon/systemd/kvpoold.socket $(D)$(SYSTEMD_UNITDIR)/
 	install -m 644 daemon/systemd/kvpool.sysusers $(D)$(SYSUSERSDIR)/kvpool.conf
 	install -m 644 tools/bpftrace/*.bt $(D)$(DATADIR)/kvpool/bpftrace/
+	install -m 644 daemon/systemd/kv-events-tcp.conf $(D)$(DATADIR)/kvpool/
 	install -m 644 LICENSE README.md $(D)$(DATADIR)/doc/kvpool/
 	@if [ -e $(D)$(SYSCONFDIR)/kvpool/kvpool.conf ]; then \
 		echo "kept $(D)$(SYSCONFDIR)/kvpool/kvpool.conf (yours); the default is daemon/kvpool.conf"; \

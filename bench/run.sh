@@ -3,7 +3,7 @@
 # (bench/README.md keeps them). About 2 minutes on 2 cores; nothing else should
 # run meanwhile (the figures are wall-clock). CI runs only smoke versions.
 #   bench/run.sh [NAME...]   only those: limits core rtt attend capacity load
-#                            replay tier-disk overhead python engine vllm
+#                            replay tier-disk events overhead python engine vllm
 # tier-disk writes a 10 GiB file and fio's 2 GiB in $KVBENCH_DISK_DIR (default
 # /var/tmp: a disk, not tmpfs), removed after; it is not in the default set.
 set -u
@@ -63,6 +63,7 @@ if all_but_disk tier-disk; then
 	run "$kvbench" tier-disk --dir "$dir"
 	rm -rf "$dir" "$trace"
 fi
+wanted events && run "$kvbench" events
 if wanted overhead; then
 	if [ "$(id -u)" = 0 ]; then
 		run "$kvbench" overhead

@@ -98,6 +98,7 @@ run "bench/release/attend" tools/kvbench attend --quick
 run "bench/release/load" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_load.sh
 run "bench/release/replay" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_replay.sh
 run "bench/release/tier-disk" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_tier_disk.sh
+run "bench/release/events" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_events.sh
 run "bench/release/capacity" tests/bench_capacity.sh
 run "install/pkg-config" tests/install.sh
 run "install/service" tests/service.sh

@@ -289,10 +289,7 @@ out:
 
 static int usage_error(const char *fmt, const char *arg)
 {
-	fprintf(stderr, "kvbench replay: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nTry 'kvbench --help' for more information.\n");
-	return 2;
+	return bench_usage_error("replay", fmt, arg);
 }
 
 static int parse_opts(int argc, char **argv, struct replay_opts *o)

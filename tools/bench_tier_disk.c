@@ -39,10 +39,7 @@ struct opts {
 
 static int usage_error(const char *fmt, const char *arg)
 {
-	fprintf(stderr, "kvbench tier-disk: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nTry 'kvbench --help'.\n");
-	return 2;
+	return bench_usage_error("tier-disk", fmt, arg);
 }
 
 static int parse(int argc, char **argv, struct opts *o)

@@ -142,12 +142,31 @@ static const char usage[] =
 	"                      restarted\n"
 	"                      and the pool made again: seconds to a stored prompt's\n"
 	"                      first hit\n"
+	"  events [--seconds N] [--steps N] [--rounds N] [--json] [--daemon PATH]\n"
+	"                      a pool's KV events (kv_events): commits of 1 and of\n"
+	"                      64 blocks as fast as one client makes them for N\n"
+	"                      seconds (default 3) each, a subscriber reading every\n"
+	"                      batch: commits/s, blocks announced a second, batches\n"
+	"                      received and dropped; then decode steps (an ALLOC of\n"
+	"                      one token and a COMMIT) of 32 sequences, N steps\n"
+	"                      (default 64) a round, on two pools alike but for\n"
+	"                      kv_events, turn about for N rounds (default 16): the\n"
+	"                      median ns a step on each and how much slower with\n"
+	"                      events\n"
 	"\n"
 	"Every benchmark's --json prints JSON Lines: one object a row, units in the\n"
 	"field names, \"cores\" (the online cores) in each.\n"
 	"\n"
 	"  -h, --help          show this help and exit\n"
 	"  -V, --version       print \"kvbench VERSION\" and exit\n";
+
+int bench_usage_error(const char *name, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "kvbench %s: ", name);
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry 'kvbench --help' for more information.\n");
+	return 2;
+}
 
 void bench_print_machine(void)
 {
@@ -241,6 +260,8 @@ int main(int argc, char **argv)
 		return bench_replay(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "tier-disk"))
 		return bench_tier_disk(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "events"))
+		return bench_events(argc - 1, argv + 1);
 	fprintf(stderr, argc < 2 ? "kvbench: no benchmark named\n" : "kvbench: unknown benchmark '%s'\n",
 		argv[1]);
 	fputs("Try 'kvbench --help' for more information.\n", stderr);

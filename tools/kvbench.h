@@ -25,6 +25,12 @@ json_object *bench_json_row(void);
 /* Prints @o as one line of JSON and drops it. */
 int bench_json_line(json_object *o);
 
+/*
+ * A benchmark's usage error: "kvbench NAME: " @fmt (one %s, @arg), then where
+ * the help is, on stderr; returns 2 (the exit status).
+ */
+int bench_usage_error(const char *name, const char *fmt, const char *arg);
+
 /* Prints the machine line every benchmark starts with (cores, CPU model). */
 void bench_print_machine(void);
 
@@ -76,6 +82,8 @@ int bench_rtt(int argc, char **argv);
 int bench_capacity(int argc, char **argv);
 /* bench_tier_disk.c: kvbench tier-disk */
 int bench_tier_disk(int argc, char **argv);
+/* bench_events.c: kvbench events */
+int bench_events(int argc, char **argv);
 int bench_load(int argc, char **argv);
 /* bench_replay.c: kvbench replay TRACE. */
 int bench_replay(int argc, char **argv);

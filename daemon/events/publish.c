@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -55,6 +56,7 @@ struct ev_publisher {
 	char topic[KVPD_EVENTS_TOPIC_MAX];
 	size_t topic_len;
 	uint32_t delay_us;
+	char ipc[2][KVPD_EVENTS_ENDPOINT_MAX]; /* socket files bound, removed at the end */
 	pthread_mutex_t lock;
 	/* Under lock */
 	struct ev_batch *ring;
@@ -73,7 +75,7 @@ static void set_why_zmq(char *why, size_t len, const char *what, const char *ep)
 }
 
 static void *socket_bound(struct ev_publisher *p, int type, const char *key, const char *ep,
-			  char *why, size_t len)
+			  char *ipc, char *why, size_t len)
 {
 	void *s = zmq_socket(p->ctx, type);
 	int linger = EV_LINGER_MS, one = 1;
@@ -91,6 +93,11 @@ static void *socket_bound(struct ev_publisher *p, int type, const char *key, con
 		snprintf(why, len, "%s = %.80s: cannot bind: %s", key, ep, zmq_strerror(zmq_errno()));
 		zmq_close(s);
 		return NULL;
+	}
+	/* As the daemon's own socket: its user and group connect (the events carry tokens). */
+	if (!strncmp(ep, "ipc://", 6) && ep[6] != '@') {
+		chmod(ep + 6, 0660);
+		snprintf(ipc, KVPD_EVENTS_ENDPOINT_MAX, "%s", ep + 6);
 	}
 	return s;
 }
@@ -309,6 +316,10 @@ static void pub_free(struct ev_publisher *p)
 		zmq_close(p->pub);
 	if (p->ctx)
 		zmq_ctx_term(p->ctx);
+	/* libzmq leaves an ipc listener's file behind: a pool made again binds it anew. */
+	for (int i = 0; i < 2; i++)
+		if (p->ipc[i][0])
+			unlink(p->ipc[i]);
 	if (p->wake_fd >= 0)
 		close(p->wake_fd);
 	for (uint64_t s = p->first; p->ring && s < p->next; s++)
@@ -344,14 +355,14 @@ int kvpd_ev_pub_start(struct ev_publisher **out, const struct ev_pub_config *cfg
 		goto err_free;
 	}
 	zmq_ctx_set(p->ctx, ZMQ_IO_THREADS, 1);
-	p->pub = socket_bound(p, ZMQ_PUB, "kv_events", cfg->endpoint, why, why_len);
+	p->pub = socket_bound(p, ZMQ_PUB, "kv_events", cfg->endpoint, p->ipc[0], why, why_len);
 	if (!p->pub) {
 		ret = -EADDRNOTAVAIL;
 		goto err_free;
 	}
 	if (cfg->replay) {
-		p->router = socket_bound(p, ZMQ_ROUTER, "kv_events_replay", cfg->replay, why,
-					 why_len);
+		p->router = socket_bound(p, ZMQ_ROUTER, "kv_events_replay", cfg->replay, p->ipc[1],
+					 why, why_len);
 		if (!p->router) {
 			ret = -EADDRNOTAVAIL;
 			goto err_free;

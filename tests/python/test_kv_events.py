@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: MIT
 """KV events (kv_events): the exact events of scripted workloads, as a router's subscriber
 receives them, in both of vLLM's forms; hybrid pools; the tier's blocks announced once and
-withdrawn once; the stats rows; the refusals."""
+withdrawn once; the stats rows; the refusals. They run the test build's daemon (ASan and UBSan,
+make VARIANT=asan) where it is built, else KVPOOLD's."""
 import json
 import os
 import socket
+import stat
 import subprocess
 import time
 
@@ -18,6 +20,8 @@ from kv_events_sub import CLEARED, Subscriber, chain, removed, replay, stored
 from kv_helpers import rows
 
 KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
+HOOKS = os.path.join(ROOT, "build", "asan", "bin", "kvpoold")
+DAEMON = HOOKS if os.access(HOOKS, os.X_OK) else DAEMON
 HOST = socket.gethostname()
 SLOT = 2 * 2 * 4 * 2 * 8 * 4  # a tiered pool's block: K and V, 2 layers, 4 tokens, 2x8 f32
 
@@ -41,6 +45,13 @@ kv_events_format = array
 blocks = 33
 block_size = 4
 groups = full swa:8 rswa:8 chunked:8
+kv_events = on
+
+[pool.pa]
+blocks = 9
+block_size = 4
+groups = full
+publish = alloc
 kv_events = on
 
 [pool.tiered]
@@ -87,6 +98,34 @@ def test_commit_announces_the_chain(daemon):
             assert q.alloc(len(LONGER) - 16, use_cache=True) == 16
             q.commit(len(LONGER))
     assert s.events() == [stored(h[4:6], h[3], LONGER[16:24], 4)]
+
+
+def test_publish_alloc_announces_at_the_alloc(daemon):
+    s = sub(daemon, "pa")
+    h = chain(PROMPT, 4)
+    with daemon.client(pool="pa") as c:
+        with c.open(PROMPT) as q:
+            q.alloc(len(PROMPT))
+            assert s.events() == [stored(h, None, PROMPT[:16], 4)]
+            q.commit(len(PROMPT))
+            assert s.events() == []
+
+
+def test_a_destroyed_pool_gives_its_endpoints_back(daemon):
+    with daemon.client(admin=True) as admin:
+        for _ in range(2):
+            admin.create_pool("again", 9, 4, [("full", 0)], keys="kv_events = on")
+            s = sub(daemon, "again")
+            with daemon.client(pool="again") as c:
+                with c.open(PROMPT) as q:
+                    q.alloc(len(PROMPT))
+                    q.commit(len(PROMPT))
+            assert [e["type"] for e in s.events()] == ["BlockStored"]
+            s.close()
+            out = subprocess.run([KVCTL, "-s", daemon.socket, "pool", "destroy", "again"],
+                                 capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            assert not os.path.exists(daemon.tmp / "again.events")
 
 
 def committed(c, s, tokens):
@@ -152,6 +191,8 @@ def test_the_array_form_and_a_topic_of_ones_own(daemon):
     assert got[0][2][1:] == [[["BlockStored", h[:4], None, PROMPT[:16], 4, None, "CPU", None,
                                None, 0, "full_attention", None]], None]
     assert not os.path.exists(daemon.tmp / "arr.replay")
+    # The events carry tokens: the daemon's user and group connect, nobody else.
+    assert stat.S_IMODE(os.stat(daemon.tmp / "arr.pub").st_mode) == 0o660
 
 
 def test_a_hybrid_pool_says_each_group(daemon):
@@ -347,8 +388,6 @@ def test_replay_keeps_kv_events_buffer_batches(tmp_path):
     finally:
         d.stop()
 
-
-HOOKS = os.path.join(ROOT, "build", "asan", "bin", "kvpoold")
 
 
 def nop_worst(c, stop, out):
