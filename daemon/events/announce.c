@@ -39,18 +39,12 @@ static bool grow(struct kvpd_events *ev, void **arr, size_t *cap, size_t used, s
 
 static bool room(struct kvpd_events *ev, bool new_event, uint32_t tokens)
 {
-	size_t pc = ev->pend_cap, hc = ev->hashes_cap;
-	bool ok;
-
-	if (ev->lost)
-		return false;
-	ok = (!new_event || grow(ev, (void **)&ev->pend, &pc, ev->npend, 1, sizeof(*ev->pend))) &&
-	     grow(ev, (void **)&ev->hashes, &hc, ev->nhashes, 1, sizeof(*ev->hashes)) &&
-	     grow(ev, (void **)&ev->tokens, &ev->tokens_cap, ev->ntokens, tokens,
-		  sizeof(*ev->tokens));
-	ev->pend_cap = (uint32_t)pc;
-	ev->hashes_cap = (uint32_t)hc;
-	return ok;
+	return !ev->lost &&
+	       (!new_event ||
+		grow(ev, (void **)&ev->pend, &ev->pend_cap, ev->npend, 1, sizeof(*ev->pend))) &&
+	       grow(ev, (void **)&ev->hashes, &ev->hashes_cap, ev->nhashes, 1, sizeof(*ev->hashes)) &&
+	       grow(ev, (void **)&ev->tokens, &ev->tokens_cap, ev->ntokens, tokens,
+		    sizeof(*ev->tokens));
 }
 
 /* A new event of @type, the batch sent first when the turn has grown large. */

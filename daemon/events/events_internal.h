@@ -53,9 +53,11 @@ struct kvpd_events {
 	uint32_t window[KVP_MAX_GROUPS];
 	/* The turn's events */
 	struct ev_pending *pend;
-	uint32_t npend, pend_cap;
+	uint32_t npend;
+	size_t pend_cap;
 	uint64_t *hashes;
-	uint32_t nhashes, hashes_cap;
+	uint32_t nhashes;
+	size_t hashes_cap;
 	uint32_t *tokens;
 	size_t ntokens, tokens_cap;
 	bool cut;                /* the next block opens a new event */
