@@ -263,11 +263,13 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_pool.o kvctl_render.o kvctl_tenants.o kvctl_tiers.o kvctl_events.o kvctl_top.o)
+KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_pool.o kvctl_render.o kvctl_prometheus.o \
+	kvctl_tenants.o kvctl_tiers.o kvctl_events.o kvctl_top.o \
+	kvctl_health.o kvctl_exporter.o)
 
 $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lbpf -lelf -lz -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lmicrohttpd -lbpf -lelf -lz -lpthread -o $@
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
@@ -351,6 +353,7 @@ install: all
 	install -d $(D)$(BINDIR) $(D)$(SBINDIR) $(D)$(LIBDIR)/pkgconfig \
 		$(D)$(INCLUDEDIR)/kvpool/lib $(D)$(INCLUDEDIR)/kvpool/uapi \
 		$(D)$(SYSTEMD_UNITDIR) $(D)$(SYSUSERSDIR) $(D)$(DATADIR)/kvpool/bpftrace \
+		$(D)$(DATADIR)/kvpool/grafana \
 		$(D)$(DATADIR)/doc/kvpool $(D)$(SYSCONFDIR)/kvpool \
 		$(addprefix $(D)$(MANDIR)/man,1 3 5 8)
 	install -m 755 daemon/kvpoold $(D)$(SBINDIR)/
@@ -366,9 +369,14 @@ install: all
 	sed -e 's|@SBINDIR@|$(SBINDIR)|' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|' \
 		daemon/systemd/kvpoold.service.in >$(D)$(SYSTEMD_UNITDIR)/kvpoold.service
 	install -m 644 daemon/systemd/kvpoold.socket $(D)$(SYSTEMD_UNITDIR)/
+	sed -e 's|@BINDIR@|$(BINDIR)|' daemon/systemd/kvpool-exporter.service.in \
+		>$(D)$(SYSTEMD_UNITDIR)/kvpool-exporter.service
 	install -m 644 daemon/systemd/kvpool.sysusers $(D)$(SYSUSERSDIR)/kvpool.conf
 	install -m 644 tools/bpftrace/*.bt $(D)$(DATADIR)/kvpool/bpftrace/
 	install -m 644 daemon/systemd/kv-events-tcp.conf $(D)$(DATADIR)/kvpool/
+	install -m 644 tools/grafana/kvpool.json $(D)$(DATADIR)/kvpool/grafana/
+	sed -e 's|@DATADIR@|$(DATADIR)|' tools/grafana/provisioning.yaml.in \
+		>$(D)$(DATADIR)/kvpool/grafana/provisioning.yaml
 	install -m 644 LICENSE README.md $(D)$(DATADIR)/doc/kvpool/
 	@if [ -e $(D)$(SYSCONFDIR)/kvpool/kvpool.conf ]; then \
 		echo "kept $(D)$(SYSCONFDIR)/kvpool/kvpool.conf (yours); the default is daemon/kvpool.conf"; \
@@ -393,7 +401,8 @@ uninstall:
 	rm -f $(D)$(SBINDIR)/kvpoold $(addprefix $(D)$(BINDIR)/,$(INSTALLED_BINS)) \
 		$(addprefix $(D)$(LIBDIR)/,libkvpool.a libkvpool.so.0 libkvpool.so pkgconfig/libkvpool.pc) \
 		$(D)$(LIBDIR)/kvpool/libkvpool_cuda.so \
-		$(addprefix $(D)$(SYSTEMD_UNITDIR)/,kvpoold.service kvpoold.socket) \
+		$(addprefix $(D)$(SYSTEMD_UNITDIR)/,kvpoold.service kvpoold.socket \
+			kvpool-exporter.service) \
 		$(D)$(SYSUSERSDIR)/kvpool.conf \
 		$(foreach m,$(MAN_PAGES),$(D)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
 	rm -rf $(D)$(INCLUDEDIR)/kvpool $(D)$(DATADIR)/kvpool $(D)$(DATADIR)/doc/kvpool \

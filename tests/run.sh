@@ -2,7 +2,8 @@
 # The test suite: unit tests and trace replays, each in the normal build and in
 # the ASan+UBSan build (whose core checks every invariant after every
 # operation), the data path under TSan, the fuzzers for 30 s each, the kvtrace
-# command-line tests, the Python binding's tests, a warning-free clang build, and
+# command-line tests, kvctl exporter against a real Prometheus, the Python
+# binding's tests, a warning-free clang build, and
 # the daemon's rooms checked against their ranking (tests/rooms.sh, daemon/ROOMS).
 # The tests that start a daemon run again, release build, on the epoll event
 # loop (what containers that refuse io_uring get); the fallback itself is
@@ -51,6 +52,7 @@ for variant in "" asan; do
 	daemon=${daemon:-daemon/kvpoold}
 	run "daemon/$tag/traces" tests/daemon_traces.sh "$daemon" "$bin/kvtrace"
 	run "stats/$tag/json" tests/stats_json.sh "$daemon" "$bin/kvctl" "$bin/kvengine"
+	run "exporter/$tag" env KVPOOLD="$daemon" KVCTL="$bin/kvctl" tests/python/run.sh exporter
 	run "bpf/$tag/acct" tests/bpf/test_acct.sh "$daemon" "$bin/kvctl"
 	run "bpf/$tag/bpftrace" tests/bpf/test_bpftrace.sh "$daemon" "$bin/kvctl"
 	for t in "$dir"/tests/integration/*; do

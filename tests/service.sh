@@ -46,13 +46,23 @@ mkdir -p "$root/lib/systemd" "$root/bin"
 cp -r /lib/systemd/system "$root/lib/systemd/"
 cp /bin/kill "$root/bin/"
 out=$(MANPATH=$usr/share/man systemd-analyze verify --root="$root" \
-	"$units/kvpoold.service" "$units/kvpoold.socket" 2>&1) || fail "systemd-analyze verify: $out"
+	"$units/kvpoold.service" "$units/kvpoold.socket" "$units/kvpool-exporter.service" 2>&1) ||
+	fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify warns: $out"
 grep -qx 'ListenSequentialPacket=/run/kvpool/kvpool.sock' "$units/kvpoold.socket" ||
 	fail "kvpoold.socket does not listen on /run/kvpool/kvpool.sock"
 exec_start=$(sed -n 's/^ExecStart=//p' "$units/kvpoold.service")
 [ "$exec_start" = "/usr/local/sbin/kvpoold --config /etc/kvpool/kvpool.conf" ] ||
 	fail "ExecStart=$exec_start"
+exec_start=$(sed -n 's/^ExecStart=//p' "$units/kvpool-exporter.service")
+[ "$exec_start" = '/usr/local/bin/kvctl --socket /run/kvpool/kvpool.sock exporter --listen ${KVPOOL_EXPORTER_LISTEN}' ] ||
+	fail "kvpool-exporter.service: ExecStart=$exec_start"
+grep -qx 'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' "$units/kvpool-exporter.service" ||
+	fail "kvpool-exporter.service does not allow AF_INET"
+grep -qx "      path: /usr/local/share/kvpool/grafana" "$usr/share/kvpool/grafana/provisioning.yaml" ||
+	fail "the Grafana provider does not point at the installed dashboard"
+cmp -s tools/grafana/kvpool.json "$usr/share/kvpool/grafana/kvpool.json" ||
+	fail "make install did not install tools/grafana/kvpool.json"
 for page in $(find "$usr/share/man" -type f); do
 	man -l "$page" >/dev/null 2>"$root/man.err" && [ ! -s "$root/man.err" ] ||
 		fail "man -l $page: $(cat "$root/man.err")"
@@ -76,6 +86,18 @@ kvpoold $version abi 2 features 0x"
 await_log "^<5>listening on $sock \(from systemd\)"
 [ ! -e "$sock.lock" ] || fail "a daemon given its socket by systemd made $sock.lock"
 "$usr/bin/kvctl" stats -s "$sock" | grep -qE '^default +16 +512 ' || fail "kvctl stats: no pool default"
+# The installed exporter, as its unit runs it (on a port of its own here).
+"$usr/bin/kvctl" --socket "$sock" exporter --listen 127.0.0.1:0 2>"$root/exporter.log" &
+xpid=$!
+for _ in $(seq 100); do grep -q '^kvctl exporter: serving' "$root/exporter.log" && break; sleep 0.05; done
+addr=$(sed -n 's|^kvctl exporter: serving http://\([^/]*\)/metrics.*|\1|p' "$root/exporter.log")
+metrics=$(curl -sf "http://$addr/metrics") || fail "exporter: no /metrics at $addr: $(cat "$root/exporter.log")"
+grep -qx 'kvpool_up 1' <<<"$metrics" || fail "exporter: kvpool_up is not 1"
+grep -qx 'kvpool_pool_capacity_blocks{pool="default"} 512' <<<"$metrics" ||
+	fail "exporter: no pool default in /metrics"
+[ "$(curl -s "http://$addr/healthz")" = ok ] || fail "exporter: /healthz is not ok"
+kill "$xpid"
+wait "$xpid" || fail "kvctl exporter exited $? after SIGTERM"
 
 out=$("$usr/bin/kvengine" -s "$sock" --decode 4 --seed 1) || fail "kvengine: $out"
 epid=$(grep -oE 'client [0-9]+ connected: pid [0-9]+ uid [0-9]+ pool .default.' "$log" | tail -n 1)

@@ -18,6 +18,8 @@ packages=(
 	e2fsprogs fio
 	# KV events (vLLM's wire format): msgpack-c, libzmq; the tests' subscriber
 	libmsgpack-dev libzmq3-dev python3-msgpack python3-zmq
+	# kvctl exporter: an HTTP server for Prometheus
+	libmicrohttpd-dev
 )
 vllm=false
 if [ "${1:-}" = --vllm ]; then
@@ -25,7 +27,7 @@ if [ "${1:-}" = --vllm ]; then
 	packages+=(python3-venv)
 elif [ "${1:-}" = --tests ]; then
 	packages+=(
-		jq prometheus bpftrace
+		jq prometheus curl bpftrace
 		# libFuzzer and the sanitizers' runtimes: only a Recommends of clang
 		libclang-rt-14-dev
 		python3-pytest

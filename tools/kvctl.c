@@ -49,6 +49,10 @@ static const char usage[] =
 	"                                  tier's file too with --drop-tier\n"
 	"  pool sync NAME                  wait for the copies into the pool's tier (admin)\n"
 	"  pool reset NAME                 forget the pool's prefix cache (admin)\n"
+	"  health [--timeout MS]           exit 0 when the daemon answers a NOP, 1 with\n"
+	"                                  the reason (scripts, container probes)\n"
+	"  exporter [--listen ADDR:PORT]   serve /metrics (the stats, for Prometheus) and\n"
+	"                                  /healthz over HTTP (default 127.0.0.1:9464)\n"
 	"  version                         kvctl's, libkvpool's and the running daemon's\n"
 	"                                  releases, ABI and features\n"
 	"\n"
@@ -59,9 +63,10 @@ static const char usage[] =
 	"Options go before or after the command. 'kvctl COMMAND --help' shows a\n"
 	"command's own options and what its output means.\n"
 	"\n"
-	"stats, clients and top read the daemon's read-only stats page: they never slow\n"
-	"it down. Root and the daemon's uid see every client; anyone else sees the\n"
-	"clients of their own uid, the others only counted (\"other clients: N\").\n"
+	"stats, clients, top and exporter read the daemon's read-only stats page: they\n"
+	"never slow it down. Root and the daemon's uid see every client; anyone else\n"
+	"sees the clients of their own uid, the others only counted (\"other clients:\n"
+	"N\").\n"
 	"kvctl connects as a monitor (KVP_FEAT_MONITOR): it is not listed among the\n"
 	"clients, only counted (\"monitors: N\"). Admin commands need root or the\n"
 	"daemon's uid. Exit status: 0 on success, 1 when the daemon refuses or cannot\n"
@@ -161,6 +166,8 @@ int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char 
 		{ "interval", required_argument, NULL, OPT_INTERVAL },
 		{ "count", required_argument, NULL, OPT_COUNT },
 		{ "drop-tier", no_argument, NULL, OPT_DROP_TIER },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ "listen", required_argument, NULL, OPT_LISTEN },
 		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 	};
@@ -203,6 +210,14 @@ int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char 
 			if (parse_uint(optarg, &o->count))
 				return usage_error(cmd, "bad value for --count: '%s'", optarg);
 			break;
+		case OPT_TIMEOUT:
+			if (parse_uint(optarg, &o->timeout_ms) || !o->timeout_ms)
+				return usage_error(cmd, "bad value for --timeout: '%s' (milliseconds, "
+						   "at least 1)", optarg);
+			break;
+		case OPT_LISTEN:
+			o->listen = optarg;
+			break;
 		case ':':
 			return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
 		default:
@@ -240,16 +255,28 @@ static bool may_admin(const char *socket)
 	return !stat(socket_path(socket), &st) && st.st_uid == geteuid();
 }
 
-int connect_to(const char *socket, bool admin, struct kvp_client **c)
+int monitor_connect(const char *socket, bool admin, unsigned timeout_ms, struct kvp_client **c,
+		    char *msg, size_t len)
 {
-	char why[KVP_REASON_MAX] = "", msg[512];
+	char why[KVP_REASON_MAX] = "";
 	struct kvp_connect_opts opts = { .socket_path = socket, .admin = admin || may_admin(socket),
 					 .stats_page = true, .monitor = true, .sq_entries = 4,
-					 .arena_bytes = 4096, .why = why, .why_len = sizeof(why) };
+					 .arena_bytes = 4096, .timeout_ms = timeout_ms, .why = why,
+					 .why_len = sizeof(why) };
 	int ret = kvp_connect(&opts, c);
 
 	if (ret)
-		fprintf(stderr, "kvctl: %s\n", kvp_connect_error(&opts, ret, msg, sizeof(msg)));
+		kvp_connect_error(&opts, ret, msg, len);
+	return ret;
+}
+
+int connect_to(const char *socket, bool admin, struct kvp_client **c)
+{
+	char msg[512];
+	int ret = monitor_connect(socket, admin, 0, c, msg, sizeof(msg));
+
+	if (ret)
+		fprintf(stderr, "kvctl: %s\n", msg);
 	return ret;
 }
 
@@ -289,22 +316,18 @@ static int cmd_version(const char *socket)
 	return 0;
 }
 
-/* A stats snapshot that could not be had, in words. */
-static void snapshot_error(const char *cmd, const char *socket, int err)
+void snapshot_error(int err, const char *socket, char *buf, size_t len)
 {
 	const char *path = socket_path(socket);
 
 	if (err == -ECONNRESET)
-		fprintf(stderr, "kvctl: %s: kvpoold at %s hung up\n", cmd, path);
+		snprintf(buf, len, "kvpoold at %s hung up", path);
 	else if (err == -EPROTO)
-		fprintf(stderr, "kvctl: %s: the stats page of kvpoold at %s is of another version\n",
-			cmd, path);
+		snprintf(buf, len, "the stats page of kvpoold at %s is of another version", path);
 	else if (err == -EAGAIN)
-		fprintf(stderr, "kvctl: %s: kvpoold at %s kept writing its stats page for a second\n",
-			cmd, path);
+		snprintf(buf, len, "kvpoold at %s kept writing its stats page for a second", path);
 	else
-		fprintf(stderr, "kvctl: %s: reading the stats of kvpoold at %s: %s\n", cmd, path,
-			strerror(-err));
+		snprintf(buf, len, "reading the stats of kvpoold at %s: %s", path, strerror(-err));
 }
 
 /* stats, clients, top: all views of one stats-page snapshot. */
@@ -325,7 +348,7 @@ static int cmd_view(const char *cmd, const struct cmd_opts *o)
 	} else {
 		ret = kvp_stats_view_take(c, &s);
 		if (!ret && o->prom)
-			print_prometheus(&s);
+			print_prometheus(stdout, &s);
 		else if (!ret && o->json)
 			print_stats_json(&s, !strcmp(cmd, "clients"));
 		else if (!ret && !strcmp(cmd, "clients"))
@@ -336,7 +359,10 @@ static int cmd_view(const char *cmd, const struct cmd_opts *o)
 	}
 	kvp_close(c);
 	if (ret) {
-		snapshot_error(cmd, o->socket, ret);
+		char msg[512];
+
+		snapshot_error(ret, o->socket, msg, sizeof(msg));
+		fprintf(stderr, "kvctl: %s: %s\n", cmd, msg);
 		return 1;
 	}
 	return 0;
@@ -355,6 +381,8 @@ int main(int argc, char **argv)
 		{ "interval", required_argument, NULL, PASS_ON },
 		{ "count", required_argument, NULL, PASS_ON },
 		{ "pid", required_argument, NULL, PASS_ON },
+		{ "timeout", required_argument, NULL, PASS_ON },
+		{ "listen", required_argument, NULL, PASS_ON },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cmd_opts o = { 0 };
@@ -421,6 +449,10 @@ int main(int argc, char **argv)
 		ret = parse_cmd("version", version_help, 0, argc, argv, &o) ?:
 		      (o.nargs ? usage_error("version", "unexpected argument '%s'", o.args[0]) :
 				 cmd_version(o.socket));
+	else if (!strcmp(argv[0], "health"))
+		ret = cmd_health(argc, argv, &o);
+	else if (!strcmp(argv[0], "exporter"))
+		ret = cmd_exporter(argc, argv, &o);
 	else if (!strcmp(argv[0], "pool"))
 		ret = cmd_pool(argc, argv, &o);
 	else if (!strcmp(argv[0], "acct"))

@@ -33,16 +33,16 @@ void print_events_table(const struct kvp_stats_view *s)
 
 #define EVENTS_METRIC(metric, type, help, field)                                      \
 	do {                                                                          \
-		printf("# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);   \
+		fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);   \
 		KVP_STATS_FOR_EACH_POOL(s, p)                                         \
 			if ((e = kvp_stats_events_of(s, p))) {                        \
-				printf("%s{", metric);                                \
-				prom_label("pool", p->name, KVP_NAME_MAX, true);      \
-				printf("} %llu\n", (unsigned long long)e->field);     \
+				fprintf(out, "%s{", metric);                                \
+				prom_label(out, "pool", p->name, KVP_NAME_MAX, true);      \
+				fprintf(out, "} %llu\n", (unsigned long long)e->field);     \
 			}                                                             \
 	} while (0)
 
-void print_events_prometheus(const struct kvp_stats_view *s)
+void print_events_prometheus(FILE *out, const struct kvp_stats_view *s)
 {
 	const struct kvp_stats_events *e;
 	bool any = false;

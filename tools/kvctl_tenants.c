@@ -44,30 +44,31 @@ void print_tenants_table(const struct kvp_stats_view *s)
 	}
 }
 
-static void sample(const char *metric, const struct kvp_stats_tenant *t, unsigned k, uint64_t v)
+static void sample(FILE *out, const char *metric, const struct kvp_stats_tenant *t, unsigned k,
+		   uint64_t v)
 {
-	printf("%s{", metric);
+	fprintf(out, "%s{", metric);
 	if (t->kind == KVP_TENANT_UID)
-		printf("uid=\"%u\"", t->uid);
+		fprintf(out, "uid=\"%u\"", t->uid);
 	else
-		prom_label("namespace", t->namespace_, KVP_NAME_MAX, true);
-	printf(",quota=\"%s\"} %llu\n", kvp_quota_name(k), (unsigned long long)v);
+		prom_label(out, "namespace", t->namespace_, KVP_NAME_MAX, true);
+	fprintf(out, ",quota=\"%s\"} %llu\n", kvp_quota_name(k), (unsigned long long)v);
 }
 
-void print_tenants_prometheus(const struct kvp_stats_view *s)
+void print_tenants_prometheus(FILE *out, const struct kvp_stats_view *s)
 {
-	printf("# HELP kvpool_quota_used What a uid or a namespace holds of a quota.\n"
+	fprintf(out, "# HELP kvpool_quota_used What a uid or a namespace holds of a quota.\n"
 	       "# TYPE kvpool_quota_used gauge\n");
 	KVP_STATS_FOR_EACH_TENANT(s, t)
 		for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
-			sample("kvpool_quota_used", t, k, t->used[k]);
-	printf("# HELP kvpool_quota_limit A uid's or a namespace's quota (absent: unlimited).\n"
+			sample(out, "kvpool_quota_used", t, k, t->used[k]);
+	fprintf(out, "# HELP kvpool_quota_limit A uid's or a namespace's quota (absent: unlimited).\n"
 	       "# TYPE kvpool_quota_limit gauge\n");
 	KVP_STATS_FOR_EACH_TENANT(s, t)
 		for (unsigned k = 0; k < KVP_QUOTA_KEYS; k++)
 			if (t->limit[k] != KVP_QUOTA_UNLIMITED)
-				sample("kvpool_quota_limit", t, k, t->limit[k]);
-	printf("# HELP kvpool_other_clients Clients of other uids, left out of what this reader sees.\n"
+				sample(out, "kvpool_quota_limit", t, k, t->limit[k]);
+	fprintf(out, "# HELP kvpool_other_clients Clients of other uids, left out of what this reader sees.\n"
 	       "# TYPE kvpool_other_clients gauge\nkvpool_other_clients %u\n",
 	       s->page->other_clients);
 }

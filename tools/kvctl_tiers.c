@@ -49,37 +49,37 @@ void print_tiers_table(const struct kvp_stats_view *s)
 	}
 }
 
-static void sample(const char *metric, const struct kvp_stats_pool *p,
+static void sample(FILE *out, const char *metric, const struct kvp_stats_pool *p,
 		   const struct kvp_stats_tier *t, const char *dir, uint64_t value)
 {
-	printf("%s{", metric);
-	prom_label("pool", p->name, KVP_NAME_MAX, true);
-	printf(",tier=\"%s\"", kind_name(t));
+	fprintf(out, "%s{", metric);
+	prom_label(out, "pool", p->name, KVP_NAME_MAX, true);
+	fprintf(out, ",tier=\"%s\"", kind_name(t));
 	if (dir)
-		printf(",direction=\"%s\"", dir);
-	printf("} %llu\n", (unsigned long long)value);
+		fprintf(out, ",direction=\"%s\"", dir);
+	fprintf(out, "} %llu\n", (unsigned long long)value);
 }
 
 #define TIER_METRIC(name, type, help, field)                                       \
 	do {                                                                       \
-		printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);    \
+		fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);    \
 		KVP_STATS_FOR_EACH_POOL(s, p)                                      \
 			if ((t = kvp_stats_tier_of(s, p)))                         \
-				sample(name, p, t, NULL, t->field);                 \
+				sample(out, name, p, t, NULL, t->field);                 \
 	} while (0)
 
-void print_tiers_prometheus(const struct kvp_stats_view *s)
+void print_tiers_prometheus(FILE *out, const struct kvp_stats_view *s)
 {
 	const struct kvp_stats_tier *t;
 
 	TIER_METRIC("kvpool_tier_bytes", "gauge", "A pool's tier's memory.", bytes);
 	TIER_METRIC("kvpool_tier_slots", "gauge", "Blocks a pool's tier can hold.", slots);
 	TIER_METRIC("kvpool_tier_blocks", "gauge", "Blocks a pool's tier holds, hittable.", held);
-	printf("# HELP kvpool_tier_held_bytes The bytes of the blocks a pool's tier holds.\n"
+	fprintf(out, "# HELP kvpool_tier_held_bytes The bytes of the blocks a pool's tier holds.\n"
 	       "# TYPE kvpool_tier_held_bytes gauge\n");
 	KVP_STATS_FOR_EACH_POOL(s, p)
 		if ((t = kvp_stats_tier_of(s, p)))
-			sample("kvpool_tier_held_bytes", p, t, NULL, held_bytes(t));
+			sample(out, "kvpool_tier_held_bytes", p, t, NULL, held_bytes(t));
 	TIER_METRIC("kvpool_tier_queued_blocks", "gauge", "Copies into a tier in flight.", queued);
 	TIER_METRIC("kvpool_tier_stored_blocks_total", "counter",
 		    "Blocks copied into a tier and kept.", stored);
@@ -106,24 +106,24 @@ void print_tiers_prometheus(const struct kvp_stats_view *s)
 	TIER_METRIC("kvpool_tier_declined_blocks_total", "counter",
 		    "Blocks tier_policy second_sight kept out of a tier: seen leaving the pool "
 		    "for the first time.", declined);
-	printf("# HELP kvpool_tier_copied_bytes_total Bytes copied between a pool and its tier.\n"
+	fprintf(out, "# HELP kvpool_tier_copied_bytes_total Bytes copied between a pool and its tier.\n"
 	       "# TYPE kvpool_tier_copied_bytes_total counter\n");
 	KVP_STATS_FOR_EACH_POOL(s, p)
 		if ((t = kvp_stats_tier_of(s, p))) {
-			sample("kvpool_tier_copied_bytes_total", p, t, "down", t->bytes_down);
-			sample("kvpool_tier_copied_bytes_total", p, t, "up", t->bytes_up);
+			sample(out, "kvpool_tier_copied_bytes_total", p, t, "down", t->bytes_down);
+			sample(out, "kvpool_tier_copied_bytes_total", p, t, "up", t->bytes_up);
 		}
-	printf("# HELP kvpool_tier_copy_seconds_total Time the copies between a pool and its "
+	fprintf(out, "# HELP kvpool_tier_copy_seconds_total Time the copies between a pool and its "
 	       "tier took.\n# TYPE kvpool_tier_copy_seconds_total counter\n");
 	KVP_STATS_FOR_EACH_POOL(s, p)
 		if ((t = kvp_stats_tier_of(s, p))) {
-			printf("kvpool_tier_copy_seconds_total{");
-			prom_label("pool", p->name, KVP_NAME_MAX, true);
-			printf(",tier=\"%s\",direction=\"down\"} %.9f\n", kind_name(t),
+			fprintf(out, "kvpool_tier_copy_seconds_total{");
+			prom_label(out, "pool", p->name, KVP_NAME_MAX, true);
+			fprintf(out, ",tier=\"%s\",direction=\"down\"} %.9f\n", kind_name(t),
 			       (double)t->ns_down / 1e9);
-			printf("kvpool_tier_copy_seconds_total{");
-			prom_label("pool", p->name, KVP_NAME_MAX, true);
-			printf(",tier=\"%s\",direction=\"up\"} %.9f\n", kind_name(t),
+			fprintf(out, "kvpool_tier_copy_seconds_total{");
+			prom_label(out, "pool", p->name, KVP_NAME_MAX, true);
+			fprintf(out, ",tier=\"%s\",direction=\"up\"} %.9f\n", kind_name(t),
 			       (double)t->ns_up / 1e9);
 		}
 }

@@ -2,8 +2,11 @@
 # The Python tests (pytest), against the daemon KVPOOLD (default daemon/kvpoold):
 #   run.sh binding   the binding's (tests/python)
 #   run.sh engine    kvpool.engine's (tests/python/engine), which need torch
+#   run.sh exporter  kvctl exporter's (tests/exporter), which need Debian's prometheus
+#                    (the server and promtool) and KVCTL
 # Exits 77 (skipped) when the interpreter lacks pytest, numpy or (for the engine) torch, or
-# the binding is not built.
+# the binding is not built (the exporter's tests drive their workload through it), or
+# prometheus is missing.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-binding}
@@ -26,7 +29,13 @@ engine)
 		exit 77
 	fi
 	exec "$py" -m pytest -q -p no:cacheprovider tests/python/engine "$@" ;;
+exporter)
+	for tool in prometheus promtool; do
+		command -v $tool >/dev/null ||
+			{ echo "skipped: $tool is not installed (apt-get install prometheus)"; exit 77; }
+	done
+	exec "$py" -m pytest -q -p no:cacheprovider tests/exporter "$@" ;;
 *)
-	echo "run.sh: unknown suite '$suite' (binding or engine)" >&2
+	echo "run.sh: unknown suite '$suite' (binding, engine or exporter)" >&2
 	exit 2 ;;
 esac
