@@ -340,10 +340,18 @@ void kvp_close(struct kvp_client *c)
 	free(c);
 }
 
+/* The daemon closed its end: it is gone, and its page's numbers are its last. */
+static bool daemon_hung_up(const struct kvp_client *c)
+{
+	struct pollfd hup = { .fd = c->sock, .events = POLLRDHUP };
+
+	return poll(&hup, 1, 0) > 0 && (hup.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes)
 {
 	const struct kvp_stats_page *page = c->stats_map;
-	struct pollfd hup = { .fd = c->sock, .events = POLLRDHUP };
+	uint64_t deadline = 0;
 
 	if (!page)
 		return -ENODEV;
@@ -352,15 +360,17 @@ int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes)
 	/* The page outlives its daemon: a dead one's last numbers are not a snapshot. */
 	if (c->broken)
 		return c->broken;
-	if (poll(&hup, 1, 0) > 0 && (hup.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+	if (daemon_hung_up(c))
 		return -ECONNRESET;
 	/*
 	 * The daemon writes it in short brackets, but one slow request can hold
-	 * one a few milliseconds: spin a little, then retry every 10 us, for
-	 * about a second in all.
+	 * one a few milliseconds: spin a little, then retry every 10 us for a
+	 * second. A daemon killed inside a bracket leaves it open for good: its
+	 * hang-up ends the wait.
 	 */
-	for (int attempt = 0; attempt < 100000; attempt++) {
+	for (unsigned attempt = 0;; attempt++) {
 		uint32_t seq = __atomic_load_n(&page->seq, __ATOMIC_ACQUIRE);
+		uint64_t now;
 
 		if (!(seq & 1)) {
 			memcpy(buf, page, c->stats_bytes);
@@ -368,12 +378,19 @@ int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes)
 			if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == seq)
 				return (int)c->stats_bytes;
 		}
-		if (attempt < 1000)
+		if (attempt < 1000) {
 			kvp_cpu_relax();
-		else
-			usleep(10);
+			continue;
+		}
+		if (daemon_hung_up(c))
+			return -ECONNRESET;
+		now = kvp_now_ns();
+		if (!deadline)
+			deadline = now + 1000000000ull;
+		else if (now > deadline)
+			return -EAGAIN;
+		usleep(10);
 	}
-	return -EAGAIN;
 }
 
 size_t kvp_stats_bytes(const struct kvp_client *c)

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@
 #define HTTP_CLOSING_SLACK 16
 #define HTTP_SLOTS (HTTP_CONNECTIONS + HTTP_CLOSING_SLACK)
 #define HTTP_IDLE_S 10           /* a connection silent this long is closed */
-#define HTTP_REQUEST_BYTES 16384 /* request line and headers; past it: 431 */
+#define HTTP_REQUEST_BYTES 16384 /* MHD's memory per connection: request and reply headers */
 #define HTTP_THREAD_STACK (256 * 1024)
 /* How long a scrape or a probe waits for the daemon: a connection, a NOP. */
 #define DAEMON_WAIT_MS 1000
@@ -63,9 +64,10 @@ static const char exporter_help[] =
 	"hence loopback by default.\n"
 	"\n"
 	"HTTP clients are bounded: 64 connections at once (past that new ones are\n"
-	"closed unanswered), each closed after 10 s without a byte, 16 KiB for a\n"
-	"request's line and headers (past that 431). Each connection has a thread of\n"
-	"its own: idle or slow clients below the limit never delay a scrape.\n"
+	"closed unanswered), each closed after 10 s without a byte, 16 KiB of memory\n"
+	"each for the request and the answer's headers (a longer request line is\n"
+	"414, longer headers 431), no request body (413). Each connection has a\n"
+	"thread of its own: idle or slow clients below the limit never delay a scrape.\n"
 	"\n"
 	"Options:\n"
 	"      --listen ADDR:PORT\n"
@@ -83,6 +85,7 @@ struct exporter {
 	uint64_t retry_ns;          /* no connection before: the last one timed out */
 	pthread_mutex_t http_lock;  /* http_fds */
 	int http_fds[HTTP_SLOTS];   /* the HTTP connections' sockets, -1 where none */
+	bool serving;               /* libmicrohttpd started: its log lines are not said */
 };
 
 static uint64_t now_ns(void)
@@ -133,14 +136,17 @@ static int daemon_connect(struct exporter *x, char *why, size_t len)
 
 /*
  * @op on the daemon's connection, connected first if need be. A connection the
- * daemon hung up on is made again once: it may have restarted since.
+ * daemon hung up on is made again once, before @deadline: it may have
+ * restarted since.
  */
 static int daemon_do(struct exporter *x, int (*op)(struct exporter *x, char *why, size_t len),
-		     char *why, size_t len)
+		     uint64_t deadline, char *why, size_t len)
 {
 	int ret = -ECONNRESET;
 
 	for (int tries = 0; tries < 2 && ret == -ECONNRESET; tries++) {
+		if (tries && now_ns() >= deadline)
+			break;
 		ret = daemon_connect(x, why, len);
 		if (ret)
 			break;
@@ -170,21 +176,24 @@ static int send_nop(struct exporter *x, char *why, size_t len)
 	return ret;
 }
 
-/* The lock, unless requests ahead of this one keep it past a daemon's wait. */
-static int lock_exporter(struct exporter *x, char *why, size_t len)
+/*
+ * The lock by @deadline. Requests ahead hold it long only while the daemon
+ * does not answer: each waits at most DAEMON_WAIT_MS for it.
+ */
+static int lock_exporter(struct exporter *x, uint64_t deadline, char *why, size_t len)
 {
-	struct timespec deadline;
+	struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000ull),
+			       .tv_nsec = (long)(deadline % 1000000000ull) };
 
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += 2 * DAEMON_WAIT_MS / 1000;
-	if (pthread_mutex_clocklock(&x->lock, CLOCK_MONOTONIC, &deadline)) {
-		snprintf(why, len, "busy: other requests have waited on kvpoold at %s for %d s",
-			 socket_path(x->socket), 2 * DAEMON_WAIT_MS / 1000);
+	if (pthread_mutex_clocklock(&x->lock, CLOCK_MONOTONIC, &ts)) {
+		snprintf(why, len, "busy: the requests before this one kept waiting on kvpoold "
+			 "at %s", socket_path(x->socket));
 		return -EBUSY;
 	}
 	return 0;
 }
 
+/* The body, or -ENOMEM. */
 static int metrics(struct exporter *x, char **body, size_t *len)
 {
 	uint64_t t0 = now_ns();
@@ -192,12 +201,15 @@ static int metrics(struct exporter *x, char **body, size_t *len)
 	FILE *out;
 	int ret;
 
+	*body = NULL;
+	*len = 0;
 	out = open_memstream(body, len);
 	if (!out)
 		return -ENOMEM;
-	ret = lock_exporter(x, why, sizeof(why));
+	/* A scrape waits longer than a probe: Prometheus gives it 10 s by default. */
+	ret = lock_exporter(x, t0 + 2 * DAEMON_WAIT_MS * 1000000ull, why, sizeof(why));
 	if (!ret) {
-		ret = daemon_do(x, take_stats, why, sizeof(why));
+		ret = daemon_do(x, take_stats, t0 + DAEMON_WAIT_MS * 1000000ull, why, sizeof(why));
 		if (!ret)
 			print_prometheus(out, &x->view);
 		pthread_mutex_unlock(&x->lock);
@@ -209,7 +221,8 @@ static int metrics(struct exporter *x, char **body, size_t *len)
 			"the stats page copied and rendered.\n"
 			"# TYPE kvpool_exporter_scrape_seconds gauge\n"
 			"kvpool_exporter_scrape_seconds %.9f\n", (double)(now_ns() - t0) / 1e9);
-	if (fclose(out)) {
+	/* glibc: a last growth that failed leaves *body NULL, fclose says nothing. */
+	if (fclose(out) || !*body) {
 		free(*body);
 		return -ENOMEM;
 	}
@@ -219,12 +232,13 @@ static int metrics(struct exporter *x, char **body, size_t *len)
 /* 200 "ok", or 503 and why. */
 static unsigned healthz(struct exporter *x, char **body, size_t *len)
 {
+	uint64_t deadline = now_ns() + DAEMON_WAIT_MS * 1000000ull;
 	char why[512];
 	int ret;
 
-	ret = lock_exporter(x, why, sizeof(why));
+	ret = lock_exporter(x, deadline, why, sizeof(why));
 	if (!ret) {
-		ret = daemon_do(x, send_nop, why, sizeof(why));
+		ret = daemon_do(x, send_nop, deadline, why, sizeof(why));
 		pthread_mutex_unlock(&x->lock);
 	}
 	*body = NULL;
@@ -268,6 +282,16 @@ static enum MHD_Result text(struct MHD_Connection *conn, unsigned status, const 
 	return respond(conn, status, "text/plain; charset=utf-8", body, (size_t)len, allow);
 }
 
+static bool has_body(struct MHD_Connection *conn)
+{
+	const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+							 MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+	return (length && strcmp(length, "0")) ||
+	       MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+					   MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
 			      const char *method, const char *version, const char *upload,
 			      size_t *upload_size, void **request)
@@ -292,13 +316,15 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 	 * connect again for every scrape.
 	 */
 	if (!*request) {
+		/* A body would be read for as long as it came: refused, and MHD closes. */
+		if (has_body(conn))
+			return text(conn, MHD_HTTP_CONTENT_TOO_LARGE, "%s: a GET carries no body\n",
+				    url, false);
 		*request = x;
 		return MHD_YES;
 	}
-	if (*upload_size) {
-		*upload_size = 0; /* a GET's body: read, and ignored */
-		return MHD_YES;
-	}
+	if (*upload_size)
+		return MHD_NO;
 	if (is_health) {
 		status = healthz(x, &body, &len);
 		if (status == 500)
@@ -306,7 +332,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 		return respond(conn, status, "text/plain; charset=utf-8", body, len, false);
 	}
 	if (metrics(x, &body, &len))
-		return MHD_NO; /* out of memory: the connection is closed, Prometheus sees why */
+		return MHD_NO; /* out of memory: the connection is closed */
 	return respond(conn, MHD_HTTP_OK, METRICS_TYPE, body, len, false);
 }
 
@@ -372,9 +398,9 @@ static int split_listen(const char *spec, char *host, size_t hlen, char *port, s
 {
 	const char *colon = strrchr(spec, ':');
 	const char *h = spec;
+	unsigned long p;
 	size_t n;
 	char *end;
-	unsigned long p;
 
 	if (!colon || colon == spec || !colon[1])
 		return -EINVAL;
@@ -385,10 +411,14 @@ static int split_listen(const char *spec, char *host, size_t hlen, char *port, s
 		h++;
 		n -= 2;
 	}
+	/* An IPv6 address needs its brackets: "::1:9464" would be a guess. */
+	if (h == spec && memchr(spec, ':', n))
+		return -EINVAL;
+	if (strspn(colon + 1, "0123456789") != strlen(colon + 1))
+		return -EINVAL;
 	errno = 0;
 	p = strtoul(colon + 1, &end, 10);
-	if (errno || *end || p > 65535 || colon[1] == '-' || colon[1] == '+' || n >= hlen ||
-	    strlen(colon + 1) >= plen)
+	if (errno || p > 65535 || n >= hlen || strlen(colon + 1) >= plen)
 		return -EINVAL;
 	memcpy(host, h, n);
 	host[n] = '\0';
@@ -451,6 +481,29 @@ static void bound_name(int fd, char *buf, size_t len)
 	snprintf(buf, len, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }
 
+/*
+ * libmicrohttpd's own words, while it starts: why it could not. Once serving,
+ * they would be a line per refused or broken HTTP connection, and say nothing
+ * of the daemon.
+ */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct exporter *x = cls;
+
+	if (!__atomic_load_n(&x->serving, __ATOMIC_RELAXED)) {
+		fputs("kvctl: exporter: libmicrohttpd: ", stderr);
+		vfprintf(stderr, fmt, ap);
+	}
+}
+
+static bool is_ipv6(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	return !getsockname(fd, (struct sockaddr *)&ss, &sl) && ss.ss_family == AF_INET6;
+}
+
 /* Until a signal; @fd is closed at the end. */
 static int serve(struct exporter *x, int fd)
 {
@@ -466,7 +519,9 @@ static int serve(struct exporter *x, int fd)
 	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	http = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-				MHD_USE_POLL, 0, admit, x, answer, x,
+				MHD_USE_POLL | MHD_USE_ERROR_LOG | (is_ipv6(fd) ? MHD_USE_IPv6 : 0),
+				0, admit, x, answer, x,
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, x,
 				MHD_OPTION_LISTEN_SOCKET, fd,
 				MHD_OPTION_NOTIFY_CONNECTION, track_connection, x,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_SLOTS,
@@ -475,17 +530,17 @@ static int serve(struct exporter *x, int fd)
 				MHD_OPTION_THREAD_STACK_SIZE, (size_t)HTTP_THREAD_STACK,
 				MHD_OPTION_END);
 	if (!http) {
-		fprintf(stderr, "kvctl: exporter: libmicrohttpd could not start serving: %s\n",
-			strerror(errno));
-		close(fd);
+		/* Its words came before; it closed @fd, or exit does. */
+		fprintf(stderr, "kvctl: exporter: libmicrohttpd could not start serving\n");
 		return 1;
 	}
+	__atomic_store_n(&x->serving, true, __ATOMIC_RELAXED);
 	bound_name(fd, name, sizeof(name));
 	fprintf(stderr, "kvctl exporter: serving http://%s/metrics and /healthz for kvpoold at %s\n",
 		name, socket_path(x->socket));
 	/* Said now, not at the first scrape: a daemon that is not there yet. */
 	pthread_mutex_lock(&x->lock);
-	daemon_do(x, take_stats, why, sizeof(why));
+	daemon_do(x, take_stats, now_ns() + DAEMON_WAIT_MS * 1000000ull, why, sizeof(why));
 	pthread_mutex_unlock(&x->lock);
 	while (sigwait(&stop, &sig))
 		;

@@ -118,12 +118,34 @@ def test_a_port_in_use_is_named(tmp_path, exporter, daemon):
 
 
 @pytest.mark.parametrize("listen", ["9464", "127.0.0.1", "127.0.0.1:", ":9464",
-                                    "127.0.0.1:65536", "127.0.0.1:-1", "[::1:9464"])
+                                    "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1: 9464",
+                                    "[::1:9464", "::1:9464", "[]:9464"])
 def test_a_bad_listen_is_a_usage_error(tmp_path, listen):
     out = subprocess.run([KVCTL, "-s", str(tmp_path / "s"), "exporter", "--listen", listen],
                          capture_output=True, text=True, timeout=10)
     assert out.returncode == 2
     assert out.stderr.startswith("kvctl: exporter: bad value for --listen: '%s'" % listen)
+
+
+def test_ipv6_in_brackets(tmp_path, daemon):
+    if not socket.has_ipv6 or not os.path.exists("/proc/net/if_inet6"):
+        pytest.skip("no IPv6 here")
+    x = Exporter(tmp_path, daemon.socket, listen="[::1]:0")
+    try:
+        assert x.addr.startswith("[::1]:")
+        assert x.get("/healthz")[:3:2] == (200, "ok\n")
+    finally:
+        x.stop()
+
+
+def test_a_request_body_is_refused(exporter):
+    status, _, body = exporter.get("/metrics", method="GET", headers={"Content-Length": "5"})
+    assert (status, body) == (413, "/metrics: a GET carries no body\n")
+    s = connect(exporter)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n")
+    assert s.recv(64).startswith(b"HTTP/1.1 413 ")
+    s.close()
+    assert exporter.get("/metrics")[0] == 200
 
 
 def scrape_within_a_second(x):
