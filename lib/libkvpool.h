@@ -296,7 +296,8 @@ int kvp_attach(struct kvp_client *c, const char *name);
  * page's seqlock without asking the daemon anything. Returns the bytes
  * copied; -ENODEV unless connected with .stats_page; -EOVERFLOW if @bytes is
  * less than kvp_stats_bytes(); -ECONNRESET once the daemon hung up, and the
- * poisoned connection's error after a time-out.
+ * poisoned connection's error after a time-out; -EAGAIN when the daemon kept
+ * the page in writing for 5 s.
  */
 int kvp_stats_snapshot(const struct kvp_client *c, void *buf, size_t bytes);
 size_t kvp_stats_bytes(const struct kvp_client *c);

@@ -69,8 +69,8 @@ run "python/engine" env KVPOOLD=daemon/kvpoold tests/python/run.sh engine
 # The vLLM connector, under vLLM's own scheduler (tests/vllm; .venv from tools/deps.sh --vllm).
 run "python/vllm" env KVPOOLD=daemon/kvpoold tests/vllm/run.sh
 
-# The threaded data path (workers, split-K, the loop's help) and the courier's lanes under
-# ThreadSanitizer: a race makes the test binary, or the daemon at its exit, fail with TSan's
+# The threaded data path (workers, split-K, the loop's help), the courier's lanes and kvctl
+# exporter under ThreadSanitizer: a race makes the test binary, or the daemon at its exit, fail with TSan's
 # exit code 66.
 run "tsan/test_workers" build/tsan/tests/test_workers
 for t in test_kv_split test_kv_tasks test_kv_inflight test_kv_prefill test_fair_attend test_courier \
@@ -79,6 +79,10 @@ for t in test_kv_split test_kv_tasks test_kv_inflight test_kv_prefill test_fair_
 		run "tsan/$t" env KVPOOLD=build/tsan/bin/kvpoold KVCTL=build/tsan/bin/kvctl \
 			"build/tsan/tests/integration/$t"
 done
+# kvctl exporter's HTTP threads and its one daemon connection, under TSan too.
+[ -x build/tsan/bin/kvctl ] &&
+	run "tsan/exporter" env KVPOOLD=daemon/kvpoold KVCTL=build/tsan/bin/kvctl \
+		tests/python/run.sh exporter
 
 # The fuzzers (tests/fuzz/), each for FUZZ_SMOKE_SECONDS (default 30) from its seed corpus;
 # skipped when clang's libFuzzer runtime is missing.

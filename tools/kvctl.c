@@ -325,7 +325,7 @@ void snapshot_error(int err, const char *socket, char *buf, size_t len)
 	else if (err == -EPROTO)
 		snprintf(buf, len, "the stats page of kvpoold at %s is of another version", path);
 	else if (err == -EAGAIN)
-		snprintf(buf, len, "kvpoold at %s kept writing its stats page for a second", path);
+		snprintf(buf, len, "kvpoold at %s kept writing its stats page for 5 s", path);
 	else
 		snprintf(buf, len, "reading the stats of kvpoold at %s: %s", path, strerror(-err));
 }

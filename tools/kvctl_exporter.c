@@ -182,10 +182,22 @@ static int send_nop(struct exporter *x, char *why, size_t len)
  */
 static int lock_exporter(struct exporter *x, uint64_t deadline, char *why, size_t len)
 {
-	struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000ull),
-			       .tv_nsec = (long)(deadline % 1000000000ull) };
+	uint64_t now = now_ns(), wait = deadline > now ? deadline - now : 0;
+	struct timespec ts;
 
-	if (pthread_mutex_clocklock(&x->lock, CLOCK_MONOTONIC, &ts)) {
+	/*
+	 * timedlock's clock is the wall clock: a step of it stretches or cuts one
+	 * wait. (pthread_mutex_clocklock would not, but the sanitizers do not see
+	 * it take the lock.)
+	 */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)(wait / 1000000000ull);
+	ts.tv_nsec += (long)(wait % 1000000000ull);
+	if (ts.tv_nsec >= 1000000000l) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000l;
+	}
+	if (pthread_mutex_timedlock(&x->lock, &ts)) {
 		snprintf(why, len, "busy: the requests before this one kept waiting on kvpoold "
 			 "at %s", socket_path(x->socket));
 		return -EBUSY;

@@ -22,7 +22,7 @@ from daemon_proc import Daemon  # noqa: E402
 KVPOOLD = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
 KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
 # What a sanitizer build says when it finds something.
-SANITIZER = re.compile(r"AddressSanitizer|LeakSanitizer|runtime error:")
+SANITIZER = re.compile(r"AddressSanitizer|LeakSanitizer|ThreadSanitizer|runtime error:")
 
 
 def wait_for(what, probe, timeout=20.0, step=0.1):

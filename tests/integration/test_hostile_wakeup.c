@@ -219,6 +219,8 @@ static int churner(void *arg)
 }
 
 #define RINGER_ENTRIES 4096
+/* What a stop costs past the loop's last turn: the clients' teardown and the exit. */
+#define STOP_EXIT_NS (1500ull * 1000000ull)
 
 /*
  * Fills its SQ with SEQ_OPENs of one token and a salt as long as the arena
@@ -524,7 +526,8 @@ int main(void)
 	 * to a fixed second, which outside load took the stop past (the
 	 * courier's hang-up walks, an ASan daemon's exit): a sanity bound, not
 	 * the proof, as the loop's pace in busy() may be well below its pace
-	 * later.
+	 * later. The exit itself is added: the hostile clients' teardown took
+	 * 531 ms past 112 ms of queue in one CI run, with the queue left undone.
 	 */
 	if (!left) {
 		/*
@@ -536,7 +539,7 @@ int main(void)
 		fprintf(stderr, "the stop mid-queue not checked: the queue was done before it\n");
 	} else {
 		CHECK(done < RINGER_ENTRIES);
-		CHECK(t0 < left * entry_ns);
+		CHECK(t0 < left * entry_ns + STOP_EXIT_NS);
 	}
 	kvp_close(c);
 	for (unsigned i = 0; i < 4; i++) {
