@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "../lib/libkvpool.h"
 
@@ -35,6 +36,15 @@ void print_tenants_prometheus(FILE *out, const struct kvp_stats_view *s);
 int kvctl_top(struct kvp_client *c, bool json, unsigned interval_ms, unsigned count);
 /* kvctl acct: @argv from "acct" on; a -s/--socket there overrides @socket_path. */
 int kvctl_acct(int argc, char **argv, const char *socket_path);
+
+/* CLOCK_MONOTONIC in ns: deadlines and elapsed times. */
+static inline uint64_t kvctl_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* kvctl.c: what every command shares. */
 #define SOCKET_HELP                                                                        \

@@ -88,14 +88,6 @@ struct exporter {
 	bool serving;               /* libmicrohttpd started: its log lines are not said */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* A change of the daemon's state, once, on stderr (the journal under systemd). */
 static void daemon_state(struct exporter *x, const char *why)
 {
@@ -124,13 +116,13 @@ static int daemon_connect(struct exporter *x, char *why, size_t len)
 	if (x->c)
 		return 0;
 	/* A stopped daemon: one request waits for it, not every one after. */
-	if (now_ns() < x->retry_ns) {
+	if (kvctl_now_ns() < x->retry_ns) {
 		snprintf(why, len, "%s", x->away);
 		return -ETIMEDOUT;
 	}
 	ret = monitor_connect(x->socket, false, DAEMON_WAIT_MS, &x->c, why, len);
 	if (ret == -ETIMEDOUT)
-		x->retry_ns = now_ns() + DAEMON_WAIT_MS * 1000000ull;
+		x->retry_ns = kvctl_now_ns() + DAEMON_WAIT_MS * 1000000ull;
 	return ret;
 }
 
@@ -145,7 +137,7 @@ static int daemon_do(struct exporter *x, int (*op)(struct exporter *x, char *why
 	int ret = -ECONNRESET;
 
 	for (int tries = 0; tries < 2 && ret == -ECONNRESET; tries++) {
-		if (tries && now_ns() >= deadline)
+		if (tries && kvctl_now_ns() >= deadline)
 			break;
 		ret = daemon_connect(x, why, len);
 		if (ret)
@@ -182,7 +174,7 @@ static int send_nop(struct exporter *x, char *why, size_t len)
  */
 static int lock_exporter(struct exporter *x, uint64_t deadline, char *why, size_t len)
 {
-	uint64_t now = now_ns(), wait = deadline > now ? deadline - now : 0;
+	uint64_t now = kvctl_now_ns(), wait = deadline > now ? deadline - now : 0;
 	struct timespec ts;
 
 	/*
@@ -208,7 +200,7 @@ static int lock_exporter(struct exporter *x, uint64_t deadline, char *why, size_
 /* The body, or -ENOMEM. */
 static int metrics(struct exporter *x, char **body, size_t *len)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvctl_now_ns();
 	char why[512];
 	FILE *out;
 	int ret;
@@ -232,7 +224,7 @@ static int metrics(struct exporter *x, char **body, size_t *len)
 		fprintf(out, "# HELP kvpool_exporter_scrape_seconds The time this scrape took: "
 			"the stats page copied and rendered.\n"
 			"# TYPE kvpool_exporter_scrape_seconds gauge\n"
-			"kvpool_exporter_scrape_seconds %.9f\n", (double)(now_ns() - t0) / 1e9);
+			"kvpool_exporter_scrape_seconds %.9f\n", (double)(kvctl_now_ns() - t0) / 1e9);
 	/* glibc: a last growth that failed leaves *body NULL, fclose says nothing. */
 	if (fclose(out) || !*body) {
 		free(*body);
@@ -244,7 +236,7 @@ static int metrics(struct exporter *x, char **body, size_t *len)
 /* 200 "ok", or 503 and why. */
 static unsigned healthz(struct exporter *x, char **body, size_t *len)
 {
-	uint64_t deadline = now_ns() + DAEMON_WAIT_MS * 1000000ull;
+	uint64_t deadline = kvctl_now_ns() + DAEMON_WAIT_MS * 1000000ull;
 	char why[512];
 	int ret;
 
@@ -552,7 +544,7 @@ static int serve(struct exporter *x, int fd)
 		name, socket_path(x->socket));
 	/* Said now, not at the first scrape: a daemon that is not there yet. */
 	pthread_mutex_lock(&x->lock);
-	daemon_do(x, take_stats, now_ns() + DAEMON_WAIT_MS * 1000000ull, why, sizeof(why));
+	daemon_do(x, take_stats, kvctl_now_ns() + DAEMON_WAIT_MS * 1000000ull, why, sizeof(why));
 	pthread_mutex_unlock(&x->lock);
 	while (sigwait(&stop, &sig))
 		;

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "kvctl.h"
 
@@ -36,20 +35,11 @@ void nop_error(int err, const char *socket, unsigned timeout_ms, char *buf, size
 		snprintf(buf, len, "kvpoold at %s: NOP failed: %s", path, strerror(-err));
 }
 
-static unsigned long long elapsed_us(const struct timespec *t0)
-{
-	struct timespec t1;
-
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	return (unsigned long long)((t1.tv_sec - t0->tv_sec) * 1000000ll +
-				    (t1.tv_nsec - t0->tv_nsec) / 1000);
-}
-
 int cmd_health(int argc, char **argv, struct cmd_opts *o)
 {
 	unsigned timeout = HEALTH_TIMEOUT_MS;
 	struct kvp_client *c;
-	struct timespec t0;
+	uint64_t t0;
 	char msg[512];
 	int ret;
 
@@ -60,7 +50,7 @@ int cmd_health(int argc, char **argv, struct cmd_opts *o)
 		return usage_error("health", "unexpected argument '%s'", o->args[0]);
 	if (o->timeout_ms)
 		timeout = o->timeout_ms;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = kvctl_now_ns();
 	ret = monitor_connect(o->socket, false, timeout, &c, msg, sizeof(msg));
 	if (ret) {
 		fprintf(stderr, "kvctl: health: %s\n", msg);
@@ -73,6 +63,7 @@ int cmd_health(int argc, char **argv, struct cmd_opts *o)
 		fprintf(stderr, "kvctl: health: %s\n", msg);
 		return 1;
 	}
-	printf("kvpoold at %s answered in %llu us\n", socket_path(o->socket), elapsed_us(&t0));
+	printf("kvpoold at %s answered in %llu us\n", socket_path(o->socket),
+	       (unsigned long long)(kvctl_now_ns() - t0) / 1000);
 	return 0;
 }

@@ -102,7 +102,7 @@ def workload(d):
     cause, a refused ALLOC, a tier's copies down and up, KV events, a quota, open sequences."""
     prompt = list(range(100, 117))
     kv = np.ones((len(prompt), 2, 8), dtype=np.float32)
-    with d.client(pool="t") as c:
+    with d.client(pool="t") as c, d.client(admin=True) as admin:
         with c.open(prompt) as q:
             q.alloc(len(prompt))
             for layer in range(2):
@@ -111,13 +111,14 @@ def workload(d):
         with c.open(prompt) as q:
             assert q.lookup() == 16
             assert q.alloc(1, use_cache=True) == 16
-        # Every usable block: the cached ones are reused, and go down to the tier.
+        # The cached blocks went down to the tier as they were freed: landed before they are
+        # reused (a copy still in flight then is abandoned).
+        admin.pool_sync("t")
+        # Every usable block: the cached ones are reused.
         with c.open(list(range(1000, 1032))) as q:
             q.alloc(32)
             with c.open(list(range(2000, 2004))) as r, pytest.raises(kvpool.NoSpace):
                 r.alloc(4)
-        with d.client(admin=True) as admin:
-            admin.pool_sync("t")  # the copies down to the tier landed
         with c.open(prompt) as q:
             assert q.alloc(1, use_cache=True) == 16  # from the tier
     out = subprocess.run([KVCTL, "-s", d.socket, "pool", "reset", "t"], capture_output=True,
