@@ -333,7 +333,12 @@ int kvpd_loop_run(struct kvpd *d)
 			 */
 			if (++spins % 32 == 0)
 				sched_yield();
-			else
+			/*
+			 * Or a few blocks a tier's background copier has not got to yet,
+			 * in time the loop spins away anyway: it never keeps the loop
+			 * awake past its spin (a busy machine's cores are its clients').
+			 */
+			else if (!kvpd_tier_help(d))
 				kvpd_cpu_relax();
 			continue;
 		}

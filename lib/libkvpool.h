@@ -369,6 +369,10 @@ const char *kvp_opcode_name(unsigned opcode);   /* "ALLOC"; "UNKNOWN" past the t
 const char *kvp_kind_name(unsigned kind);       /* "full" "swa" "rswa" "chunked" "cyclic" */
 const char *kvp_quota_name(unsigned key);       /* KVP_QUOTA_*: "clients" ... "blocks" */
 const char *kvp_event_loop_name(unsigned loop); /* "io_uring", "epoll" or "unknown" */
+/* KVP_TIER_UNOFFERED_*: "window", "queue_full", ... ("unknown" past them) */
+const char *kvp_tier_unoffered_name(unsigned reason);
+/* A tier's evicted cached blocks it did not hold, every reason summed (kvctl's UNOFFERED). */
+uint64_t kvp_tier_unoffered_total(const struct kvp_stats_tier *t);
 /* Blocks in use out of those a pool can hand out (the null block left out), 0..1. */
 double kvp_pool_usage(const struct kvp_stats_pool *p);
 /* Latency percentile from a log2 histogram: the upper edge of the bucket holding it. */

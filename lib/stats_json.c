@@ -34,7 +34,7 @@ static json_object *client_json(const struct kvp_stats_client *c)
 /* A pool's tier, or null: kvctl's TIERS table in JSON. */
 static json_object *tier_json(const struct kvp_stats_tier *t)
 {
-	json_object *o;
+	json_object *o, *unoffered;
 
 	if (!t || !t->in_use)
 		return NULL;
@@ -64,6 +64,10 @@ static json_object *tier_json(const struct kvp_stats_tier *t)
 	json_object_object_add(o, "refused", ju64(t->refused));
 	json_object_object_add(o, "write_failures", ju64(t->write_failures));
 	json_object_object_add(o, "declined", ju64(t->declined));
+	unoffered = json_object_new_object();
+	for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
+		json_object_object_add(unoffered, kvp_tier_unoffered_name(r), ju64(t->unoffered[r]));
+	json_object_object_add(o, "unoffered", unoffered);
 	return o;
 }
 

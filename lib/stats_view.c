@@ -38,6 +38,31 @@ const char *kvp_quota_name(unsigned key)
 	return key < KVP_QUOTA_KEYS ? names[key] : "unknown";
 }
 
+const char *kvp_tier_unoffered_name(unsigned reason)
+{
+	static const char *const names[KVP_TIER_UNOFFERED_REASONS] = {
+		[KVP_TIER_UNOFFERED_WINDOW] = "window",
+		[KVP_TIER_UNOFFERED_QUEUE_FULL] = "queue_full",
+		[KVP_TIER_UNOFFERED_NO_SLOT] = "no_slot",
+		[KVP_TIER_UNOFFERED_QUOTA] = "quota",
+		[KVP_TIER_UNOFFERED_OVERWRITTEN] = "overwritten",
+		[KVP_TIER_UNOFFERED_DECLINED] = "declined",
+		[KVP_TIER_UNOFFERED_DROPPED] = "dropped",
+		[KVP_TIER_UNOFFERED_WRITE_FAILED] = "write_failed",
+	};
+
+	return reason < KVP_TIER_UNOFFERED_REASONS ? names[reason] : "unknown";
+}
+
+uint64_t kvp_tier_unoffered_total(const struct kvp_stats_tier *t)
+{
+	uint64_t n = 0;
+
+	for (unsigned r = 0; r < KVP_TIER_UNOFFERED_MAX; r++)
+		n += t->unoffered[r];
+	return n;
+}
+
 /* The stats page says which; one from before ABI 2 leaves it 0. */
 const char *kvp_event_loop_name(unsigned loop)
 {

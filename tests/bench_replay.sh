@@ -69,10 +69,14 @@ jq -e '.hit_rate_host == 0 and .bytes_down_host == 0 and .hit_rate == .hit_rate_
        ((.lru_hit_rate - .hit_rate) | if . < 0 then -. else . end) < 0.01' \
 	"$dir/pool.json" >/dev/null ||
 	fail "pool only: a tier's figures, or a hit rate past 1 point from one LRU cache of its size"
+# Pool and tier hold what one LRU cache of their summed size does, so they never hit more; but
+# for blocks lost to a copier starved of a core (counted unoffered), which on a trace that comes
+# round like this one (LRU's worst case) may hit a little more.
 jq -e --slurpfile p "$dir/pool.json" '.hit_rate > $p[0].hit_rate + 0.03 and .hit_rate_host > 0 and
        .bytes_down_host > 0 and .bytes_up_host > 0 and .promoting_allocs > 0 and
        .hit_rate_pool == $p[0].hit_rate_pool and .hit_rate <= .ceiling and
-       .hit_rate <= .lru_hit_rate' "$dir/tier.json" >/dev/null ||
+       .hit_rate <= .lru_hit_rate + (if .host_unoffered_blocks == 0 then 0 else 0.03 end)' \
+	"$dir/tier.json" >/dev/null ||
 	fail "with a tier: not above the pool alone, or above one LRU cache of their summed size"
 
 # A disk tier at the trace's pace (a disk takes what arrives): it hits, its bytes go both ways
@@ -88,7 +92,8 @@ done
 jq -e --slurpfile p "$dir/pool.json" '.tier_policy == "lru" and .tier_disk_tokens == 65536 and
        .hit_rate_disk > 0 and .hit_rate_host == 0 and .bytes_down_disk > 0 and
        .bytes_up_disk > 0 and .bytes_down_host == 0 and .tier_declined_blocks == 0 and
-       .errors == 0 and .hit_rate > $p[0].hit_rate and .hit_rate <= .lru_hit_rate' \
+       .errors == 0 and .hit_rate > $p[0].hit_rate and
+       .hit_rate <= .lru_hit_rate + (if .disk_unoffered_blocks == 0 then 0 else 0.03 end)' \
 	"$dir/disk-lru.json" >/dev/null || fail "with a disk tier: its figures"
 jq -e '.tier_policy == "second_sight" and .tier_declined_blocks > 0 and .errors == 0' \
 	"$dir/disk-second_sight.json" >/dev/null || fail "second_sight: nothing declined"

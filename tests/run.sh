@@ -103,6 +103,8 @@ run "demo/make-demo" tools/demo.sh
 run "bench/release/attend" tools/kvbench attend --quick
 run "bench/release/load" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_load.sh
 run "bench/release/replay" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_replay.sh
+run "bench/release/tier_trace" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/tier_trace.sh
+run "bench/asan/tier_trace" env KVBENCH=tools/kvbench KVPOOLD=build/asan/bin/kvpoold tests/tier_trace.sh
 run "bench/release/tier-disk" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_tier_disk.sh
 run "bench/release/events" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_events.sh
 run "bench/release/capacity" tests/bench_capacity.sh

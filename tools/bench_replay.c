@@ -396,7 +396,7 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		   const struct replay_result *res, const struct replay_tier *tier,
 		   const struct replay_lat *lat, uint64_t ceiling, uint64_t lru, uint64_t elapsed_ns)
 {
-	uint64_t prompt = 0, hit = 0;
+	uint64_t prompt = 0, hit = 0, unoffered = 0;
 	uint64_t host_hit = tier->disk ? 0 : tier->hit_tokens, disk_hit = tier->disk ? tier->hit_tokens : 0;
 	uint64_t host_down = tier->disk ? 0 : tier->bytes_down, disk_down = tier->disk ? tier->bytes_down : 0;
 	uint64_t host_up = tier->disk ? 0 : tier->bytes_up, disk_up = tier->disk ? tier->bytes_up : 0;
@@ -410,8 +410,14 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 	}
 	percentiles(res, n, false, &plain, &nplain);
 	percentiles(res, n, true, &promoting, &npromoting);
+	for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
+		unoffered += tier->unoffered[r];
 	if (o->json) {
-		json_object *row = bench_json_row();
+		json_object *row = bench_json_row(), *why = json_object_new_object();
+
+		for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
+			json_object_object_add(why, kvp_tier_unoffered_name(r),
+					       json_object_new_int64((int64_t)tier->unoffered[r]));
 
 		json_object_object_add(row, "benchmark", json_object_new_string("replay"));
 		json_object_object_add(row, "trace", json_object_new_string(o->trace));
@@ -448,6 +454,18 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "bytes_up_disk", json_object_new_int64((int64_t)disk_up));
 		json_object_object_add(row, "tier_declined_blocks",
 				       json_object_new_int64((int64_t)tier->declined));
+		json_object_object_add(row, "host_unoffered_blocks",
+				       json_object_new_int64((int64_t)(tier->disk ? 0 : unoffered)));
+		json_object_object_add(row, "disk_unoffered_blocks",
+				       json_object_new_int64((int64_t)(tier->disk ? unoffered : 0)));
+		json_object_object_add(row, "tier_unoffered", why);
+		/* The copies' own bandwidth, bytes over their time, as kvctl stats' MB/s. */
+		json_object_object_add(row, "tier_gb_per_s_down",
+				       bench_json_fixed(tier->ns_down ? (double)tier->bytes_down /
+							tier->ns_down : 0.0, 2));
+		json_object_object_add(row, "tier_gb_per_s_up",
+				       bench_json_fixed(tier->ns_up ? (double)tier->bytes_up /
+							tier->ns_up : 0.0, 2));
 		json_object_object_add(row, "allocs", json_object_new_int64(nplain));
 		json_object_object_add(row, "alloc_p50_us", bench_json_fixed(plain.median / 1e3, 1));
 		json_object_object_add(row, "alloc_p99_us", bench_json_fixed(plain.p99 / 1e3, 1));
@@ -469,15 +487,17 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 	}
 	printf("replay %s: %u requests, %llu prompt tokens, engines %u, pool %llu tokens, %s "
 	       "tier %llu (%s): hit rate %.4f (pool %.4f, host %.4f, disk %.4f), ceiling %.4f, one "
-	       "LRU %.4f; tier %.1f MB down, %.1f MB up, %llu declined; ALLOC p50/p99 %.1f/%.1f "
-	       "us, %u promoting %.1f/%.1f us, decode %.1f/%.1f us; %u errors; %.3f s\n", o->trace,
+	       "LRU %.4f; tier %.1f MB down, %.1f MB up, %llu unoffered, %llu declined; ALLOC "
+	       "p50/p99 %.1f/%.1f us, %u promoting %.1f/%.1f us, decode %.1f/%.1f us; %u errors; "
+	       "%.3f s\n", o->trace,
 	       n, (unsigned long long)prompt, o->engines, (unsigned long long)o->pool_tokens,
 	       o->tier_disk_tokens ? "disk" : "host",
 	       (unsigned long long)(o->tier_disk_tokens ? o->tier_disk_tokens : o->tier_host_tokens),
 	       o->tier_policy, ratio(hit, prompt), ratio(hit - tier->hit_tokens, prompt),
 	       ratio(host_hit, prompt), ratio(disk_hit, prompt), ratio(ceiling, prompt),
 	       ratio(lru, prompt), tier->bytes_down / 1e6, tier->bytes_up / 1e6,
-	       (unsigned long long)tier->declined, plain.median / 1e3, plain.p99 / 1e3, npromoting,
+	       (unsigned long long)unoffered, (unsigned long long)tier->declined,
+	       plain.median / 1e3, plain.p99 / 1e3, npromoting,
 	       promoting.median / 1e3, promoting.p99 / 1e3, lat->decode.median / 1e3,
 	       lat->decode.p99 / 1e3, errors, elapsed_ns / 1e9);
 	if (o->bystander)

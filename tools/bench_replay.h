@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../lib/libkvpool.h"
 #include "kvbench.h"
 
 #define REPLAY_TRACE_BLOCK 512 /* tokens a trace hash id stands for */
@@ -50,6 +51,8 @@ struct replay_tier {
 	uint64_t pool_evicted; /* cached blocks the pool handed out for new data */
 	bool disk;             /* the tier is a disk tier */
 	uint64_t declined;     /* copies down its policy declined */
+	uint64_t unoffered[KVP_TIER_UNOFFERED_REASONS]; /* evicted cached blocks it did not hold, why */
+	uint64_t ns_down, ns_up; /* the copies' own time each way */
 };
 
 /* Latencies measured beside the requests': decode ALLOCs, the bystander's NOPs. */

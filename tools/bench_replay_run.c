@@ -164,9 +164,20 @@ static int engine_main(struct engine *e, unsigned k, const struct replay_req *re
 				nanosleep(&(struct timespec){ (time_t)((due - now) / 1000000000ull),
 							      (long)((due - now) % 1000000000ull) }, NULL);
 		}
-		res[i].error = serve(e, &reqs[i], &res[i]);
-		if (res[i].error)
-			fprintf(stderr, "kvbench replay: request %u: %s\n", i, strerror(-res[i].error));
+		/* Longer than the whole pool: it would wait for room that never comes. */
+		if (reqs[i].in_len + (uint64_t)(e->o->decode ? reqs[i].out_len : 0) >
+		    e->o->pool_tokens) {
+			res[i].error = -ENOSPC;
+			fprintf(stderr, "kvbench replay: request %u: %u tokens, more than the "
+				"pool's %llu: not served\n", i, reqs[i].in_len +
+				(e->o->decode ? reqs[i].out_len : 0),
+				(unsigned long long)e->o->pool_tokens);
+		} else {
+			res[i].error = serve(e, &reqs[i], &res[i]);
+			if (res[i].error)
+				fprintf(stderr, "kvbench replay: request %u: %s\n", i,
+					strerror(-res[i].error));
+		}
 		res[i].done = 1;
 	}
 	return 0;
@@ -291,12 +302,16 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 			if (strncmp(p->name, name, KVP_NAME_MAX))
 				continue;
 			t->pool_evicted = p->evictions_reuse;
-			if (row)
-				*t = (struct replay_tier){ row->hit_tokens, row->bytes_down,
-							   row->bytes_up, row->promoted, row->stored,
-							   row->skipped, row->abandoned,
-							   p->evictions_reuse, row->kind == KVP_TIER_DISK,
-							   row->declined };
+			if (!row)
+				continue;
+			*t = (struct replay_tier){ row->hit_tokens, row->bytes_down, row->bytes_up,
+						   row->promoted, row->stored, row->skipped,
+						   row->abandoned, p->evictions_reuse,
+						   row->kind == KVP_TIER_DISK, row->declined, { 0 }, 0,
+						   0 };
+			memcpy(t->unoffered, row->unoffered, sizeof(t->unoffered));
+			t->ns_down = row->ns_down;
+			t->ns_up = row->ns_up;
 		}
 	}
 	kvp_stats_view_release(&v);

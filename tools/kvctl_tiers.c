@@ -27,21 +27,23 @@ void print_tiers_table(const struct kvp_stats_view *s)
 		any |= kvp_stats_tier_of(s, p) != NULL;
 	if (!any)
 		return;
-	printf("\n%-20s %-5s %9s %9s %9s %6s %9s %8s %9s %8s %9s %12s %6s %8s %8s %9s %8s "
+	printf("\n%-20s %-5s %9s %9s %9s %6s %9s %8s %9s %9s %8s %9s %12s %6s %8s %8s %9s %8s "
 	       "%8s\n", "TIERS", "KIND", "SLOTS", "HELD", "HELD_MiB", "QUEUE", "STORED", "SKIPPED",
-	       "ABANDONED", "EVICTED", "PROMOTED", "HIT_TOKENS", "FAILED", "MB/s_DN", "MB/s_UP",
-	       "RESTORED", "REFUSED", "W_FAILED");
+	       "ABANDONED", "UNOFFERED", "EVICTED", "PROMOTED", "HIT_TOKENS", "FAILED", "MB/s_DN",
+	       "MB/s_UP", "RESTORED", "REFUSED", "W_FAILED");
 	KVP_STATS_FOR_EACH_POOL(s, p) {
 		const struct kvp_stats_tier *t = kvp_stats_tier_of(s, p);
 
 		if (!t)
 			continue;
-		printf("%-20.*s %-5s %9u %9u %9.1f %6u %9llu %8llu %9llu %8llu %9llu %12llu %6llu "
-		       "%8.1f %8.1f %9llu %8llu %8llu\n", KVP_NAME_MAX, p->name, kind_name(t),
+		printf("%-20.*s %-5s %9u %9u %9.1f %6u %9llu %8llu %9llu %9llu %8llu %9llu %12llu "
+		       "%6llu %8.1f %8.1f %9llu %8llu %8llu\n", KVP_NAME_MAX, p->name, kind_name(t),
 		       t->slots, t->held,
 		       held_bytes(t) / 1048576.0, t->queued,
 		       (unsigned long long)t->stored, (unsigned long long)t->skipped,
-		       (unsigned long long)t->abandoned, (unsigned long long)t->evicted,
+		       (unsigned long long)t->abandoned,
+		       (unsigned long long)kvp_tier_unoffered_total(t),
+		       (unsigned long long)t->evicted,
 		       (unsigned long long)t->promoted, (unsigned long long)t->hit_tokens,
 		       (unsigned long long)t->read_failures, mb_per_s(t->bytes_down, t->ns_down),
 		       mb_per_s(t->bytes_up, t->ns_up), (unsigned long long)t->restored,
@@ -106,6 +108,18 @@ void print_tiers_prometheus(FILE *out, const struct kvp_stats_view *s)
 	TIER_METRIC("kvpool_tier_declined_blocks_total", "counter",
 		    "Blocks tier_policy second_sight kept out of a tier: seen leaving the pool "
 		    "for the first time.", declined);
+	fprintf(out, "# HELP kvpool_tier_unoffered_blocks_total Cached blocks a pool handed out for "
+		"new data that its tier did not hold then, by reason.\n"
+		"# TYPE kvpool_tier_unoffered_blocks_total counter\n");
+	KVP_STATS_FOR_EACH_POOL(s, p)
+		if ((t = kvp_stats_tier_of(s, p)))
+			for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++) {
+				fprintf(out, "kvpool_tier_unoffered_blocks_total{");
+				prom_label(out, "pool", p->name, KVP_NAME_MAX, true);
+				fprintf(out, ",tier=\"%s\",reason=\"%s\"} %llu\n", kind_name(t),
+					kvp_tier_unoffered_name(r),
+					(unsigned long long)t->unoffered[r]);
+			}
 	fprintf(out, "# HELP kvpool_tier_copied_bytes_total Bytes copied between a pool and its tier.\n"
 	       "# TYPE kvpool_tier_copied_bytes_total counter\n");
 	KVP_STATS_FOR_EACH_POOL(s, p)

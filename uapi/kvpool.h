@@ -622,6 +622,27 @@ struct kvp_stats_tenant {
  */
 #define KVP_TIER_HOST 1
 #define KVP_TIER_DISK 2 /* a file, NAME.kvtier, that outlives the daemon */
+/*
+ * Why a cached block the pool handed out for new data was not in its tier
+ * then: kvp_stats_tier.unoffered[] by index (docs/tiers.md). A block whose key
+ * another pool block still carries is not counted: nothing was lost.
+ */
+#define KVP_TIER_UNOFFERED_WINDOW 0       /* handed out before the walk of the free
+					   * queue's head reached it (a burst of ALLOCs
+					   * took more than the window), not rescued (a
+					   * disk tier, a mapped or cuda pool) */
+#define KVP_TIER_UNOFFERED_QUEUE_FULL 1   /* the walk was held up: its copy queue full */
+#define KVP_TIER_UNOFFERED_NO_SLOT 2      /* ...every slot of the tier being filled or read */
+#define KVP_TIER_UNOFFERED_QUOTA 3        /* its tenant's max_tier_bytes, all of it being
+					   * filled or read */
+#define KVP_TIER_UNOFFERED_OVERWRITTEN 4  /* its copy, made ahead or after the hand-out, was
+					   * not done when its new owner wrote it (abandoned) */
+#define KVP_TIER_UNOFFERED_DECLINED 5     /* tier_policy second_sight kept it out */
+#define KVP_TIER_UNOFFERED_DROPPED 6      /* copied, but the tier let the copy go first (its
+					   * LRU, or a disk's failed write) */
+#define KVP_TIER_UNOFFERED_WRITE_FAILED 7 /* a disk tier that stopped writing */
+#define KVP_TIER_UNOFFERED_REASONS 8
+#define KVP_TIER_UNOFFERED_MAX 12         /* the array's entries: those past _REASONS zero */
 struct kvp_stats_tier {
 	__u32 in_use;        /* 0: an unused entry (all zero) */
 	__u32 kind;          /* KVP_TIER_HOST, KVP_TIER_DISK */
@@ -647,6 +668,8 @@ struct kvp_stats_tier {
 	__u64 write_failures; /* copies down the disk did not take (the tier stops writing at
 			       * the first: the daemon's log says why) */
 	__u64 declined;      /* blocks tier_policy second_sight kept out: first seen leaving */
+	__u64 unoffered[KVP_TIER_UNOFFERED_MAX]; /* cached blocks the pool handed out that the
+					  * tier did not hold, by KVP_TIER_UNOFFERED_* */
 };
 
 /*
@@ -872,7 +895,9 @@ _Static_assert(__builtin_offsetof(struct kvp_kv_layer_layout, head_stride) == 40
 	       "kvp_kv_layer_layout.head_stride");
 _Static_assert(sizeof(struct kvp_kv_layout) == 64, "kvp_kv_layout");
 _Static_assert(sizeof(struct kvp_map_msg) == 32, "kvp_map_msg");
-_Static_assert(sizeof(struct kvp_stats_tier) == 152, "kvp_stats_tier");
+_Static_assert(sizeof(struct kvp_stats_tier) == 248, "kvp_stats_tier");
+_Static_assert(__builtin_offsetof(struct kvp_stats_tier, unoffered) == 152,
+	       "kvp_stats_tier.unoffered");
 _Static_assert(__builtin_offsetof(struct kvp_stats_tier, stored) == 32, "kvp_stats_tier.stored");
 _Static_assert(__builtin_offsetof(struct kvp_kv_layout, num_pieces) == 16,
 	       "kvp_kv_layout.num_pieces");

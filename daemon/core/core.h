@@ -16,6 +16,7 @@ struct kvc_block {
 	uint32_t bucket_next;            /* chain of the oldest block of each key */
 	uint32_t dup_prev, dup_next;     /* ring of the blocks sharing one key */
 	uint32_t gen;                    /* times handed out (kvc_block_state) */
+	uint32_t uses;                   /* times it left the free queue: handed out or hit */
 	uint16_t group;                  /* group that took the block last (and owns its hash) */
 	uint8_t hashed;
 	uint8_t queued;
@@ -66,7 +67,7 @@ struct kvc_pool {
 	uint32_t promotions_cap;
 
 	struct kvc_pool_counters counters;
-	kvc_tier_has_fn tier_has;
+	const struct kvc_tier_ops *tier_ops;
 	void *tier;
 	const struct kvc_event_ops *events;
 	void *events_ctx;

@@ -30,6 +30,7 @@ void kvc_queue_remove(struct kvc_pool *pool, uint32_t id)
 {
 	struct kvc_block *b = &pool->blocks[id];
 
+	b->uses++;
 	pool->blocks[b->q_prev].q_next = b->q_next;
 	pool->blocks[b->q_next].q_prev = b->q_prev;
 	b->queued = 0;
@@ -53,6 +54,9 @@ uint32_t kvc_queue_pop(struct kvc_pool *pool, uint32_t group)
 {
 	uint32_t id = pool->blocks[sentinel(pool)].q_next;
 
+	/* The tier sees the block as it was: its key, and whether another block keeps it. */
+	if (pool->tier_ops)
+		pool->tier_ops->leaving(pool->tier, id, true);
 	/* The entry is found through its old group: evict before the block changes hands. */
 	if (pool->blocks[id].hashed) {
 		kvc_cache_remove(pool, id);
@@ -68,8 +72,12 @@ uint32_t kvc_queue_pop(struct kvc_pool *pool, uint32_t group)
 
 void kvc_touch(struct kvc_pool *pool, uint32_t id)
 {
-	if (pool->blocks[id].ref++ == 0)
+	if (pool->blocks[id].ref == 0) {
+		if (pool->tier_ops)
+			pool->tier_ops->leaving(pool->tier, id, false);
 		kvc_queue_remove(pool, id);
+	}
+	pool->blocks[id].ref++;
 }
 
 void kvc_release_begin(struct kvc_pool *pool, struct kvc_release *rel)

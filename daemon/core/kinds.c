@@ -53,7 +53,8 @@ bool kvc_bundle_hit_at(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t
 		uint32_t id = kvc_cache_get(pool, g, &seq->hashes[pos]);
 
 		if (id == KVC_NULL_BLOCK) {
-			if (!pool->tier_has || !pool->tier_has(pool->tier, g, &seq->hashes[pos]))
+			if (!pool->tier_ops ||
+			    !pool->tier_ops->has(pool->tier, g, &seq->hashes[pos]))
 				return false;
 			id = KVC_TIER_BLOCK;
 		}

@@ -150,11 +150,25 @@ void kvc_pool_set_admit_hook(struct kvc_pool *pool, kvc_admit_fn fn);
  * kvc_alloc gives it a block off the free queue, caches its key at once (so a
  * second sequence shares it rather than reading it again) and lists it in
  * kvc_alloc_res.promotions: the caller fills it from the tier before anyone
- * reads it. @has must not call into the pool. NULL: no tier.
+ * reads it. @leaving is told of every block about to leave the free queue,
+ * while kvc_block_state still shows it as it was: handed out for new data
+ * (@handed_out: a hashed one loses its key as the call returns) or taken by a
+ * cache hit; so that the tier knows which of the blocks it looked at are still
+ * in the queue, and what the pool evicts. Neither may change the pool (reading
+ * a block's state is allowed). NULL: no tier.
  */
 #define KVC_TIER_BLOCK UINT32_MAX
-typedef bool (*kvc_tier_has_fn)(void *tier, uint32_t group, const struct kvc_hash *key);
-void kvc_pool_set_tier(struct kvc_pool *pool, kvc_tier_has_fn has, void *tier);
+struct kvc_tier_ops {
+	bool (*has)(void *tier, uint32_t group, const struct kvc_hash *key);
+	void (*leaving)(void *tier, uint32_t id, bool handed_out);
+};
+void kvc_pool_set_tier(struct kvc_pool *pool, const struct kvc_tier_ops *ops, void *tier);
+
+/*
+ * The block after @id in the free queue (KVC_NULL_BLOCK for @id: its head);
+ * KVC_NULL_BLOCK at its end, or when @id is not in the queue.
+ */
+uint32_t kvc_pool_queue_next(const struct kvc_pool *pool, uint32_t id);
 
 /*
  * What the prefix cache tells a KV events publisher (vLLM's BlockStored,
@@ -180,8 +194,11 @@ struct kvc_block_state {
 	uint32_t group;      /* the group that took it last (and owns its key) */
 	uint32_t gen;        /* times it was handed out: a copy made at one gen is its data only
 			      * while gen has not moved */
+	uint32_t uses;       /* times it left the free queue, handed out or hit: a block seen in
+			      * the queue at one count has been in it ever since while it holds */
 	uint32_t ref;
 	bool hashed, queued;
+	bool shared;         /* hashed, and another block carries its key too */
 };
 /* -EINVAL for an id out of range (0 included). */
 int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_state *st);

@@ -146,9 +146,22 @@ void kvc_pool_set_admit_hook(struct kvc_pool *pool, kvc_admit_fn fn)
 	pool->admit = fn;
 }
 
-void kvc_pool_set_tier(struct kvc_pool *pool, kvc_tier_has_fn has, void *tier)
+uint32_t kvc_pool_queue_next(const struct kvc_pool *pool, uint32_t id)
 {
-	pool->tier_has = has;
+	uint32_t s = pool->cfg.num_blocks, next;
+
+	if (id == KVC_NULL_BLOCK)
+		next = pool->blocks[s].q_next;
+	else if (id < s && pool->blocks[id].queued)
+		next = pool->blocks[id].q_next;
+	else
+		return KVC_NULL_BLOCK;
+	return next == s ? KVC_NULL_BLOCK : next;
+}
+
+void kvc_pool_set_tier(struct kvc_pool *pool, const struct kvc_tier_ops *ops, void *tier)
+{
+	pool->tier_ops = ops;
 	pool->tier = tier;
 }
 
@@ -166,7 +179,9 @@ int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_s
 		return -EINVAL;
 	b = &pool->blocks[id];
 	*st = (struct kvc_block_state){ .key = b->hash, .group = b->group, .gen = b->gen,
-					.ref = b->ref, .hashed = b->hashed, .queued = b->queued };
+					.uses = b->uses, .ref = b->ref, .hashed = b->hashed,
+					.queued = b->queued,
+					.shared = b->hashed && b->dup_next != id };
 	return 0;
 }
 

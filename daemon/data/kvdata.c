@@ -227,6 +227,8 @@ int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 		job->chunk_tokens = 1;
 	job->ntasks = l->kv_heads * ((count + job->chunk_tokens - 1) / job->chunk_tokens);
 	job->bytes = bytes;
+	if (is_write)
+		kvpd_tier_writing(c->pool, job->pinned, job->npinned);
 	return launch(d, job);
 }
 

@@ -291,19 +291,36 @@ static void attend(struct kvpd_job *job, uint32_t task)
 	}
 }
 
-/* A tier's task: one block between the pool and its slot, chunk by chunk. */
+/* Exchanges @n bytes at @a and @b, a bounce buffer at a time. */
+static void swap_bytes(uint8_t *a, uint8_t *b, size_t n)
+{
+	uint8_t bounce[4096];
+
+	for (size_t at = 0; at < n; at += sizeof(bounce)) {
+		size_t k = n - at < sizeof(bounce) ? n - at : sizeof(bounce);
+
+		memcpy(bounce, a + at, k);
+		memcpy(a + at, b + at, k);
+		memcpy(b + at, bounce, k);
+	}
+}
+
+/* A tier's task: one block between the pool and its slot (or the two swapped), chunk by chunk. */
 static void copy_tier(struct kvpd_job *job, uint32_t task)
 {
 	const struct kvpd_kv_layout *l = job->layout;
 	size_t chunk = kvpd_block_chunk_bytes(l);
 	uint8_t *slot = job->tier_mem + (size_t)job->slots[task] * 2 * l->layers * chunk;
+	bool swap = job->type == KVPD_JOB_TIER_UP && job->swap && job->swap[task];
 
 	if (job->delay_us)
 		usleep(job->delay_us);
 	for (uint32_t i = 0; i < 2 * l->layers; i++, slot += chunk) {
 		uint8_t *block = job->mem + kvpd_block_chunk_off(l, job->blocks[task], i);
 
-		if (job->type == KVPD_JOB_TIER_DOWN)
+		if (swap)
+			swap_bytes(block, slot, chunk);
+		else if (job->type == KVPD_JOB_TIER_DOWN)
 			memcpy(slot, block, chunk);
 		else
 			memcpy(block, slot, chunk);

@@ -161,10 +161,14 @@ struct kvpd_job {
 	/*
 	 * KVPD_JOB_TIER_DOWN, _UP: task i copies pool block blocks[i] into (out of)
 	 * slot slots[i] of tier_mem, a slot being the block's chunks back to back
-	 * (kvpd_block_chunk_off). Test builds may slow each task by delay_us.
+	 * (kvpd_block_chunk_off). Test builds may slow each task by delay_us. An
+	 * _UP task whose swap[i] is set (swap NULL: none) exchanges the two
+	 * instead: the block's old KV goes into the slot it empties (the host
+	 * backend's; a backend without swaps never gets one).
 	 */
 	uint8_t *tier_mem;
 	const uint32_t *blocks, *slots;
+	const uint8_t *swap;
 	uint32_t delay_us;
 	/* KVPD_JOB_POOL from POOL_CREATE: where its refusal's reason goes in the arena. */
 	uint64_t reason_addr;

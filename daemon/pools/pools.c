@@ -56,11 +56,15 @@ static int set_strides(struct kvpd_kv_layout *l, uint32_t kind)
 	return 0;
 }
 
-/* What a pool takes of the host's memory: its KV when it is a host pool, and its tier. */
+/* What a pool takes of the host's memory: its KV when it is a host pool, and its tier's. */
 static uint64_t host_bytes_of(const struct kvpd_pool *pool)
 {
-	return (pool->backend == &kvpd_host_backend ? pool->layout.total_bytes : 0) +
-	       pool->spec.tier_host_bytes;
+	uint64_t slot = 2ull * pool->layout.layers * kvpd_block_chunk_bytes(&pool->layout);
+	uint64_t tier = pool->spec.tier_host_bytes;
+
+	if (tier && slot)
+		tier += kvpd_tier_window_slots(tier / slot, slot) * slot;
+	return (pool->backend == &kvpd_host_backend ? pool->layout.total_bytes : 0) + tier;
 }
 
 /*

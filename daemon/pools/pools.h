@@ -101,6 +101,23 @@ void kvpd_pools_release(struct kvpd *d);
 /* Client @owner is gone: its owned pools are destroyed now, or once unused (kvpd_pools_reap). */
 void kvpd_pools_owner_gone(struct kvpd *d, uint32_t owner);
 void kvpd_pools_reap(struct kvpd *d);
+/*
+ * A host tier's memory beside its tier_host_bytes, in slots of @slot_bytes
+ * (a block's K and V of every layer) for a tier of @slots: its window, where
+ * the blocks the pool is about to evict are copied ahead of it while the pool
+ * still has them (tier/window.c): 64 MiB, at most a quarter of the tier, at
+ * least 16 slots. Counted in max_host_bytes with the tier.
+ */
+#define KVPD_TIER_WINDOW_BYTES (64ull << 20)
+static inline uint64_t kvpd_tier_window_slots(uint64_t slots, uint64_t slot_bytes)
+{
+	uint64_t room = KVPD_TIER_WINDOW_BYTES / (slot_bytes ? slot_bytes : 1);
+
+	if (room > slots / 4)
+		room = slots / 4;
+	return room < 16 ? 16 : room;
+}
+
 /* pool_layout.c: POOL_LAYOUT's output; its bytes, or -EOVERFLOW with *needed what it takes. */
 int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, __u64 *needed);
 

@@ -20,21 +20,66 @@ struct tier_copier {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	struct kvpd_job *head, *tail;
+	/*
+	 * Without @run: the job being run, its tasks taken under the lock by the
+	 * copier and by an idle event loop (kvpd_tier_copier_help) alike, and the
+	 * next queued one started by whichever finds them all taken: a job is not
+	 * looked at again once its tasks are all taken (the loop may free it).
+	 */
+	struct kvpd_job *current;
+	uint32_t next, ntasks;
 	bool stop;
 	bool background;
-	tier_run_fn *run;
+	tier_run_fn *run;            /* NULL: the pool's backend runs the tasks, the loop helping */
 	void *arg;
 };
 
-void kvpd_tier_run_tasks(void *arg, struct kvpd_job *job)
+/*
+ * Up to @most tasks of the job being run, or of the next queued one (which
+ * then is), taken, the first at *@task: how many (0: none). The caller holds
+ * the lock.
+ */
+static uint32_t take_tasks(struct tier_copier *cp, uint32_t most, struct kvpd_job **job,
+			   uint32_t *task)
 {
-	uint32_t n = job->ntasks;
+	uint32_t n;
 
-	(void)arg;
-	/* The last task_done hands the job back to the loop: it is not read after. */
-	for (uint32_t task = 0; task < n; task++)
-		if (kvpd_job_run(job, task) != KVPD_TASK_LATER)
+	if (!cp->current || cp->next == cp->ntasks) {
+		cp->current = cp->head;
+		if (!cp->current)
+			return 0;
+		cp->head = cp->current->next;
+		if (!cp->head)
+			cp->tail = NULL;
+		cp->next = 0;
+		cp->ntasks = cp->current->ntasks;
+	}
+	n = cp->ntasks - cp->next < most ? cp->ntasks - cp->next : most;
+	*job = cp->current;
+	*task = cp->next;
+	cp->next += n;
+	return n;
+}
+
+/* The last task_done hands the job back to the loop: it is not read after. */
+static void run_taken(struct kvpd_job *job, uint32_t task, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++)
+		if (kvpd_job_run(job, task + k) != KVPD_TASK_LATER)
 			job->task_done(job);
+}
+
+bool kvpd_tier_copier_help(struct tier_copier *cp, size_t bytes, size_t task_bytes)
+{
+	uint32_t most = (uint32_t)(bytes / (task_bytes ? task_bytes : 1)), task, n;
+	struct kvpd_job *job;
+
+	pthread_mutex_lock(&cp->lock);
+	n = cp->run ? 0 : take_tasks(cp, most ? most : 1, &job, &task);
+	pthread_mutex_unlock(&cp->lock);
+	if (n)
+		run_taken(job, task, n);
+	return n;
 }
 
 static void *copier_main(void *arg)
@@ -56,18 +101,28 @@ static void *copier_main(void *arg)
 	pthread_mutex_lock(&cp->lock);
 	for (;;) {
 		struct kvpd_job *job;
+		uint32_t task, n;
 
-		while (!cp->head && !cp->stop)
-			pthread_cond_wait(&cp->wake, &cp->lock);
-		job = cp->head;
-		if (!job)
+		/* A few tasks at a time: an idle event loop may take some too. */
+		if (!cp->run && (n = take_tasks(cp, 8, &job, &task))) {
+			pthread_mutex_unlock(&cp->lock);
+			run_taken(job, task, n);
+			pthread_mutex_lock(&cp->lock);
+			continue;
+		}
+		if (cp->run && cp->head) {
+			job = cp->head;
+			cp->head = job->next;
+			if (!cp->head)
+				cp->tail = NULL;
+			pthread_mutex_unlock(&cp->lock);
+			cp->run(cp->arg, job);
+			pthread_mutex_lock(&cp->lock);
+			continue;
+		}
+		if (cp->stop)
 			break;
-		cp->head = job->next;
-		if (!cp->head)
-			cp->tail = NULL;
-		pthread_mutex_unlock(&cp->lock);
-		cp->run(cp->arg, job);
-		pthread_mutex_lock(&cp->lock);
+		pthread_cond_wait(&cp->wake, &cp->lock);
 	}
 	pthread_mutex_unlock(&cp->lock);
 	return NULL;

@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Going down: the cached blocks nearest the free queue's head, the next the
- * pool will evict, are copied into the tier ahead of it, so that the pool and
- * its tier together act as one LRU cache of their summed size (a block enters
- * the tier as it leaves the pool, not while the pool still has it). The walk
- * runs once per loop turn where the queue moved; each block is looked at once
- * per hand-out (its gen). Also here: the tier's jobs, both ways, and POOL_SYNC.
+ * Going down: the copies the walk queued (window.c) run on the tier's copier
+ * and come back here, kept only where their block stayed in the free queue
+ * the whole time. Also here: the tier's jobs, both ways, their turn at the end
+ * of each loop turn, and POOL_SYNC.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,7 +16,7 @@
 struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type, uint32_t n)
 {
 	size_t disk = t->disk ? n * (sizeof(uint64_t) + 1) : 0;
-	struct tier_job *tj = calloc(1, sizeof(*tj) + 3 * (size_t)n * sizeof(uint32_t) + disk);
+	struct tier_job *tj = calloc(1, sizeof(*tj) + 5 * (size_t)n * sizeof(uint32_t) + disk);
 
 	if (!tj)
 		return NULL;
@@ -27,8 +25,11 @@ struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type,
 	tj->sums = t->disk ? (uint64_t *)(tj + 1) : NULL;
 	tj->blocks = t->disk ? (uint32_t *)(tj->sums + n) : (uint32_t *)(tj + 1);
 	tj->slots = tj->blocks + n;
-	tj->gens = tj->slots + n;
-	tj->failed = t->disk ? (uint8_t *)(tj->gens + n) : NULL;
+	tj->uses = tj->slots + n;
+	tj->gens = tj->uses + n;
+	tj->writes = tj->gens + n;
+	tj->failed = t->disk ? (uint8_t *)(tj->writes + n) : NULL;
+	tj->cap = n;
 	tj->job.type = type;
 	tj->job.pool = t->pool;
 	tj->job.layout = &t->pool->layout;
@@ -83,6 +84,9 @@ static void syncs_done(struct kvpd *d, struct kvpd_tier *t)
 			continue;
 		}
 		*p = s->next;
+		/* Its client reads the stats next: the tier's as of now, not of the turn's end. */
+		if (t->dirty)
+			kvpd_tier_publish(d, t);
 		kvpd_client_job_back(s->client, 0);
 		if (!s->client->dead)
 			kvpd_ring_post(s->client, &(struct kvp_cqe){ .user_data = s->user_data });
@@ -110,111 +114,6 @@ void kvpd_tier_job_retire(struct kvpd *d, struct tier_job *tj)
 	syncs_done(d, t);
 }
 
-/*
- * tier_policy second_sight: a block goes down only the second time it is seen
- * leaving the pool, so a prompt used once never costs the tier a write nor
- * pushes out a block that was reused: Akamai's "cache on second hit" (Maggs
- * and Sitaraman, "Algorithmic Nuggets in Content Delivery", SIGCOMM CCR 2015),
- * which kept three quarters of its objects, the one-hit wonders, off its disks.
- */
-static bool second_sight(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
-{
-	uint64_t fp = (key->lo ^ (key->hi << 17 | key->hi >> 47) ^
-		       (uint64_t)group * 0x9e3779b97f4a7c15ull) | 1;
-	uint64_t *slot = &t->ghost[(fp ^ fp >> 29) & t->ghost_mask];
-
-	if (*slot == fp)
-		return true;
-	*slot = fp;
-	return false;
-}
-
-/* Queues block @id for a copy down into @tj (made on first use); false when the tier is full. */
-static bool queue_block(struct kvpd_tier *t, struct tier_job **tj, uint32_t id,
-			const struct kvc_block_state *st)
-{
-	uint32_t slot;
-
-	if (t->st.queued >= t->queue_cap)
-		return false;
-	if (!*tj) {
-		*tj = kvpd_tier_job_new(t, KVPD_JOB_TIER_DOWN, t->queue_cap - t->st.queued);
-		if (!*tj)
-			return false;
-	}
-	slot = kvpd_tier_take(t, st->group, &st->key, t->block_owner[id]);
-	if (slot == TIER_END)
-		return false;
-	(*tj)->blocks[(*tj)->n] = id;
-	(*tj)->slots[(*tj)->n] = slot;
-	(*tj)->gens[(*tj)->n++] = st->gen;
-	t->st.queued++;
-	return true;
-}
-
-/*
- * How many cached blocks at the queue's head to keep copied: a quarter more
- * than the most the pool handed out between two walks lately (and 16), so
- * that a burst of ALLOCs finds its victims copied, and no more: a block
- * copied while the pool still has it takes a tier slot the pool already
- * covers (2x cost 6 points of hit rate on a trace whose prompts are a third
- * of the pool, bench/README.md). The estimate decays by
- * 1/64 a walk, so one huge prompt does not widen the window for good.
- */
-static uint32_t window(struct kvpd_tier *t, const struct kvc_pool_counters *c)
-{
-	uint64_t burst = c->popped - t->popped;
-	uint32_t want;
-
-	t->popped = c->popped;
-	t->burst -= t->burst / 64;
-	if (burst > t->burst)
-		t->burst = burst > t->queue_cap ? t->queue_cap : (uint32_t)burst;
-	want = t->burst + t->burst / 4 + 16;
-	return want > t->queue_cap ? t->queue_cap : want;
-}
-
-static void walk(struct kvpd *d, struct kvpd_tier *t)
-{
-	struct kvc_pool_counters c;
-	struct tier_job *tj = NULL;
-	uint32_t n, want, cached = 0;
-
-	kvc_pool_counters(t->pool->core, &c);
-	if (c.queue_ops == t->queue_ops || t->idle || kvpd_tier_disk_write_error(t))
-		return;
-	t->queue_ops = c.queue_ops;
-	want = window(t, &c);
-	n = kvc_pool_free_queue(t->pool->core, t->walk, t->scan);
-	if (n > t->scan)
-		n = t->scan;
-	/* Unhashed blocks go first (split order): they count for nothing here. */
-	for (uint32_t k = 0; k < n && cached < want; k++) {
-		uint32_t id = t->walk[k];
-		struct kvc_block_state st;
-
-		if (kvc_block_state(t->pool->core, id, &st) || !st.hashed)
-			continue;
-		cached++;
-		if (t->seen[id] == st.gen + 1)
-			continue;
-		t->seen[id] = st.gen + 1;
-		if (kvpd_tier_find(t, st.group, &st.key) != TIER_END)
-			continue; /* there already, or on its way */
-		if (t->ghost && !second_sight(t, st.group, &st.key)) {
-			t->st.declined++;
-			continue;
-		}
-		if (!queue_block(t, &tj, id, &st))
-			t->st.skipped++;
-	}
-	if (tj && tj->n)
-		kvpd_tier_job_submit(d, tj);
-	else
-		free(tj);
-	t->dirty = true;
-}
-
 void kvpd_tier_turn(struct kvpd *d)
 {
 	for (unsigned i = 0; i < d->npools; i++) {
@@ -223,10 +122,26 @@ void kvpd_tier_turn(struct kvpd *d)
 		if (!t)
 			continue;
 		if (!d->stopping)
-			walk(d, t);
+			kvpd_tier_walk(d, t);
 		if (t->dirty)
 			kvpd_tier_publish(d, t);
 	}
+}
+
+/* What one idle moment of the loop copies down at most: a few microseconds. */
+#define TIER_HELP_BYTES (64u << 10)
+
+bool kvpd_tier_help(struct kvpd *d)
+{
+	for (unsigned i = 0; i < d->npools; i++) {
+		struct kvpd_tier *t = d->pools[i]->tier;
+
+		/* Not a test build's slowed copies: the loop would sleep in them. */
+		if (t && t->copier && t->st.queued && !t->delay_us &&
+		    kvpd_tier_copier_help(t->copier, TIER_HELP_BYTES, t->slot_bytes))
+			return true;
+	}
+	return false;
 }
 
 /* A disk that refused a write: said once, with the cause; the tier stores nothing after. */
@@ -278,7 +193,12 @@ static uint64_t origin_put(struct kvpd_tier *t, uint8_t *origins, uint32_t k, ui
 	return XXH3_64bits_withSeed(x, stride, slot) ?: 1;
 }
 
-/* Kept only where the block was not handed out during the copy: else it may hold anything. */
+/*
+ * Kept only where no write into the block was let go during the copy (it may
+ * hold anything then: abandoned, and lost if the block was handed out), and
+ * where the block is not the pool's again: taken back into use by a hit, a
+ * copy would hold it twice (it goes down again as it nears the queue's head).
+ */
 static void down_done(struct kvpd *d, struct tier_job *tj)
 {
 	struct kvpd_tier *t = tj->tier;
@@ -302,12 +222,21 @@ static void down_done(struct kvpd *d, struct tier_job *tj)
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvc_block_state st;
 		uint32_t slot = tj->slots[i];
+		bool state = !kvc_block_state(t->pool->core, tj->blocks[i], &st);
 
 		if (tj->failed && tj->failed[i]) {
 			kvpd_tier_drop(t, slot);
 			t->st.write_failures++;
-		} else if (!kvc_block_state(t->pool->core, tj->blocks[i], &st) &&
-			   st.gen == tj->gens[i] && !tj->job.error) {
+		} else if (!state || tj->job.error ||
+			   t->blk[tj->blocks[i]].writes != tj->writes[i]) {
+			kvpd_tier_drop(t, slot);
+			t->st.abandoned++;
+			if (!state || st.gen != tj->gens[i] || tj->uses[i] == TIER_HANDED_OUT)
+				kvpd_tier_unoffered(t, KVP_TIER_UNOFFERED_OVERWRITTEN);
+		} else if (st.gen == tj->gens[i] && st.uses != tj->uses[i] &&
+			   tj->uses[i] != TIER_HANDED_OUT) {
+			kvpd_tier_drop(t, slot);
+		} else {
 			kvpd_tier_use(t, slot);
 			t->st.stored++;
 			t->st.bytes_down += t->slot_bytes;
@@ -322,9 +251,6 @@ static void down_done(struct kvpd *d, struct tier_job *tj)
 					.sum = tj->sums[i], .geometry = t->disk->geometry,
 					.origin_sum = origin_put(t, origins, kept, slot) };
 			tj->slots[kept++] = slot;
-		} else {
-			kvpd_tier_drop(t, slot);
-			t->st.abandoned++;
 		}
 	}
 	t->st.queued -= n;
@@ -357,9 +283,12 @@ int kvpd_tier_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool
 	if (!t)
 		return 0;
 	/* What the queue's head holds now goes first: the sync waits for it too. */
-	walk(d, t);
-	if (!t->inflight)
+	kvpd_tier_walk(d, t);
+	if (!t->inflight) {
+		if (t->dirty)
+			kvpd_tier_publish(d, t);
 		return 0;
+	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

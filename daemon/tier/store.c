@@ -14,8 +14,17 @@
 #include "observe/probes.h"
 #include "tier/disk.h"
 
-/* Copies down in flight at most: 64 MiB of KV, 16..1024 blocks. */
-#define TIER_QUEUE_BYTES (64u << 20)
+/*
+ * Copies down in flight at most (at least 16 blocks): a host tier's 512 MiB of
+ * KV, enough for a long prompt's burst of rescues (a copy in flight costs its
+ * slot, no buffer); a disk tier's 64 MiB, as its lanes stage what they write.
+ * In jobs of up to 8 MiB or 1024 blocks, so that the first blocks of a long
+ * run are hittable (and safe from abandonment) before the last are copied.
+ */
+#define TIER_QUEUE_BYTES (512u << 20)
+#define TIER_DISK_QUEUE_BYTES (64u << 20)
+#define TIER_JOB_BYTES (8u << 20)
+#define TIER_JOB_BLOCKS 1024u
 
 static uint32_t bucket_of(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
 {
@@ -40,6 +49,8 @@ static bool tier_has(void *tier, uint32_t group, const struct kvc_hash *key)
 
 	return i != TIER_END && t->e[i].state == TIER_VALID;
 }
+
+static const struct kvc_tier_ops tier_ops = { .has = tier_has, .leaving = kvpd_tier_leaving };
 
 static void lru_unlink(struct kvpd_tier *t, uint32_t i)
 {
@@ -85,7 +96,7 @@ void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
 
 	t->e[slot] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_VALID,
 					  .own_prev = TIER_END, .own_next = TIER_END,
-					  .hnext = *head, .sum = sum };
+					  .hnext = *head, .sum = sum, .block = TIER_END };
 	*head = slot;
 	/* Restored newest first: each goes before the others, least recently used. */
 	t->e[slot].lru_next = t->e[s].lru_next;
@@ -93,6 +104,7 @@ void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
 	t->e[t->e[s].lru_next].lru_prev = slot;
 	t->e[s].lru_next = slot;
 	t->st.held++;
+	t->regular++;
 	kvpd_events_tier_restored(t->pool->events, group, key, origin);
 }
 
@@ -178,8 +190,10 @@ void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i)
 		if (!x->pins)
 			lru_unlink(t, i);
 		t->st.held--;
-		kvpd_events_tier_gone(t->pool->events, x->group, &x->key);
 	}
+	if (x->state == TIER_VALID || x->promised)
+		kvpd_events_tier_gone(t->pool->events, x->group, &x->key);
+	t->regular -= !x->window;
 	*x = (struct tier_entry){ .state = TIER_FREE, .lru_prev = TIER_END, .lru_next = TIER_END,
 				  .own_prev = TIER_END, .own_next = TIER_END, .hnext = t->free_head };
 	t->free_head = i;
@@ -198,11 +212,59 @@ static uint32_t victim(struct kvpd_tier *t, uint32_t owner, bool own)
 	return i == t->nslots ? TIER_END : i;
 }
 
+/* The least recently used entry that is not a window's copy (TIER_END: none). */
+static uint32_t regular_victim(struct kvpd_tier *t)
+{
+	uint32_t i = t->e[t->nslots].lru_next;
+
+	while (i != t->nslots && t->e[i].window)
+		i = t->e[i].lru_next;
+	return i == t->nslots ? TIER_END : i;
+}
+
+static void evict(struct kvpd_tier *t, uint32_t i)
+{
+	KVPD_PROBE(tier_evict, t->pool->name, t->e[i].group, t->e[i].key.lo);
+	kvpd_tier_drop(t, i);
+	t->st.evicted++;
+}
+
+/* Entries that count against the tier's capacity down to @keep; false when the rest are busy. */
+static bool trim(struct kvpd_tier *t, uint32_t keep)
+{
+	while (t->regular > keep) {
+		uint32_t old = regular_victim(t);
+
+		if (old == TIER_END)
+			return false;
+		evict(t, old);
+	}
+	return true;
+}
+
+void kvpd_tier_settle(struct kvpd_tier *t, uint32_t i)
+{
+	struct tier_entry *x = &t->e[i];
+
+	x->window = false;
+	x->block = TIER_END;
+	t->regular++;
+	/* Out of the pool now: the tier's most recent, as one LRU cache would have it. */
+	if (x->state == TIER_VALID)
+		kvpd_tier_use(t, i);
+}
+
+void kvpd_tier_trim(struct kvpd_tier *t)
+{
+	trim(t, t->capacity);
+}
+
 uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key,
-			uint32_t owner)
+			uint32_t owner, uint32_t window_of)
 {
 	uint64_t limit = owner ? t->owners[owner].tenant->quota.limit[KVPD_QUOTA_TIER_BYTES] :
 				 KVP_QUOTA_UNLIMITED;
+	bool window = window_of != TIER_END;
 	uint32_t i, *head;
 
 	/* One tenant may flush its own entries, not another's, past its max_tier_bytes. */
@@ -210,19 +272,23 @@ uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_ha
 		uint32_t old = victim(t, owner, true);
 
 		if (old == TIER_END)
-			return TIER_END; /* the rest of its bytes are being filled or read */
-		KVPD_PROBE(tier_evict, t->pool->name, t->e[old].group, t->e[old].key.lo);
-		kvpd_tier_drop(t, old);
-		t->st.evicted++;
+			return TIER_OVER_QUOTA; /* the rest of its bytes are being filled or read */
+		evict(t, old);
 	}
+	/*
+	 * A window's copy takes the window's room while it lasts (the pool holds
+	 * the block too: counted once the pool lets it go, kvpd_tier_settle); any
+	 * other entry counts against the capacity at once.
+	 */
+	if (!window && !trim(t, t->capacity - 1))
+		return TIER_END; /* every slot is being filled or read */
 	if (!t->nfree) {
-		uint32_t old = victim(t, owner, false);
+		/* A host tier's window waits for its room (promotions in flight hold some of it). */
+		uint32_t old = window && t->nslots > t->capacity ? TIER_END : regular_victim(t);
 
 		if (old == TIER_END)
-			return TIER_END; /* every slot is being filled or read */
-		KVPD_PROBE(tier_evict, t->pool->name, t->e[old].group, t->e[old].key.lo);
-		kvpd_tier_drop(t, old);
-		t->st.evicted++;
+			return TIER_END;
+		evict(t, old);
 	}
 	i = t->free_head;
 	t->free_head = t->e[i].hnext;
@@ -231,12 +297,46 @@ uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_ha
 	t->e[i] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_COPYING,
 				       .lru_prev = TIER_END, .lru_next = TIER_END,
 				       .own_prev = TIER_END, .own_next = TIER_END, .hnext = *head,
-				       .owner = owner };
+				       .owner = owner, .window = window, .block = window_of };
 	*head = i;
+	t->regular += !window;
 	name(t, owner);
 	if (owner)
 		t->owners[owner].bytes += t->slot_bytes;
 	return i;
+}
+
+bool kvpd_tier_rekey(struct kvpd_tier *t, uint32_t i, uint32_t group, const struct kvc_hash *key,
+		     uint32_t owner)
+{
+	uint64_t limit = owner ? t->owners[owner].tenant->quota.limit[KVPD_QUOTA_TIER_BYTES] :
+				 KVP_QUOTA_UNLIMITED;
+	uint32_t *head;
+
+	if (kvpd_tier_find(t, group, key) != TIER_END ||
+	    (owner && owner != t->e[i].owner && t->owners[owner].bytes + t->slot_bytes > limit)) {
+		kvpd_tier_drop(t, i);
+		return false;
+	}
+	/*
+	 * Out under its old key, as a drop takes it (to the free list's head); in
+	 * under the new one, as a store. Named first: the old owner may be the new.
+	 */
+	name(t, owner);
+	kvpd_tier_drop(t, i);
+	t->free_head = t->e[i].hnext;
+	t->nfree--;
+	head = &t->buckets[bucket_of(t, group, key)];
+	t->e[i] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_COPYING,
+				       .lru_prev = TIER_END, .lru_next = TIER_END,
+				       .own_prev = TIER_END, .own_next = TIER_END, .hnext = *head,
+				       .owner = owner, .block = TIER_END };
+	*head = i;
+	t->regular++;
+	if (owner)
+		t->owners[owner].bytes += t->slot_bytes;
+	kvpd_tier_use(t, i);
+	return true;
 }
 
 void kvpd_tier_use(struct kvpd_tier *t, uint32_t i)
@@ -245,6 +345,7 @@ void kvpd_tier_use(struct kvpd_tier *t, uint32_t i)
 
 	if (x->state != TIER_VALID) {
 		x->state = TIER_VALID;
+		x->promised = false; /* held from now on: a drop says so as any other's */
 		t->st.held++;
 		kvpd_events_tier_held(t->pool->events, x->group, &x->key);
 	} else if (!x->pins) {
@@ -281,8 +382,9 @@ static void tier_free(struct kvpd_tier *t, bool drop)
 		munmap(t->mem, (size_t)t->nslots * t->slot_bytes);
 	free(t->e);
 	free(t->buckets);
-	free(t->walk);
-	free(t->seen);
+	free(t->blk);
+	free(t->rescues);
+	free(t->bursts);
 	free(t->loader);
 	free(t->ghost);
 	free(t);
@@ -302,8 +404,6 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 	t->mask = nb - 1;
 	t->buckets = malloc((size_t)nb * sizeof(*t->buckets));
 	t->e = calloc((size_t)t->nslots + 1, sizeof(*t->e));
-	t->walk = calloc(t->scan, sizeof(*t->walk));
-	t->seen = calloc(num_blocks, sizeof(*t->seen));
 	t->loader = calloc(num_blocks, sizeof(*t->loader));
 	t->block_owner = calloc(num_blocks, sizeof(*t->block_owner));
 	t->owners = calloc(1, sizeof(*t->owners));
@@ -325,8 +425,8 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 		if (t->mem == MAP_FAILED)
 			t->mem = NULL;
 	}
-	if (!t->buckets || !t->e || !t->walk || !t->seen || !t->loader || !t->block_owner ||
-	    !t->owners || (!t->mem && !t->disk))
+	if (!t->buckets || !t->e || !t->loader || !t->block_owner || !t->owners ||
+	    (!t->mem && !t->disk) || kvpd_tier_window_init(t, num_blocks))
 		return -ENOMEM;
 	memset(t->buckets, 0xff, (size_t)nb * sizeof(*t->buckets));
 	for (uint32_t i = 0; i < t->nslots; i++)
@@ -347,7 +447,8 @@ static int host_slots(struct kvpd_tier *t, char *why, size_t why_len)
 		return kvpd_refuse(why, why_len, -EINVAL, "tier_host_bytes %llu: holds %llu blocks "
 				   "of %zu bytes, must be 1..%u", (unsigned long long)bytes,
 				   (unsigned long long)slots, t->slot_bytes, KVC_MAX_BLOCKS);
-	t->nslots = (uint32_t)slots;
+	t->capacity = (uint32_t)slots;
+	t->nslots = (uint32_t)(slots + kvpd_tier_window_slots(slots, t->slot_bytes));
 	return 0;
 }
 
@@ -357,8 +458,7 @@ static int tier_start(struct kvpd_tier *t, char *why, size_t why_len)
 	int ret;
 
 	if (!t->disk) {
-		ret = kvpd_tier_copier_start(&t->copier, "kvpoold-tier", true, kvpd_tier_run_tasks,
-					     NULL);
+		ret = kvpd_tier_copier_start(&t->copier, "kvpoold-tier", true, NULL, NULL);
 		return ret ? kvpd_refuse(why, why_len, ret, "tier: its copier thread: %s",
 					 strerror(-ret)) : 0;
 	}
@@ -388,10 +488,15 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	ret = disk ? kvpd_tier_disk_open(t, why, why_len) : host_slots(t, why, why_len);
 	if (ret)
 		goto free_tier;
+	if (disk)
+		t->capacity = t->nslots; /* a file of its slots: its window takes of them */
 	for (uint32_t g = 0; g < pool->params.num_groups; g++)
 		t->idle |= pool->params.group_kind[g] == KVP_KIND_CYCLIC;
-	t->queue_cap = clamp_u32(TIER_QUEUE_BYTES / t->slot_bytes, 16, 1024);
-	t->scan = 4 * t->queue_cap;
+	/* A pool its clients may map, or on a GPU, is written out of the daemon's sight. */
+	t->sees_writes = pool->spec.v2.backend == KVP_BACKEND_HOST && !*pool->namespace_;
+	t->queue_cap = clamp_u32((disk ? TIER_DISK_QUEUE_BYTES : TIER_QUEUE_BYTES) / t->slot_bytes,
+				 16, t->nslots);
+	t->job_cap = clamp_u32(TIER_JOB_BYTES / t->slot_bytes, 16, TIER_JOB_BLOCKS);
 #ifdef KVPD_TEST_HOOKS
 	if (getenv("KVPOOL_TIER_DELAY_US"))
 		t->delay_us = (uint32_t)strtoul(getenv("KVPOOL_TIER_DELAY_US"), NULL, 10);
@@ -400,24 +505,24 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	      kvpd_events_tier_start(pool->events, t->nslots, disk);
 	if (ret) {
 		ret = kvpd_refuse(why, why_len, ret, "%s: no memory for %u blocks' tier",
-				  disk ? "tier_disk_bytes" : "tier_host_bytes", t->nslots);
+				  disk ? "tier_disk_bytes" : "tier_host_bytes", t->capacity);
 		goto free_tier;
 	}
 	ret = tier_start(t, why, why_len);
 	if (ret)
 		goto free_tier;
 	t->st.kind = disk ? KVP_TIER_DISK : KVP_TIER_HOST;
-	t->st.slots = t->nslots;
-	t->st.bytes = disk ? t->disk->file_bytes : (uint64_t)t->nslots * t->slot_bytes;
+	t->st.slots = t->capacity;
+	t->st.bytes = disk ? t->disk->file_bytes : (uint64_t)t->capacity * t->slot_bytes;
 	t->dirty = true; /* its row is written at the loop's next turn, once the pool is in */
 	pool->tier = t;
 	pool->tier_free = tier_free;
-	kvc_pool_set_tier(pool->core, tier_has, t);
+	kvc_pool_set_tier(pool->core, &tier_ops, t);
 	kvpd_events_tier_announce(pool->events); /* a disk tier's blocks, before anything else */
 	if (disk)
 		kvpd_log(d, KVPD_LOG_INFO, "pool %s: disk tier %s: %u blocks, %llu found and "
 			 "hittable, %llu refused; %s; its records read back in %.1f ms", pool->name,
-			 t->disk->path, t->nslots, (unsigned long long)t->st.restored,
+			 t->disk->path, t->capacity, (unsigned long long)t->st.restored,
 			 (unsigned long long)t->st.refused, kvpd_tier_disk_io(t),
 			 t->disk->restore_ns / 1e6);
 	return 0;
@@ -444,6 +549,7 @@ void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t)
 		.restored = st->restored, .refused = st->refused,
 		.write_failures = st->write_failures, .declined = st->declined,
 	};
+	memcpy(d->stats->tiers[t->pool->stat_idx].unoffered, st->unoffered, sizeof(st->unoffered));
 	kvpd_stats_end(d);
 	t->dirty = false;
 }

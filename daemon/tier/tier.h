@@ -30,7 +30,8 @@ struct kvpd_tier_stats {
 	uint32_t held;           /* blocks it holds, hittable */
 	uint32_t queued;         /* copies down in flight */
 	uint64_t stored;         /* blocks copied down and kept */
-	uint64_t skipped;        /* not copied: its queue was full or no slot was free */
+	uint64_t skipped;        /* evicted uncopied: the queue was full, no slot was free, or
+				  * the tenant's max_tier_bytes all being filled or read */
 	uint64_t abandoned;      /* copied while their block was handed out: dropped */
 	uint64_t evicted;        /* entries dropped for room (LRU) */
 	uint64_t promoted;       /* blocks copied up into the pool */
@@ -42,6 +43,7 @@ struct kvpd_tier_stats {
 	uint64_t refused;        /* on disk, never hit: a checksum, the file's end, a duplicate */
 	uint64_t write_failures; /* copies down the disk refused (it takes none after the first) */
 	uint64_t declined;       /* second_sight: blocks kept out, first seen leaving the pool */
+	uint64_t unoffered[KVP_TIER_UNOFFERED_MAX]; /* evicted cached blocks it did not hold, why */
 };
 
 /*
@@ -55,6 +57,12 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 void kvpd_tier_turn(struct kvpd *d);
 
 /*
+ * The loop, idle, copies a few blocks down for a host tier whose copier has
+ * not got to them (64 KiB at most): false when none was waiting.
+ */
+bool kvpd_tier_help(struct kvpd *d);
+
+/*
  * ALLOC's tail, after kvc_alloc succeeded for @c's request @sqe: 0 when its
  * completion can go now (@cqe as it is), KVPD_LATER when it waits for
  * promotions (its own, or another sequence's of blocks it now shares; @cqe is
@@ -62,6 +70,12 @@ void kvpd_tier_turn(struct kvpd *d);
  */
 int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 			 const struct kvc_alloc_res *res, const struct kvp_cqe *cqe);
+
+/*
+ * A WRITE_KV is about to write blocks @ids of @pool (0s skipped): a copy into
+ * the tier of what they held is void unless done before (window.c says why).
+ */
+void kvpd_tier_writing(struct kvpd_pool *pool, const uint32_t *ids, uint32_t n);
 
 /* KVPD_JOB_TIER_DOWN and _UP back from the workers (kvpd_jobs_complete). */
 void kvpd_tier_job_done(struct kvpd *d, struct kvpd_job *job);

@@ -17,7 +17,12 @@ enum tier_state {
 	TIER_VALID,   /* holds its block's KV: hittable */
 };
 
-/* One slot of the tier; the LRU list's sentinel is entry nslots. */
+/*
+ * One slot of the tier; the LRU list's sentinel is entry nslots. A window's
+ * entry is a copy of a block the pool still has in its free queue, made ahead
+ * of its eviction (window.c): it takes the tier's window room, not its
+ * capacity, until the pool hands the block out (kvpd_tier_settle).
+ */
 struct tier_entry {
 	struct kvc_hash key;
 	uint32_t group;
@@ -27,6 +32,10 @@ struct tier_entry {
 	uint32_t own_prev, own_next; /* likewise among its owner's */
 	uint32_t hnext;              /* bucket chain, or the free list */
 	uint32_t owner;              /* its index in the tier's owners; 0: none */
+	uint32_t block;              /* a window's: the pool block it copies; else TIER_END */
+	bool window;
+	bool promised;               /* COPYING, its block gone from the pool: KV events were told
+				      * the tier holds it (they are told otherwise if it fails) */
 	uint64_t sum;                /* a disk tier's: XXH3-64 of its KV, checked at each read */
 };
 
@@ -43,20 +52,50 @@ struct tier_owner {
 	uint32_t names;              /* entries and pool blocks naming it */
 };
 
+/*
+ * What the tier knows of a pool block. What the walk did with it while it
+ * waits in the free queue is current while uses1 is the block's
+ * kvc_block_state.uses + 1 (the block has not left the queue since). writes
+ * counts the writes into it the daemon let go (WRITE_KV, promotions; every
+ * hand-out, where the pool's writers are out of sight): a copy of the block
+ * is its KV only if none came between the copy's start and its end.
+ */
+#define TIER_DECLINED (TIER_END - 1) /* second_sight kept it out */
+#define TIER_OVER_QUOTA (TIER_END - 2) /* its tenant's max_tier_bytes is all being filled or read */
+struct tier_block {
+	uint32_t uses1;
+	uint32_t slot;               /* the tier entry holding (or filling) its copy, or
+				      * TIER_DECLINED, TIER_OVER_QUOTA */
+	uint32_t writes;
+	uint32_t rescue;             /* its entry in the tier's rescues + 1, while one is noted */
+};
+
+/* A cached block handed out before its copy was made: copied after, unless written first. */
+#define TIER_HANDED_OUT UINT32_MAX   /* its copy's uses: the block was handed out before */
+struct tier_rescue {
+	struct kvc_hash key;
+	uint32_t block, group, owner;
+	uint32_t uses, gen, writes;  /* TIER_HANDED_OUT; the block's gen once handed out; writes */
+};
+
 /* A copy in flight: the workers' job, and what the loop needs back. */
 struct tier_job {
 	struct kvpd_job job;
 	struct kvpd_tier *tier;
 	struct tier_job *next_inflight;
 	uint64_t seq;                /* order of submission (POOL_SYNC waits by it) */
-	uint32_t n;                  /* blocks (tasks) */
-	uint32_t *blocks, *slots, *gens;
+	uint32_t n, cap;             /* blocks (tasks), and room for */
+	uint32_t *blocks, *slots;
+	uint32_t *uses, *gens;       /* DOWN: each block's kvc_block_state as it was queued... */
+	uint32_t *writes;            /* ...and its tier_block.writes */
 	/* A disk tier's: each task's checksum, and whether its read or write failed */
 	uint64_t *sums;
 	uint8_t *failed;
 	struct kvtier_record *recs;  /* DOWN's second pass: the records of the blocks kept */
 	uint8_t *origins;            /* ...and their origins, origin_stride each (NULL: none) */
 	bool commit;                 /* that pass (its tasks' data is on disk) */
+	/* UP: the blocks whose old KV its tasks swap into the slots they empty (block 0: none) */
+	struct tier_rescue *swaps;
 	/* UP: the ALLOC it completes */
 	struct kvpd_client *client;
 	uint64_t handle;
@@ -80,19 +119,32 @@ struct kvpd_tier {
 	struct kvpd *d;
 	struct kvpd_pool *pool;
 	size_t slot_bytes;
-	uint32_t nslots;
+	uint32_t nslots;             /* its entries: its capacity, and a host tier's window room */
+	uint32_t capacity;           /* blocks it keeps (its size: kvctl's SLOTS) */
+	uint32_t regular;            /* entries that count against it: all but the window's */
 	uint8_t *mem;
 	struct tier_entry *e;        /* nslots + 1 */
 	uint32_t *buckets, mask;
 	uint32_t free_head, nfree;
-	/* Down */
+	/* Down: the window (window.c) */
 	uint32_t queue_cap;          /* copies down in flight, at most */
-	uint32_t scan;               /* free-queue positions a walk looks at, at most */
-	uint32_t *walk;              /* [scan]: the free queue's head */
-	uint64_t popped;             /* the core's count when last walked */
-	uint32_t burst;              /* blocks popped between two walks, recently at most (decays) */
-	uint32_t *seen;              /* per pool block: its gen + 1 when last walked */
+	uint32_t job_cap;            /* blocks a copy-down job carries, at most */
+	struct tier_block *blk;      /* per pool block */
+	bool sees_writes;            /* every write into the pool goes through the daemon */
+	struct tier_rescue *rescues; /* handed out by the ALLOC at hand, to copy once it is done */
+	uint32_t nrescues, rescues_cap;
+	uint32_t front;              /* the last free-queue block the walk looked at (0: none) */
+	uint32_t ahead;              /* blocks in the free queue the walk looked at */
+	uint32_t want;               /* ...and how many it keeps looked at: the window */
+	uint32_t max_window;
+	uint64_t evicted;            /* the core's evicted_reuse when last walked */
+	uint32_t *bursts;            /* [TIER_BURSTS]: cached blocks evicted between two walks, */
+	uint32_t nbursts, next_burst; /* the latest non-zero ones (a ring) */
+	uint32_t since;              /* bursts since the window was last worked out */
+	uint32_t cover;              /* the burst the window covers (window.c) */
 	uint64_t queue_ops;          /* the core's count when last walked */
+	uint32_t held_up;            /* 0, or why the last walk stopped short
+				      * (KVP_TIER_UNOFFERED_*) */
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
 	bool idle;                   /* a cyclic group: the pool never hits, so nothing goes down */
 	bool write_logged;           /* a disk tier's failed write said in the log */
@@ -128,11 +180,20 @@ struct kvpd_tier {
 struct tier_copier;
 /* How a copier runs a job it took: every task, each ending with job->task_done. */
 typedef void tier_run_fn(void *arg, struct kvpd_job *job);
-/* @background: SCHED_BATCH at nice 10 (copies down), else as the daemon (promotions). */
+/*
+ * @background: SCHED_BATCH at nice 10 (copies down), else as the daemon
+ * (promotions). @run NULL: the pool's backend runs each task, as the workers
+ * would, and an idle event loop may take some (kvpd_tier_copier_help).
+ */
 int kvpd_tier_copier_start(struct tier_copier **out, const char *name, bool background,
 			   tier_run_fn *run, void *arg);
-/* The pool's backend runs each task, as the workers would. */
-tier_run_fn kvpd_tier_run_tasks;
+/*
+ * The event loop, idle, runs tasks of the job @cp is running, about @bytes of
+ * them at @task_bytes each: a background copier on a busy machine may wait
+ * milliseconds for a core, and the blocks it copies are the pool's next to go.
+ * False when there were none to take.
+ */
+bool kvpd_tier_copier_help(struct tier_copier *cp, size_t bytes, size_t task_bytes);
 /* Only once no job of it is in flight. */
 void kvpd_tier_copier_stop(struct tier_copier *cp);
 /* @job adopted by the workers (kvpd_workers_adopt): it comes back through them. */
@@ -142,17 +203,34 @@ void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job);
 uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
 /*
  * A slot for a new entry (COPYING) of @owner's, evicting the least recently
- * used (first @owner's own, when it would go past its max_tier_bytes);
- * TIER_END: none.
+ * used (first @owner's own, when it would go past its max_tier_bytes); a
+ * window's copy of pool block @window_of (TIER_END: none, the entry counts
+ * against the capacity at once). TIER_END when every slot is being filled or
+ * read, TIER_OVER_QUOTA when all of @owner's are.
  */
 uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key,
-			uint32_t owner);
+			uint32_t owner, uint32_t window_of);
+/*
+ * Window entry @i's block left the pool: the entry counts against the
+ * capacity from now on; kvpd_tier_trim makes the room, once no ALLOC is
+ * between asking the tier and pinning what it promotes.
+ */
+void kvpd_tier_settle(struct kvpd_tier *t, uint32_t i);
+void kvpd_tier_trim(struct kvpd_tier *t);
 /* The owner record of @c's charged tenant (made on first use), or 0 when memory is short. */
 uint32_t kvpd_tier_owner_of(struct kvpd_tier *t, const struct kvpd_client *c);
 /* Pool block @block was taken for new data by @owner's client. */
 void kvpd_tier_block_owner(struct kvpd_tier *t, uint32_t block, uint32_t owner);
 /* Drops entry @i (its slot goes back to the free list). */
 void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i);
+/*
+ * Entry @i, VALID and unpinned, holds @key's KV now (a promotion swapped it
+ * in): found by that key, @owner's, the most recently used. False (and the
+ * entry dropped) where @key has an entry already or @owner is at its
+ * max_tier_bytes.
+ */
+bool kvpd_tier_rekey(struct kvpd_tier *t, uint32_t i, uint32_t group, const struct kvc_hash *key,
+		     uint32_t owner);
 /* VALID and most recently used: stored, or back from a promotion. */
 void kvpd_tier_use(struct kvpd_tier *t, uint32_t i);
 void kvpd_tier_pin(struct kvpd_tier *t, uint32_t i);
@@ -188,6 +266,33 @@ int kvpd_tier_disk_write_error(const struct kvpd_tier *t);
 
 /* The stats row, written at the loop's turn when st moved. */
 void kvpd_tier_publish(struct kvpd *d, struct kvpd_tier *t);
+
+/*
+ * window.c: which blocks go down. The core's hooks (kvc_tier_ops.leaving), the
+ * walk of the free queue's head a turn (and a POOL_SYNC) makes, and the
+ * accounting of the cached blocks the pool evicts that the tier does not hold.
+ */
+void kvpd_tier_leaving(void *tier, uint32_t id, bool handed_out);
+void kvpd_tier_walk(struct kvpd *d, struct kvpd_tier *t);
+/* The window's state for a tier of @t->nslots over a pool of @num_blocks; -ENOMEM. */
+int kvpd_tier_window_init(struct kvpd_tier *t, uint32_t num_blocks);
+/* An evicted cached block the tier does not hold, for reason @why (KVP_TIER_UNOFFERED_*). */
+void kvpd_tier_unoffered(struct kvpd_tier *t, uint32_t why);
+/*
+ * Queues a copy of block @id (its kvc_block_state's @uses and @gen, its
+ * tier_block.writes @writes) into entry @slot, as a task of @tj, which is
+ * submitted (and *@tj cleared) once full.
+ */
+void kvpd_tier_queue(struct kvpd *d, struct kvpd_tier *t, struct tier_job **tj, uint32_t id,
+		     uint32_t slot, uint32_t uses, uint32_t gen, uint32_t writes);
+
+/*
+ * rescue.c: cached blocks an ALLOC handed out before their copy was made.
+ * Noted as the core hands them out (false: no memory), copied once the ALLOC
+ * is through (its promotions' entries pinned first), by kvpd_tier_rescue.
+ */
+bool kvpd_tier_rescue_note(struct kvpd_tier *t, uint32_t id, const struct kvc_block_state *st);
+void kvpd_tier_rescue(struct kvpd *d, struct kvpd_tier *t);
 
 /* down.c: a job's submission and its end, shared by both ways. */
 struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type, uint32_t n);

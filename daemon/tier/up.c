@@ -84,18 +84,63 @@ static int give_up(struct kvpd_client *c, uint64_t handle, const struct kvc_allo
 
 #define MAX_LOADERS 64
 
-int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
-			 const struct kvc_alloc_res *res, const struct kvp_cqe *cqe)
+/*
+ * Entry @slot is promoted into pool block @block: the pool holds its key from
+ * now on, so the entry counts against the tier no more, as a window's copy
+ * (otherwise the tier would make room of as many other blocks, over and above
+ * what one LRU cache evicts, until the copy is back).
+ */
+static void going_up(struct kvpd_tier *t, uint32_t slot, uint32_t block)
 {
-	struct kvpd_tier *t = c->pool->tier;
+	struct tier_entry *e = &t->e[slot];
+
+	if (e->window)
+		return;
+	e->window = true;
+	e->block = block;
+	t->regular--;
+}
+
+/*
+ * A promotion landing in a block the same ALLOC evicted uncopied (a rescue
+ * noted for it, window.c) swaps the two: the block's old KV goes into the
+ * slot the promotion empties, where the slot would have been dropped, so the
+ * eviction costs the tier nothing. A host tier's only: a disk's slot is read
+ * into staging, not swapped in place. Without memory for it, the rescue is
+ * lost as it would have been.
+ */
+static void swap_in(struct kvpd_tier *t, struct tier_job *tj, uint32_t n, uint32_t block,
+		    uint32_t slot)
+{
+	uint32_t k = t->blk[block].rescue;
+	uint8_t *flags;
+
+	if (!k || t->disk || t->e[slot].pins != 1 ||
+	    t->rescues[k - 1].writes != t->blk[block].writes)
+		return;
+	if (!tj->swaps) {
+		tj->swaps = calloc(n, sizeof(*tj->swaps) + 1);
+		if (!tj->swaps)
+			return;
+		tj->job.swap = (uint8_t *)(tj->swaps + n);
+	}
+	flags = (uint8_t *)(tj->swaps + n);
+	tj->swaps[tj->n] = t->rescues[k - 1];
+	flags[tj->n] = 1;
+	t->rescues[k - 1].block = KVC_NULL_BLOCK;
+	t->blk[block].rescue = 0;
+}
+
+static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
+		   const struct kvp_sqe *sqe, const struct kvc_alloc_res *res,
+		   const struct kvp_cqe *cqe)
+{
 	struct kvpd_seq_slot *slot = kvpd_seq_slot(c, sqe->handle);
 	uint32_t ngroups = kvc_pool_config(c->pool->core)->num_groups;
 	uint32_t bs = kvc_pool_config(c->pool->core)->block_size;
 	struct tier_job *loaders[MAX_LOADERS], *tj;
 	uint32_t nloaders;
 
-	if (!t)
-		return 0;
 	owner_blocks(t, c, slot->seq, ngroups, res);
 	if (!res->hit_tokens)
 		return 0;
@@ -120,6 +165,9 @@ int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp
 		uint32_t e = kvpd_tier_find(t, p->group, &p->key);
 
 		kvpd_tier_pin(t, e);
+		going_up(t, e, p->block);
+		swap_in(t, tj, res->promoted, p->block, e);
+		t->blk[p->block].writes++; /* what it held before is gone once this copy starts */
 		if (tj->sums)
 			tj->sums[tj->n] = t->e[e].sum;
 		tj->blocks[tj->n] = p->block;
@@ -146,6 +194,20 @@ int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp
 		tj->job.start_ns = kvpd_now_ns();
 	}
 	return KVPD_LATER;
+}
+
+int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			 const struct kvc_alloc_res *res, const struct kvp_cqe *cqe)
+{
+	struct kvpd_tier *t = c->pool->tier;
+	int ret;
+
+	if (!t)
+		return 0;
+	ret = promote(d, c, t, sqe, res, cqe);
+	/* After the promotions' entries are pinned: the rescues' slots must not push them out. */
+	kvpd_tier_rescue(d, t);
+	return ret;
 }
 
 /* Its copies and those it waits for are back: the ALLOC completes. */
@@ -176,7 +238,21 @@ static void finish(struct kvpd *d, struct tier_job *tj)
 		kvpd_client_free(d, c);
 	}
 	free(tj->waiters);
+	free(tj->swaps);
 	free(tj);
+}
+
+/* Slot @slot got @sw's block's old KV by a swap: an entry under its key, or lost. */
+static void swapped(struct kvpd_tier *t, uint32_t slot, const struct tier_rescue *sw)
+{
+	if (kvpd_tier_rekey(t, slot, sw->group, &sw->key, sw->owner)) {
+		t->st.stored++;
+		t->st.bytes_down += t->slot_bytes;
+		KVPD_PROBE(tier_store, t->pool->name, sw->group, sw->key.lo);
+	} else if (kvpd_tier_find(t, sw->group, &sw->key) == TIER_END) {
+		kvpd_tier_unoffered(t, KVP_TIER_UNOFFERED_QUOTA);
+		kvpd_events_tier_gone(t->pool->events, sw->group, &sw->key);
+	}
 }
 
 void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
@@ -189,6 +265,8 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 	for (uint32_t i = 0; i < tj->n; i++) {
 		struct tier_entry *e = &t->e[tj->slots[i]];
 		bool bad = tj->failed && tj->failed[i];
+		const struct tier_rescue *sw = tj->swaps && tj->swaps[i].block ? &tj->swaps[i] :
+					       NULL;
 
 		if (err)
 			kvc_pool_evict(t->pool->core, &tj->blocks[i], 1);
@@ -200,10 +278,17 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 		 * take a slot the pool already covers (pool and tier hold as much as one
 		 * cache of their summed size only if they never hold a block twice). It
 		 * comes down again when the pool is about to evict it. A slot the disk
-		 * could not read whole, or whose bytes fail their sum, goes for good.
+		 * could not read whole, or whose bytes fail their sum, goes for good. A
+		 * swapped slot holds what its block held before: kept under that key.
 		 */
-		if ((bad || !err) && !e->pins)
+		if (sw && (err || e->pins)) /* not swapped */
+			kvpd_events_tier_gone(t->pool->events, sw->group, &sw->key);
+		if (sw && !err && !e->pins)
+			swapped(t, tj->slots[i], sw);
+		else if ((bad || !err || sw) && !e->pins)
 			kvpd_tier_drop(t, tj->slots[i]);
+		else if (!e->pins)
+			kvpd_tier_settle(t, tj->slots[i]); /* not up after all: the tier's again */
 		t->st.refused += bad;
 		t->loader[tj->blocks[i]] = NULL;
 	}

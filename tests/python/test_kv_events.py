@@ -243,11 +243,16 @@ def test_a_block_the_tier_keeps_is_withdrawn_once_neither_holds_it(daemon):
         with c.open(list(range(700, 716))) as q:
             q.alloc(16)
             write_and_commit(q, list(range(700, 716)), rng)
-        # Y's blocks go down as soon as they are free: the tier's 4 slots are PROMPT's, whose
-        # blocks the pool no longer has: out of the tier in its LRU order, they are gone here.
+        # Y's blocks go down as soon as they are free, into the tier's window: the pool still
+        # has them, so they take none of the tier's 4 slots, which PROMPT's keep.
         admin.pool_sync("tiered")
-        assert s.events() == [stored(y, None, list(range(700, 716)), 4),
-                              removed([h[3], h[2], h[1], h[0]])]
+        assert s.events() == [stored(y, None, list(range(700, 716)), 4)]
+        # Out of the pool, Y's take the 4 slots: PROMPT's, whose blocks the pool no longer has,
+        # leave the tier in its LRU order, and are gone here.
+        with c.open(list(range(5000, 5032))) as other:
+            other.alloc(32)
+        admin.pool_sync("tiered")
+        assert s.events() == [removed([h[3], h[2], h[1], h[0]])]
         stats = [p for p in admin.stats()["pools"] if p["name"] == "tiered"][0]
         assert (stats["tier"]["evicted"], stats["tier"]["held"]) == (4, 4)
 

@@ -93,11 +93,13 @@ def written(client, tokens, rng, groups):
 
 
 def flush(client, admin, pool, groups):
-    """Another prompt takes all 8 blocks: the pool's cached blocks are gone (to the tier)."""
+    """Another prompt takes all 8 blocks: the pool's cached blocks are gone (to the tier; those
+    the window had not copied are copied after their hand-out, before the prompt writes)."""
     n = 32 // len(groups)
     admin.pool_sync(pool)
     with client.open(list(range(5000, 5000 + n))) as other:
         assert other.alloc(n) == 0
+        admin.pool_sync(pool)
         for g in groups:
             for layer in range(LAYERS):
                 other.write_kv(g, layer, 0, rows(np.random.default_rng(1), n),
@@ -319,7 +321,8 @@ def test_a_reload_that_changes_tier_keys_is_refused(tmp_path, daemon):
 
 
 def test_tiers_count_against_max_host_bytes(tmp_path):
-    # 4 MiB for the host's KV: a pool of 0.5 MiB of KV with a tier of 4 MiB is past it.
+    # 4 MiB for the host's KV: a pool of 0.5 MiB of KV with a tier of 4 MiB, and its window's
+    # 1 MiB (a quarter of its 8192 slots), is past it.
     slot = 2 * 1 * 4 * 2 * 8 * 4
     d = Daemon(tmp_path, "[daemon]\nmax_host_bytes = 4194304\n", DAEMON)
     try:
@@ -327,7 +330,7 @@ def test_tiers_count_against_max_host_bytes(tmp_path):
             with pytest.raises(kvpool.Error) as ei:
                 a.create_pool("big", 1024, 4, [("full", 0)], 2, 8, 1, "f32",
                               keys="tier_host_bytes = 4194304\n")
-            assert ei.value.reason.startswith("KV memory and tier of 4.5 MiB: with the host "
+            assert ei.value.reason.startswith("KV memory and tier of 5.5 MiB: with the host "
                                               "pools' 0.0 MiB, past max_host_bytes 4194304")
             a.create_pool("fits", 1024, 4, [("full", 0)], 2, 8, 1, "f32",
                           keys="tier_host_bytes = %d\n" % (1024 * slot))

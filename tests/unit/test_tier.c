@@ -14,6 +14,7 @@ static struct {
 	uint32_t n, asked;
 	uint32_t group[TIER_MAX];
 	struct kvc_hash key[TIER_MAX];
+	char left[HBUF]; /* the leaving hook's calls: "3h" handed out, "2t" taken by a hit... */
 } tier;
 
 static bool tier_has(void *ctx, uint32_t group, const struct kvc_hash *key)
@@ -25,6 +26,21 @@ static bool tier_has(void *ctx, uint32_t group, const struct kvc_hash *key)
 			return true;
 	return false;
 }
+
+/* As the daemon's tier reads it: the block still as it was in the queue. */
+static void tier_leaving(void *ctx, uint32_t id, bool handed_out)
+{
+	struct kvc_block_state st;
+	size_t o = strlen(tier.left);
+
+	assert_ptr_equal(ctx, &tier);
+	assert_int_equal(kvc_block_state(P, id, &st), 0);
+	assert_true(st.queued && st.ref == 0);
+	snprintf(tier.left + o, sizeof(tier.left) - o, "%s%u%c%s%s", o ? " " : "", id,
+		 handed_out ? 'h' : 't', st.hashed ? "#" : "", st.shared ? "+" : "");
+}
+
+static const struct kvc_tier_ops tier_ops = { .has = tier_has, .leaving = tier_leaving };
 
 /* Block @id's key goes to the tier, as a copy down would put it there. */
 static void tier_store(uint32_t id)
@@ -42,7 +58,7 @@ static struct kvc_pool *tier_pool(uint32_t n, uint32_t bs, const char *groups)
 {
 	memset(&tier, 0, sizeof(tier));
 	pool_new(n, bs, groups);
-	kvc_pool_set_tier(P, tier_has, &tier);
+	kvc_pool_set_tier(P, &tier_ops, &tier);
 	return P;
 }
 
@@ -256,9 +272,88 @@ static void test_tier_block_state(void **state)
 	assert_true(st.hashed && !st.queued && st.gen == 1 && st.ref == 1 && st.group == 1);
 }
 
+/* The free queue from @id on, as kvc_pool_queue_next walks it: "[a,b,...]". */
+static void expect_queue_from(uint32_t id, const char *exp, const char *file, int line)
+{
+	char got[HBUF] = "[";
+
+	for (id = kvc_pool_queue_next(P, id); id != KVC_NULL_BLOCK; id = kvc_pool_queue_next(P, id))
+		snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%u", got[1] ? "," : "", id);
+	strcat(got, "]");
+	_assert_string_equal(got, exp, file, line);
+}
+#define EXPECT_QUEUE_FROM(id, exp) expect_queue_from(id, exp, __FILE__, __LINE__)
+
+/*
+ * The tier hears of every block leaving the free queue, as it was: a pop for
+ * new data (its hash, if any, still there), a hit taking a cached block back;
+ * a hit on a block already in use says nothing. uses counts both.
+ */
+static void test_tier_leaving_hook(void **state)
+{
+	struct kvc_block_state st;
+	struct kvc_seq *a, *b, *c;
+
+	(void)state;
+	tier_pool(6, 2, "full");
+	EXPECT_QUEUE_FROM(0, "[1,2,3,4,5]");
+	a = seq_new("1 2 3 4 5");
+	EXPECT_ALLOC(a, 5, 0, false, "ok [1,2,3]");
+	assert_string_equal(tier.left, "1h 2h 3h");
+	COMPUTED(a, 5);
+	SEQ_FREE(a);
+	/* Split order: the unhashed 3 to the head, the cached ones to the tail, last first. */
+	EXPECT_QUEUE_FROM(0, "[3,4,5,2,1]");
+	EXPECT_QUEUE_FROM(4, "[5,2,1]");
+	EXPECT_QUEUE_FROM(1, "[]");
+	tier.left[0] = '\0';
+	b = seq_new("1 2 3 4 6");
+	EXPECT_ALLOC(b, 1, 0, true, "ok [3]");
+	assert_string_equal(tier.left, "1t# 2t# 3h");
+	EXPECT_QUEUE_FROM(2, "[]"); /* in use: not in the queue */
+	assert_int_equal(kvc_block_state(P, 1, &st), 0);
+	assert_true(st.uses == 2 && st.gen == 1 && st.hashed && !st.shared);
+	tier.left[0] = '\0';
+	c = seq_new("1 2 3 4 7");
+	EXPECT_ALLOC(c, 1, 0, true, "ok [4]");
+	assert_string_equal(tier.left, "4h"); /* 1 and 2 were in use already */
+	SEQ_FREE(b);
+	SEQ_FREE(c);
+	/* A pop of a cached block says so while the block still carries its key. */
+	EXPECT_FREEQ("[4,3,5,2,1]");
+	tier.left[0] = '\0';
+	a = seq_new("9 9 9 9 9 9 9 9 9 9");
+	EXPECT_ALLOC(a, 10, 0, false, "ok [4,3,5,2,1]");
+	assert_string_equal(tier.left, "4h 3h 5h 2h# 1h#");
+}
+
+/* Two blocks carry one key: the pop of one says the key is still in the pool. */
+static void test_tier_leaving_shared_key(void **state)
+{
+	struct kvc_seq *a, *b, *c;
+
+	(void)state;
+	tier_pool(6, 2, "full");
+	a = seq_new("1 2 3");
+	b = seq_new("1 2 3");
+	EXPECT_ALLOC(a, 3, 0, false, "ok [1,2]");
+	EXPECT_ALLOC(b, 3, 0, false, "ok [3,4]");
+	COMPUTED(a, 2);
+	COMPUTED(b, 2);
+	SEQ_FREE(a);
+	SEQ_FREE(b);
+	EXPECT_FREEQ("[4,2,5,1,3]");
+	tier.left[0] = '\0';
+	c = seq_new("7 7 7 7 7 7 7 7");
+	EXPECT_ALLOC(c, 8, 0, false, "ok [4,2,5,1]");
+	assert_string_equal(tier.left, "4h 2h 5h 1h#+");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		T(test_tier_leaving_hook),
+		T(test_tier_leaving_shared_key),
 		T(test_tier_full_prefix_promoted),
 		T(test_tier_pool_first),
 		T(test_tier_swa_reads_the_window_only),
