@@ -194,6 +194,17 @@ static uint64_t origin_put(struct kvpd_tier *t, uint8_t *origins, uint32_t k, ui
 }
 
 /*
+ * A hit took block @id back into use during its copy, and it is back in the
+ * free queue, where the walk found this copy on its way and took it for its
+ * window copy again: kept, or the block would leave the pool with none.
+ */
+static bool rewalked(const struct kvpd_tier *t, uint32_t id, uint32_t slot,
+		     const struct kvc_block_state *st)
+{
+	return st->queued && t->blk[id].uses1 == st->uses + 1 && t->blk[id].slot == slot;
+}
+
+/*
  * Kept only where no write into the block was let go during the copy (it may
  * hold anything then: abandoned, and lost if the block was handed out), and
  * where the block is not the pool's again: taken back into use by a hit, a
@@ -234,7 +245,7 @@ static void down_done(struct kvpd *d, struct tier_job *tj)
 			if (!state || st.gen != tj->gens[i] || tj->uses[i] == TIER_HANDED_OUT)
 				kvpd_tier_unoffered(t, KVP_TIER_UNOFFERED_OVERWRITTEN);
 		} else if (st.gen == tj->gens[i] && st.uses != tj->uses[i] &&
-			   tj->uses[i] != TIER_HANDED_OUT) {
+			   tj->uses[i] != TIER_HANDED_OUT && !rewalked(t, tj->blocks[i], slot, &st)) {
 			kvpd_tier_drop(t, slot);
 		} else {
 			kvpd_tier_use(t, slot);

@@ -179,3 +179,27 @@ def test_a_pool_its_clients_may_map_counts_what_passed_the_window(daemon):
 def kvctl(daemon, *args):
     return subprocess.run([KVCTL, "--socket", daemon.socket, *args], check=True,
                           capture_output=True, text=True).stdout
+
+
+def test_a_copy_a_hit_overtakes_serves_once_its_block_is_free_again(slow_daemon):
+    # Each copy takes 100 ms. S's 10 window copies are on their way when a hit takes S's
+    # blocks back into use, and still when S frees them again: the walk finds them coming,
+    # and they are S's window copies again, kept as they land. When B then takes every
+    # block, S's are in the tier at once: no copy after the hand-out to wait for.
+    short = list(range(300, 341))  # 41 tokens: 10 cached blocks, all in the window
+    d = slow_daemon
+    with d.client(pool="p") as c, d.client(admin=True) as admin:
+        s = written(c, short, 1)
+        with c.open(short) as again:
+            assert again.alloc(1, use_cache=True) == 40
+        admin.pool_sync("p")
+        t = tier_of(admin, "p")
+        assert (t["stored"], t["held"], t["abandoned"]) == (10, 10, 0)
+        with c.open(B) as b:
+            assert b.alloc(len(B)) == 0
+            with c.open(short) as again:
+                assert again.lookup() == 40
+        admin.pool_sync("p")
+        with c.open(short) as again:
+            assert again.alloc(1, use_cache=True) == 40
+            assert_kv(again, s, 40)
