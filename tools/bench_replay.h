@@ -53,6 +53,7 @@ struct replay_tier {
 	uint64_t declined;     /* copies down its policy declined */
 	uint64_t unoffered[KVP_TIER_UNOFFERED_REASONS]; /* evicted cached blocks it did not hold, why */
 	uint64_t ns_down, ns_up; /* the copies' own time each way */
+	uint64_t slots;          /* blocks it keeps */
 };
 
 /* Latencies measured beside the requests': decode ALLOCs, the bystander's NOPs. */

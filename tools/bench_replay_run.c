@@ -258,16 +258,55 @@ static void latencies(struct samples *s, const struct replay_opts *o, const stru
 		bench_percentiles(s->nop_ns, lat->nop_n, &lat->nop);
 }
 
-/* A disk tier's file for @tokens: its header, a record and a 4 KiB-padded slot a block. */
+/* A disk tier of @tokens: its blocks times a block's KV (the file adds its records, its pages). */
 static uint64_t disk_bytes(const struct replay_opts *o)
 {
-	uint64_t slots = o->tier_disk_tokens / o->block_size;
-	uint64_t slot = (uint64_t)o->block_size * o->kv_bytes_per_token;
-
-	return 4096 + (slots * 64 + 4095) / 4096 * 4096 + slots * ((slot + 4095) / 4096 * 4096);
+	return o->tier_disk_tokens / o->block_size * o->block_size * o->kv_bytes_per_token;
 }
 
-static int make_pool(struct kvp_client *admin, const struct replay_opts *o, const char *name)
+/*
+ * Without --tier-disk-path, the disk tier's file goes in a directory of the
+ * run's own under $TMPDIR (else /var/tmp), removed on every way out: the
+ * signals that end a run remove it too (the file first, which the daemon may
+ * still hold open: its blocks go when it closes it).
+ */
+static char own_dir[PATH_MAX - 64], own_file[PATH_MAX];
+
+static void remove_own(void)
+{
+	if (*own_file)
+		unlink(own_file);
+	if (*own_dir)
+		rmdir(own_dir);
+}
+
+static void remove_own_and_die(int sig)
+{
+	remove_own();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static const char *own_disk_dir(const char *pool)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(own_dir, sizeof(own_dir), "%s/kvbench-tier.XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
+	if (!mkdtemp(own_dir)) {
+		fprintf(stderr, "kvbench replay: making a directory for the disk tier, %s: %s\n",
+			own_dir, strerror(errno));
+		*own_dir = '\0';
+		return NULL;
+	}
+	snprintf(own_file, sizeof(own_file), "%s/%s.kvtier", own_dir, pool);
+	signal(SIGINT, remove_own_and_die);
+	signal(SIGTERM, remove_own_and_die);
+	signal(SIGHUP, remove_own_and_die);
+	return own_dir;
+}
+
+static int make_pool(struct kvp_client *admin, const struct replay_opts *o, const char *name,
+		     const char *disk_dir)
 {
 	struct kvp_pool_params_v2 p;
 	char keys[512 + PATH_MAX], why[KVP_REASON_MAX] = "";
@@ -283,8 +322,7 @@ static int make_pool(struct kvp_client *admin, const struct replay_opts *o, cons
 					  o->kv_bytes_per_token), o->tier_policy);
 	if (o->tier_disk_tokens)
 		snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_disk_bytes = %llu\n"
-			 "tier_disk_path = %s\n", (unsigned long long)disk_bytes(o),
-			 o->tier_disk_path);
+			 "tier_disk_path = %s\n", (unsigned long long)disk_bytes(o), disk_dir);
 	ret = kvp_pool_create_v3(admin, &p, keys, 0, why, sizeof(why));
 	if (ret)
 		fprintf(stderr, "kvbench replay: pool %s: %s\n", name, *why ? why : strerror(-ret));
@@ -308,10 +346,11 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 						   row->promoted, row->stored, row->skipped,
 						   row->abandoned, p->evictions_reuse,
 						   row->kind == KVP_TIER_DISK, row->declined, { 0 }, 0,
-						   0 };
+						   0, 0 };
 			memcpy(t->unoffered, row->unoffered, sizeof(t->unoffered));
 			t->ns_down = row->ns_down;
 			t->ns_up = row->ns_up;
+			t->slots = row->slots;
 		}
 	}
 	kvp_stats_view_release(&v);
@@ -323,6 +362,7 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 {
 	struct bench_daemon dmn = { .pid = -1 };
 	char bin[PATH_MAX], pool[KVP_NAME_MAX], by_pool[KVP_NAME_MAX];
+	const char *disk_dir = NULL;
 	const char *sock = o->socket;
 	struct kvp_client *admin = NULL;
 	struct samples *samples;
@@ -361,7 +401,11 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	}
 	snprintf(pool, sizeof(pool), "replay-%d", (int)getpid());
 	snprintf(by_pool, sizeof(by_pool), "replay-%d-by", (int)getpid());
-	ret = make_pool(admin, o, pool) ?: (o->bystander ? make_bystander_pool(admin, by_pool) : 0);
+	disk_dir = o->tier_disk_tokens && !o->tier_disk_path ? own_disk_dir(pool) :
+		   o->tier_disk_path;
+	ret = o->tier_disk_tokens && !disk_dir ? -EIO :
+	      make_pool(admin, o, pool, disk_dir) ?:
+	      (o->bystander ? make_bystander_pool(admin, by_pool) : 0);
 	if (ret)
 		goto out_pools;
 	fflush(NULL);
@@ -397,15 +441,15 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	tier_counters(admin, pool, tier);
 out_pools:
 	/* A disk tier's file is the run's own: it goes with the pool. */
-	if (bench_pool_drop(admin, pool) && o->tier_disk_tokens)
-		fprintf(stderr, "kvbench replay: %s/%s.kvtier left behind\n", o->tier_disk_path,
-			pool);
+	if (bench_pool_drop(admin, pool) && o->tier_disk_tokens && !*own_dir)
+		fprintf(stderr, "kvbench replay: %s/%s.kvtier left behind\n", disk_dir, pool);
 	if (o->bystander)
 		kvp_pool_destroy(admin, by_pool);
 	kvp_close(admin);
 out_daemon:
 	if (dmn.pid > 0)
 		bench_daemon_stop(&dmn);
+	remove_own();
 out_free:
 	if (samples != MAP_FAILED)
 		munmap(samples, sizeof(*samples));

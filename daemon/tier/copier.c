@@ -165,16 +165,21 @@ void kvpd_tier_copier_stop(struct tier_copier *cp)
 	free(cp);
 }
 
-void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job)
+void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job, bool first)
 {
 	job->next = NULL;
 	job->next_task = 0;
 	pthread_mutex_lock(&cp->lock);
-	if (cp->tail)
-		cp->tail->next = job;
-	else
+	if (first && cp->head) {
+		job->next = cp->head;
 		cp->head = job;
-	cp->tail = job;
+	} else {
+		if (cp->tail)
+			cp->tail->next = job;
+		else
+			cp->head = job;
+		cp->tail = job;
+	}
 	pthread_cond_signal(&cp->wake);
 	pthread_mutex_unlock(&cp->lock);
 }

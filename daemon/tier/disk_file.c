@@ -95,33 +95,37 @@ static void geometry_diff(const struct kvtier_geometry *f, const struct kvtier_g
 			 f->dtype < 3 ? dtypes[f->dtype] : "?", p->dtype < 3 ? dtypes[p->dtype] : "?");
 }
 
-static uint64_t data_off(const struct tier_disk *dk, uint64_t n)
+/*
+ * The file for dk->capacity blocks and a window's room: a block of half a
+ * page or less packed into 4 KiB pages with others (written a page at a time,
+ * so small blocks cost the disk their bytes, not a page each), a larger one
+ * padded to pages of its own.
+ */
+static void layout(struct tier_disk *dk)
 {
-	return KVTIER_ALIGN + round_up(n * 64, KVTIER_ALIGN) +
-	       round_up(n * dk->origin_stride, KVTIER_ALIGN);
-}
-
-/* The layout @bytes of file holds: as many slots as fit with their records and origins. */
-static void layout(struct tier_disk *dk, uint64_t bytes)
-{
-	uint64_t n;
-
+	dk->nslots = dk->capacity + kvpd_tier_window_slots(dk->capacity, dk->slot_bytes);
 	dk->origin_stride = round_up(sizeof(struct kvtier_origin) + 4ull * dk->geo.block_size, 64);
-	n = bytes > KVTIER_ALIGN ? (bytes - KVTIER_ALIGN) / (dk->stride + 64 + dk->origin_stride) : 0;
-	while (n && data_off(dk, n) + n * dk->stride > bytes)
-		n--;
-	dk->nslots = n;
+	if (2 * dk->slot_bytes <= KVTIER_ALIGN) {
+		dk->pack = (uint32_t)(KVTIER_ALIGN / dk->slot_bytes);
+		dk->stride = dk->slot_bytes;
+		dk->page_bytes = KVTIER_ALIGN;
+	} else {
+		dk->pack = 1;
+		dk->stride = dk->page_bytes = round_up(dk->slot_bytes, KVTIER_ALIGN);
+	}
+	dk->npages = (dk->nslots + dk->pack - 1) / dk->pack;
 	dk->records_off = KVTIER_ALIGN;
-	dk->origins_off = KVTIER_ALIGN + round_up(n * 64, KVTIER_ALIGN);
-	dk->data_off = data_off(dk, n);
-	dk->file_bytes = dk->data_off + n * dk->stride;
+	dk->origins_off = dk->records_off + round_up(dk->nslots * 64, KVTIER_ALIGN);
+	dk->data_off = dk->origins_off + round_up(dk->nslots * dk->origin_stride, KVTIER_ALIGN);
+	dk->file_bytes = dk->data_off + dk->npages * dk->page_bytes;
 }
 
-static void header_of(const struct tier_disk *dk, struct kvtier_header *h)
+void kvpd_tier_disk_header(const struct tier_disk *dk, struct kvtier_header *h)
 {
 	memset(h, 0, sizeof(*h));
 	memcpy(h->magic, KVTIER_MAGIC, sizeof(KVTIER_MAGIC));
 	h->version = KVTIER_VERSION;
+	h->pack = dk->pack;
 	h->slot_bytes = dk->slot_bytes;
 	h->stride = dk->stride;
 	h->nslots = dk->nslots;
@@ -131,6 +135,8 @@ static void header_of(const struct tier_disk *dk, struct kvtier_header *h)
 	h->origins_off = dk->origins_off;
 	h->origin_stride = dk->origin_stride;
 	h->geo = dk->geo;
+	h->page_bytes = dk->page_bytes;
+	h->capacity = dk->capacity;
 	h->check = XXH3_64bits(h, offsetof(struct kvtier_header, check));
 }
 
@@ -163,21 +169,28 @@ static int check_dir(const char *dir, char *why, size_t len)
 	return 0;
 }
 
-/* A file found at the path: a tier of this pool's geometry and size, or refused. */
+/*
+ * A file found at the path: a tier of this pool's geometry and size (0), one
+ * of format 2 of this geometry, to convert (1: disk_convert.c), or refused.
+ */
 static int check_header(struct tier_disk *dk, const char *file, char *why, size_t len)
 {
 	struct kvtier_header h, want;
 	char diff[KVP_REASON_MAX];
 	ssize_t n = pread(dk->rfd, &h, sizeof(h), 0);
+	size_t checked;
 
 	if (n < 0)
 		return kvpd_refuse(why, len, -errno, "tier_disk_path: %s: %s", file,
 				   strerror(errno));
-	if ((size_t)n < sizeof(h) || memcmp(h.magic, KVTIER_MAGIC, sizeof(KVTIER_MAGIC)))
+	if ((size_t)n < sizeof(struct kvtier_header_v2) ||
+	    memcmp(h.magic, KVTIER_MAGIC, sizeof(KVTIER_MAGIC)))
 		return kvpd_refuse(why, len, -EEXIST, "tier_disk_path: %s is not a kvpool tier "
 				   "file: not touched (remove it or name another path)", file);
-	if (h.check != XXH3_64bits(&h, offsetof(struct kvtier_header, check)) ||
-	    h.version != KVTIER_VERSION)
+	checked = h.version == 2 ? offsetof(struct kvtier_header_v2, check) :
+		  offsetof(struct kvtier_header, check);
+	if ((h.version != 2 && h.version != KVTIER_VERSION) || (size_t)n < checked + 8 ||
+	    XXH3_64bits(&h, checked) != *(uint64_t *)((uint8_t *)&h + checked))
 		return kvpd_refuse(why, len, -EUCLEAN, "tier_disk_path: %s: its header is damaged "
 				   "or of another version (%u): remove it", file, h.version);
 	if (memcmp(&h.geo, &dk->geo, sizeof(h.geo))) {
@@ -185,13 +198,15 @@ static int check_header(struct tier_disk *dk, const char *file, char *why, size_
 		return kvpd_refuse(why, len, -EEXIST, "tier_disk_path: %s is of another geometry: "
 				   "%s", file, diff);
 	}
-	header_of(dk, &want);
-	if (h.nslots != want.nslots || h.stride != want.stride || h.data_off != want.data_off ||
-	    h.origins_off != want.origins_off || h.origin_stride != want.origin_stride)
+	if (h.version == 2)
+		return 1;
+	kvpd_tier_disk_header(dk, &want);
+	if (memcmp(&h, &want, sizeof(h)))
 		return kvpd_refuse(why, len, -EEXIST, "tier_disk_bytes %llu: %s holds %llu blocks, "
 				   "not %llu: set %llu or remove it", (unsigned long long)dk->asked,
-				   file, (unsigned long long)h.nslots,
-				   (unsigned long long)dk->nslots, (unsigned long long)h.file_bytes);
+				   file, (unsigned long long)h.capacity,
+				   (unsigned long long)dk->capacity,
+				   (unsigned long long)(h.capacity * h.slot_bytes));
 	return 0;
 }
 
@@ -222,7 +237,7 @@ static int make_room(struct tier_disk *dk, const char *dir, const char *file, bo
 				   (unsigned long long)dk->asked, file, strerror(ret));
 	if (!fresh)
 		return 0;
-	header_of(dk, &h);
+	kvpd_tier_disk_header(dk, &h);
 	if (pwrite(dk->rfd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || fdatasync(dk->rfd))
 		return kvpd_refuse(why, len, -EIO, "tier_disk_path: %s: writing its header: %s",
 				   file, strerror(errno));
@@ -245,16 +260,14 @@ int kvpd_tier_disk_open(struct kvpd_tier *t, char *why, size_t len)
 	t->disk = dk;
 	dk->asked = spec->tier_disk_bytes;
 	dk->slot_bytes = t->slot_bytes;
-	dk->stride = round_up(t->slot_bytes, KVTIER_ALIGN);
+	dk->capacity = spec->tier_disk_bytes / (t->slot_bytes ? t->slot_bytes : 1);
 	geometry_of(t->pool, &dk->geo);
 	dk->geometry = XXH3_64bits(&dk->geo, sizeof(dk->geo));
-	layout(dk, spec->tier_disk_bytes);
-	if (!dk->nslots || dk->nslots > KVC_MAX_BLOCKS)
-		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes %llu: holds %llu blocks "
-				   "(%llu bytes and %llu of record and origin each, a 4 KiB "
-				   "header): must be 1..%u", (unsigned long long)dk->asked,
-				   (unsigned long long)dk->nslots, (unsigned long long)dk->stride,
-				   (unsigned long long)(64 + dk->origin_stride), KVC_MAX_BLOCKS);
+	if (!dk->capacity || dk->capacity > KVC_MAX_BLOCKS)
+		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes %llu: holds %llu blocks of "
+				   "%zu bytes, must be 1..%u", (unsigned long long)dk->asked,
+				   (unsigned long long)dk->capacity, t->slot_bytes, KVC_MAX_BLOCKS);
+	layout(dk);
 	ret = check_dir(dir, why, len);
 	if (ret)
 		return ret;
@@ -276,6 +289,8 @@ int kvpd_tier_disk_open(struct kvpd_tier *t, char *why, size_t len)
 	fresh = st.st_size == 0;
 	dk->made = fresh;
 	ret = fresh ? 0 : check_header(dk, file, why, len);
+	if (ret == 1) /* format 2: converted once, then opened as any file of this format */
+		ret = kvpd_tier_disk_convert(t, file, why, len);
 	if (!ret)
 		ret = make_room(dk, dir, file, fresh, why, len);
 	if (ret)
@@ -371,7 +386,7 @@ int kvpd_tier_disk_restore(struct kvpd_tier *t, char *why, size_t len)
 		if (r->valid != KVTIER_RECORD_VALID ||
 		    r->check != XXH3_64bits_withSeed(r, offsetof(struct kvtier_record, check), i) ||
 		    r->geometry != dk->geometry || r->group >= dk->geo.num_groups ||
-		    dk->data_off + (uint64_t)(i + 1) * dk->stride > dk->found_bytes) {
+		    kvpd_disk_page_off(dk, i) + dk->page_bytes > dk->found_bytes) {
 			t->st.refused++;
 			continue;
 		}
@@ -389,6 +404,14 @@ int kvpd_tier_disk_restore(struct kvpd_tier *t, char *why, size_t len)
 
 		if (kvpd_tier_find(t, r->group, &key) != TIER_END) {
 			t->st.refused++; /* an older copy of a block restored already */
+			continue;
+		}
+		/*
+		 * The window's copies of blocks the last pool still had are blocks like
+		 * any now: the newest up to the capacity are kept, the rest as evicted.
+		 */
+		if (t->st.restored == dk->capacity) {
+			t->st.evicted++;
 			continue;
 		}
 		kvpd_tier_restore(t, found[k].slot, r->group, &key, r->sum,

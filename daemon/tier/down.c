@@ -15,7 +15,7 @@
 
 struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type, uint32_t n)
 {
-	size_t disk = t->disk ? n * (sizeof(uint64_t) + 1) : 0;
+	size_t disk = t->disk ? n * (sizeof(uint64_t) + 2) : 0;
 	struct tier_job *tj = calloc(1, sizeof(*tj) + 5 * (size_t)n * sizeof(uint32_t) + disk);
 
 	if (!tj)
@@ -29,6 +29,7 @@ struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type,
 	tj->gens = tj->uses + n;
 	tj->writes = tj->gens + n;
 	tj->failed = t->disk ? (uint8_t *)(tj->writes + n) : NULL;
+	tj->rmw = t->pages && type == KVPD_JOB_TIER_DOWN ? tj->failed + n : NULL;
 	tj->cap = n;
 	tj->job.type = type;
 	tj->job.pool = t->pool;
@@ -43,10 +44,29 @@ struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type,
 	return tj;
 }
 
+/*
+ * A packed disk tier's copies down: each run of tasks in one page says
+ * whether the page holds other entries' data (taken before, or of another
+ * job), which the lane must read before it writes the page whole.
+ */
+static void mark_rmw(const struct kvpd_tier *t, struct tier_job *tj)
+{
+	for (uint32_t i = 0, j; i < tj->n; i = j) {
+		uint32_t page = tj->slots[i] / t->pack;
+
+		for (j = i; j < tj->n && tj->slots[j] / t->pack == page; j++)
+			;
+		for (uint32_t k = i; k < j; k++)
+			tj->rmw[k] = t->live[page] > j - i;
+	}
+}
+
 void kvpd_tier_job_submit(struct kvpd *d, struct tier_job *tj)
 {
 	struct kvpd_tier *t = tj->tier;
 
+	if (tj->rmw)
+		mark_rmw(t, tj);
 	tj->job.ntasks = tj->n;
 	tj->job.bytes = (uint64_t)tj->n * t->slot_bytes;
 	tj->job.start_ns = kvpd_now_ns();
@@ -64,7 +84,7 @@ void kvpd_tier_job_submit(struct kvpd *d, struct tier_job *tj)
 		kvpd_workers_submit(d->workers, &tj->job);
 	} else {
 		kvpd_workers_adopt(d->workers, &tj->job);
-		kvpd_tier_copier_push(t->copier, &tj->job);
+		kvpd_tier_copier_push(t->copier, &tj->job, tj->rescue);
 	}
 }
 
@@ -235,11 +255,13 @@ static void down_done(struct kvpd *d, struct tier_job *tj)
 		uint32_t slot = tj->slots[i];
 		bool state = !kvc_block_state(t->pool->core, tj->blocks[i], &st);
 
-		if (tj->failed && tj->failed[i]) {
+		if (tj->failed && tj->failed[i] == TIER_WRITE_FAILED) {
 			kvpd_tier_drop(t, slot);
 			t->st.write_failures++;
 		} else if (!state || tj->job.error ||
-			   t->blk[tj->blocks[i]].writes != tj->writes[i]) {
+			   /* a disk lane checks as it copies; the disk's write may come later */
+			   (tj->failed ? tj->failed[i] == TIER_OVERWRITTEN :
+			    t->blk[tj->blocks[i]].writes != tj->writes[i])) {
 			kvpd_tier_drop(t, slot);
 			t->st.abandoned++;
 			if (!state || st.gen != tj->gens[i] || tj->uses[i] == TIER_HANDED_OUT)

@@ -9,8 +9,9 @@
  * the new owner writes when it likes, and a copy that loses the race is
  * abandoned. The window keeps the blocks an owner writes first copied ahead;
  * the ones it writes last, past the window, have the most time to be rescued.
- * A host tier's only: a disk's copy ends when the disk has it, long after the
- * block was read, and most would be abandoned for writes that came after.
+ * A disk tier's lane checks the writes as it copies the block into its stage
+ * (the disk's write, later, does not matter); a host tier's copy is checked
+ * as it ends.
  */
 #include <stdlib.h>
 
@@ -73,7 +74,9 @@ void kvpd_tier_rescue(struct kvpd *d, struct kvpd_tier *t)
 			uint32_t n = t->nrescues - i < t->job_cap ? t->nrescues - i : t->job_cap;
 
 			tj = kvpd_tier_job_new(t, KVPD_JOB_TIER_DOWN, n);
-			if (!tj) {
+			if (tj) {
+				tj->rescue = true;
+			} else {
 				kvpd_tier_drop(t, slot);
 				slot = t->nslots + KVP_TIER_UNOFFERED_QUEUE_FULL;
 			}

@@ -105,20 +105,13 @@ void kvpd_tier_restore(struct kvpd_tier *t, uint32_t slot, uint32_t group,
 	t->e[s].lru_next = slot;
 	t->st.held++;
 	t->regular++;
+	kvpd_tier_slot_held(t, slot);
 	kvpd_events_tier_restored(t->pool->events, group, key, origin);
 }
 
 void kvpd_tier_free_rest(struct kvpd_tier *t)
 {
-	t->free_head = TIER_END;
-	t->nfree = 0;
-	for (uint32_t i = t->nslots; i-- > 0;) {
-		if (t->e[i].state != TIER_FREE)
-			continue;
-		t->e[i].hnext = t->free_head;
-		t->free_head = i;
-		t->nfree++;
-	}
+	kvpd_tier_slots_rest(t);
 }
 
 /* A name more on owner @i: the first holds a reference on its tenant. */
@@ -194,10 +187,9 @@ void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i)
 	if (x->state == TIER_VALID || x->promised)
 		kvpd_events_tier_gone(t->pool->events, x->group, &x->key);
 	t->regular -= !x->window;
-	*x = (struct tier_entry){ .state = TIER_FREE, .lru_prev = TIER_END, .lru_next = TIER_END,
-				  .own_prev = TIER_END, .own_next = TIER_END, .hnext = t->free_head };
-	t->free_head = i;
-	t->nfree++;
+	*x = (struct tier_entry){ .state = TIER_FREE, .own_prev = TIER_END, .own_next = TIER_END,
+				  .hnext = TIER_END, .block = TIER_END };
+	kvpd_tier_slot_free(t, i);
 	if (owner) {
 		t->owners[owner].bytes -= t->slot_bytes;
 		unname(t, owner);
@@ -290,9 +282,7 @@ uint32_t kvpd_tier_take(struct kvpd_tier *t, uint32_t group, const struct kvc_ha
 			return TIER_END;
 		evict(t, old);
 	}
-	i = t->free_head;
-	t->free_head = t->e[i].hnext;
-	t->nfree--;
+	i = kvpd_tier_slot_take(t);
 	head = &t->buckets[bucket_of(t, group, key)];
 	t->e[i] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_COPYING,
 				       .lru_prev = TIER_END, .lru_next = TIER_END,
@@ -319,13 +309,12 @@ bool kvpd_tier_rekey(struct kvpd_tier *t, uint32_t i, uint32_t group, const stru
 		return false;
 	}
 	/*
-	 * Out under its old key, as a drop takes it (to the free list's head); in
-	 * under the new one, as a store. Named first: the old owner may be the new.
+	 * Out under its old key, as a drop takes it; in under the new one, as a
+	 * store. Named first: the old owner may be the new.
 	 */
 	name(t, owner);
 	kvpd_tier_drop(t, i);
-	t->free_head = t->e[i].hnext;
-	t->nfree--;
+	kvpd_tier_slot_take_at(t, i);
 	head = &t->buckets[bucket_of(t, group, key)];
 	t->e[i] = (struct tier_entry){ .key = *key, .group = group, .state = TIER_COPYING,
 				       .lru_prev = TIER_END, .lru_next = TIER_END,
@@ -384,7 +373,9 @@ static void tier_free(struct kvpd_tier *t, bool drop)
 	free(t->buckets);
 	free(t->blk);
 	free(t->rescues);
-	free(t->bursts);
+	free(t->live);
+	free(t->empty);
+	free(t->in_empty);
 	free(t->loader);
 	free(t->ghost);
 	free(t);
@@ -403,7 +394,7 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 		nb <<= 1;
 	t->mask = nb - 1;
 	t->buckets = malloc((size_t)nb * sizeof(*t->buckets));
-	t->e = calloc((size_t)t->nslots + 1, sizeof(*t->e));
+	t->e = calloc((size_t)t->nslots + 2, sizeof(*t->e));
 	t->loader = calloc(num_blocks, sizeof(*t->loader));
 	t->block_owner = calloc(num_blocks, sizeof(*t->block_owner));
 	t->owners = calloc(1, sizeof(*t->owners));
@@ -426,15 +417,17 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 			t->mem = NULL;
 	}
 	if (!t->buckets || !t->e || !t->loader || !t->block_owner || !t->owners ||
-	    (!t->mem && !t->disk) || kvpd_tier_window_init(t, num_blocks))
+	    (!t->mem && !t->disk) || kvpd_tier_window_init(t, num_blocks) ||
+	    kvpd_tier_slots_init(t))
 		return -ENOMEM;
 	memset(t->buckets, 0xff, (size_t)nb * sizeof(*t->buckets));
 	for (uint32_t i = 0; i < t->nslots; i++)
 		t->e[i] = (struct tier_entry){ .lru_prev = TIER_END, .lru_next = TIER_END,
 					       .own_prev = TIER_END, .own_next = TIER_END,
-					       .hnext = i + 1 < t->nslots ? i + 1 : TIER_END };
+					       .hnext = TIER_END, .block = TIER_END };
 	t->e[t->nslots].lru_prev = t->e[t->nslots].lru_next = t->nslots;
-	t->nfree = t->nslots;
+	if (!t->disk)
+		kvpd_tier_slots_rest(t); /* a disk tier's, once its blocks are read back */
 	return 0;
 }
 
@@ -488,8 +481,10 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 	ret = disk ? kvpd_tier_disk_open(t, why, why_len) : host_slots(t, why, why_len);
 	if (ret)
 		goto free_tier;
-	if (disk)
-		t->capacity = t->nslots; /* a file of its slots: its window takes of them */
+	if (disk) {
+		t->capacity = (uint32_t)t->disk->capacity;
+		t->pack = t->disk->pack;
+	}
 	for (uint32_t g = 0; g < pool->params.num_groups; g++)
 		t->idle |= pool->params.group_kind[g] == KVP_KIND_CYCLIC;
 	/* A pool its clients may map, or on a GPU, is written out of the daemon's sight. */

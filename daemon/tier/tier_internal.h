@@ -78,6 +78,9 @@ struct tier_rescue {
 	uint32_t uses, gen, writes;  /* TIER_HANDED_OUT; the block's gen once handed out; writes */
 };
 
+#define TIER_WRITE_FAILED 1 /* a disk task's read or write failed */
+#define TIER_OVERWRITTEN 2  /* a disk copy down met a write into its block as it copied */
+
 /* A copy in flight: the workers' job, and what the loop needs back. */
 struct tier_job {
 	struct kvpd_job job;
@@ -86,14 +89,17 @@ struct tier_job {
 	uint64_t seq;                /* order of submission (POOL_SYNC waits by it) */
 	uint32_t n, cap;             /* blocks (tasks), and room for */
 	uint32_t *blocks, *slots;
+	uint8_t *rmw;                /* DOWN, a packed disk tier's: the task's page holds other
+				      * entries' data, read before it is written */
 	uint32_t *uses, *gens;       /* DOWN: each block's kvc_block_state as it was queued... */
 	uint32_t *writes;            /* ...and its tier_block.writes */
 	/* A disk tier's: each task's checksum, and whether its read or write failed */
 	uint64_t *sums;
-	uint8_t *failed;
+	uint8_t *failed;             /* 0, TIER_WRITE_FAILED, TIER_OVERWRITTEN */
 	struct kvtier_record *recs;  /* DOWN's second pass: the records of the blocks kept */
 	uint8_t *origins;            /* ...and their origins, origin_stride each (NULL: none) */
 	bool commit;                 /* that pass (its tasks' data is on disk) */
+	bool rescue;                 /* DOWN: copies of blocks handed out already (rescue.c) */
 	/* UP: the blocks whose old KV its tasks swap into the slots they empty (block 0: none) */
 	struct tier_rescue *swaps;
 	/* UP: the ALLOC it completes */
@@ -123,9 +129,15 @@ struct kvpd_tier {
 	uint32_t capacity;           /* blocks it keeps (its size: kvctl's SLOTS) */
 	uint32_t regular;            /* entries that count against it: all but the window's */
 	uint8_t *mem;
-	struct tier_entry *e;        /* nslots + 1 */
+	struct tier_entry *e;        /* nslots + 2: the LRU's sentinel, the free slots' */
 	uint32_t *buckets, mask;
-	uint32_t free_head, nfree;
+	uint32_t nfree;
+	/* A packed disk tier's pages (slots.c): pack slots a page; 0 pages: not packed */
+	uint32_t pack, pages;
+	uint16_t *live;              /* per page: its entries being filled or held */
+	uint32_t *empty, nempty;     /* pages no entry holds, taken first (a stack) */
+	uint8_t *in_empty;
+	uint32_t current;            /* the page new entries fill now; TIER_END: none */
 	/* Down: the window (window.c) */
 	uint32_t queue_cap;          /* copies down in flight, at most */
 	uint32_t job_cap;            /* blocks a copy-down job carries, at most */
@@ -135,13 +147,7 @@ struct kvpd_tier {
 	uint32_t nrescues, rescues_cap;
 	uint32_t front;              /* the last free-queue block the walk looked at (0: none) */
 	uint32_t ahead;              /* blocks in the free queue the walk looked at */
-	uint32_t want;               /* ...and how many it keeps looked at: the window */
-	uint32_t max_window;
-	uint64_t evicted;            /* the core's evicted_reuse when last walked */
-	uint32_t *bursts;            /* [TIER_BURSTS]: cached blocks evicted between two walks, */
-	uint32_t nbursts, next_burst; /* the latest non-zero ones (a ring) */
-	uint32_t since;              /* bursts since the window was last worked out */
-	uint32_t cover;              /* the burst the window covers (window.c) */
+	uint32_t want;               /* ...and how many it keeps looked at: the window's room */
 	uint64_t queue_ops;          /* the core's count when last walked */
 	uint32_t held_up;            /* 0, or why the last walk stopped short
 				      * (KVP_TIER_UNOFFERED_*) */
@@ -170,6 +176,16 @@ struct kvpd_tier {
 };
 
 /*
+ * A write into pool block @id let go (WRITE_KV, a promotion; a hand-out where
+ * the pool's writers are out of sight). The loop alone writes the count; a
+ * disk tier's lane reads it once it has copied the block (disk_io.c).
+ */
+static inline void kvpd_tier_written(struct kvpd_tier *t, uint32_t id)
+{
+	__atomic_store_n(&t->blk[id].writes, t->blk[id].writes + 1, __ATOMIC_RELEASE);
+}
+
+/*
  * copier.c: a thread of the tier's own runs its copies down, at a low priority:
  * nothing waits for them, so a slow copy (a disk, a busy bus) holds no worker
  * a client's task waits for, and takes little of a core a client could use.
@@ -196,8 +212,25 @@ int kvpd_tier_copier_start(struct tier_copier **out, const char *name, bool back
 bool kvpd_tier_copier_help(struct tier_copier *cp, size_t bytes, size_t task_bytes);
 /* Only once no job of it is in flight. */
 void kvpd_tier_copier_stop(struct tier_copier *cp);
-/* @job adopted by the workers (kvpd_workers_adopt): it comes back through them. */
-void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job);
+/*
+ * @job adopted by the workers (kvpd_workers_adopt): it comes back through
+ * them. @first: before the jobs queued (a rescue races its block's writer).
+ */
+void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job, bool first);
+
+/*
+ * slots.c: which free slot a new entry takes (a packed disk tier's by page).
+ * Entries start free and unlisted: kvpd_tier_slots_rest lists the free ones
+ * (at start, after a disk tier's restore).
+ */
+int kvpd_tier_slots_init(struct kvpd_tier *t);
+void kvpd_tier_slots_rest(struct kvpd_tier *t);
+/* A free slot taken (TIER_END: none), or @i's (which is free). */
+uint32_t kvpd_tier_slot_take(struct kvpd_tier *t);
+void kvpd_tier_slot_take_at(struct kvpd_tier *t, uint32_t i);
+/* Entry @i holds a block (restored from disk), or is free again. */
+void kvpd_tier_slot_held(struct kvpd_tier *t, uint32_t i);
+void kvpd_tier_slot_free(struct kvpd_tier *t, uint32_t i);
 
 /* store.c: the index, the slots, the LRU. */
 uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);

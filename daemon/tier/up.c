@@ -167,7 +167,7 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 		kvpd_tier_pin(t, e);
 		going_up(t, e, p->block);
 		swap_in(t, tj, res->promoted, p->block, e);
-		t->blk[p->block].writes++; /* what it held before is gone once this copy starts */
+		kvpd_tier_written(t, p->block); /* what it held is gone once this copy starts */
 		if (tj->sums)
 			tj->sums[tj->n] = t->e[e].sum;
 		tj->blocks[tj->n] = p->block;

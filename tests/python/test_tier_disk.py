@@ -2,12 +2,12 @@
 """A pool's disk tier (tier_disk_bytes, tier_disk_path): blocks the pool evicts go to a file,
 NAME.kvtier, that a restarted daemon hits at once; a damaged file never yields a hit.
 
-The pool has 8 usable blocks of 4 tokens (1 KiB of f32 KV each) and a file of 64 slots:
-a 4 KiB header, 64 records of 64 bytes, 64 origins of 64 bytes (a block's position, parent
-and 4 tokens, for KV events), then the slots, each padded to 4 KiB for O_DIRECT (274432
-bytes). Each test that restarts runs twice: with io_uring, and with
-io_uring refused by a seccomp filter (tests/no_io_uring: the epoll loop's machines, where
-the tier reads and writes with pread/pwrite)."""
+The pool has 8 usable blocks of 4 tokens (1 KiB of f32 KV each) and a tier of 64 blocks
+(tier_disk_bytes 65536) with a window's room of 16: a file of a 4 KiB header, 80 records of
+64 bytes, 80 origins of 64 bytes (a block's position, parent and 4 tokens, for KV events),
+then the slots, 4 to a 4 KiB page (packed: 102400 bytes). Each test that restarts runs
+twice: with io_uring, and with io_uring refused by a seccomp filter (tests/no_io_uring: the
+epoll loop's machines, where the tier reads and writes with pread/pwrite)."""
 
 import os
 import signal
@@ -24,11 +24,18 @@ from daemon_proc import Daemon
 from kv_helpers import D, KVH, LAYERS, bits32, rows
 
 SLOT = 2 * LAYERS * 4 * KVH * D * 4  # K and V of every layer of one block, f32
-STRIDE = 4096
-SLOTS = 64
+SLOTS = 64  # the tier's capacity
+SIZE = SLOTS * SLOT  # tier_disk_bytes: its blocks times a block's KV
+NSLOTS = SLOTS + 16  # and its window's room: a record and an origin each
+PACK = 4096 // SLOT  # blocks a page
 RECORDS_OFF = 4096
-DATA_OFF = 4096 + 4096 + 4096
-FILE = DATA_OFF + SLOTS * STRIDE
+DATA_OFF = 4096 + 8192 + 8192
+FILE = DATA_OFF + NSLOTS // PACK * 4096
+
+
+def slot_off(i):
+    """Where slot i's KV lies in the file: its page, then its place in the page."""
+    return DATA_OFF + i // PACK * 4096 + i % PACK * SLOT
 KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
 NO_IO_URING = os.path.join(ROOT, "build", "tests", "no_io_uring")
 # The test build (ASan), whose tier copies KVPOOL_TIER_DELAY_US slows.
@@ -47,7 +54,7 @@ tier_disk_path = {path}
 """
 
 
-def config(path, head_dim=8, size=FILE, name="full", blocks=9):
+def config(path, head_dim=8, size=SIZE, name="full", blocks=9):
     return POOL.format(name=name, head_dim=head_dim, size=size, path=path, blocks=blocks)
 
 
@@ -147,9 +154,9 @@ def hit_of(client, tokens, data):
 
 def records(path):
     """The file's records: {slot: stamp} of those in use."""
-    raw = path.read_bytes()[RECORDS_OFF:RECORDS_OFF + SLOTS * 64]
+    raw = path.read_bytes()[RECORDS_OFF:RECORDS_OFF + NSLOTS * 64]
     out = {}
-    for i in range(SLOTS):
+    for i in range(NSLOTS):
         valid, _, _, _, _, _, stamp = struct.unpack_from("<IIQQQQQ", raw, i * 64)
         if valid:
             out[i] = stamp
@@ -237,9 +244,9 @@ def test_flipped_bytes_in_a_block_never_reach_the_pool(tmp_path, disk, io):
     path = disk / "full.kvtier"
     first = min(records(path).items(), key=lambda kv: kv[1])[0]  # the first block stored
     with open(path, "r+b") as f:
-        f.seek(DATA_OFF + first * STRIDE + 100)
+        f.seek(slot_off(first) + 100)
         byte = f.read(1)
-        f.seek(DATA_OFF + first * STRIDE + 100)
+        f.seek(slot_off(first) + 100)
         f.write(bytes([byte[0] ^ 0x40]))
     d = run.start()
     try:
@@ -281,17 +288,29 @@ def test_a_damaged_record_is_refused_at_start(tmp_path, disk, io):
 
 def test_a_truncated_file_hits_only_what_it_still_holds(tmp_path, disk, io):
     run = Run(tmp_path, config(disk), io)
-    data = stored_and_stopped(run)
+    d = run.start()
+    with d.client(pool="full") as c, d.client(admin=True) as admin:
+        data = store(c, PROMPT, 1)
+        flush(c, admin)
+        second = list(range(700, 717))
+        store(c, second, 2)
+        flush(c, admin, base=6000)
+        assert tier_of(admin)["held"] == 8
+    d.stop()
     path = disk / "full.kvtier"
-    used = sorted(records(path))
-    os.truncate(path, DATA_OFF + (used[1] + 1) * STRIDE - 1)  # the second used slot cut short
+    used = sorted(records(path).items(), key=lambda kv: kv[1])  # in the order stored
+    first_pages = {slot // PACK for slot, _ in used[:4]}
+    cut = max(slot // PACK for slot, _ in used)
+    assert cut not in first_pages  # PROMPT's blocks went down together, a page of their own
+    os.truncate(path, DATA_OFF + cut * 4096 + 4095)  # the last page written cut short
     d = run.start()
     try:
         assert os.path.getsize(path) == FILE  # taken back
+        lost = sum(1 for slot, _ in used if slot // PACK == cut)
         with d.client(pool="full") as c, d.client(admin=True) as admin:
             t = tier_of(admin)
-            assert (t["restored"], t["refused"]) == (1, 3)
-            hit_of(c, PROMPT, data)
+            assert (t["restored"], t["refused"]) == (8 - lost, lost)
+            assert hit_of(c, PROMPT, data) == 16
             assert tier_of(admin)["read_failures"] == 0
     finally:
         d.stop()
@@ -307,9 +326,9 @@ def test_files_that_are_not_this_pools_tier_are_refused_and_untouched(tmp_path, 
     assert ("pool full: tier_disk_path: full.kvtier is of another geometry: head_dim 8, the "
             "pool's 16\n") in str(e.value)
     with pytest.raises(RuntimeError) as e:
-        run.start(config(disk, size=FILE * 2))
-    assert (f"pool full: tier_disk_bytes {FILE * 2}: full.kvtier holds 64 blocks, not 128: "
-            f"set {FILE} or remove it\n") in str(e.value)
+        run.start(config(disk, size=SIZE * 2))
+    assert (f"pool full: tier_disk_bytes {SIZE * 2}: full.kvtier holds 64 blocks, not 128: "
+            f"set {SIZE} or remove it\n") in str(e.value)
     assert path.read_bytes() == before
     other = disk / "other.kvtier"
     other.write_bytes(b"not a tier" * 1000)
@@ -370,15 +389,15 @@ def direct_io(directory):
 
 def test_refusals_name_the_key_and_the_cause(bare, tmp_path):
     missing = tmp_path / "nowhere"
-    assert refusal(bare, "a", f"tier_disk_bytes = {FILE}\ntier_disk_path = {missing}") == \
+    assert refusal(bare, "a", f"tier_disk_bytes = {SIZE}\ntier_disk_path = {missing}") == \
         f"tier_disk_path {missing}: No such file or directory"
     afile = tmp_path / "afile"
     afile.write_text("")
-    assert refusal(bare, "a", f"tier_disk_bytes = {FILE}\ntier_disk_path = {afile}") == \
+    assert refusal(bare, "a", f"tier_disk_bytes = {SIZE}\ntier_disk_path = {afile}") == \
         f"tier_disk_path {afile}: not a directory"
     # tmpfs takes O_DIRECT from Linux 6.6 on: checked only where it does not.
     if os.path.isdir("/dev/shm") and not direct_io("/dev/shm"):
-        assert refusal(bare, "a", f"tier_disk_bytes = {FILE}\ntier_disk_path = /dev/shm") == \
+        assert refusal(bare, "a", f"tier_disk_bytes = {SIZE}\ntier_disk_path = /dev/shm") == \
             "tier_disk_path /dev/shm: its filesystem refuses O_DIRECT (Invalid argument)"
     # More than the filesystem has free: 256 KiB slots, so that it is not past 2^24 blocks.
     st = os.statvfs(tmp_path)
@@ -389,25 +408,24 @@ def test_refusals_name_the_key_and_the_cause(bare, tmp_path):
     assert reason.startswith(f"tier_disk_bytes {big}: {tmp_path} has ") and \
         reason.endswith(" bytes free")
     assert not (tmp_path / "big.kvtier").exists()  # made for the pool, gone with it
-    assert refusal(bare, "a", f"tier_disk_bytes = {FILE}\ntier_host_bytes = 65536\n"
+    assert refusal(bare, "a", f"tier_disk_bytes = {SIZE}\ntier_host_bytes = 65536\n"
                    f"tier_disk_path = {tmp_path}") == \
         "tier_host_bytes and tier_disk_bytes: a pool has one tier, in host memory or on disk"
     assert refusal(bare, "a", f"tier_disk_path = {tmp_path}") == \
         "tier_disk_path: set without tier_disk_bytes (the disk tier's size)"
-    assert refusal(bare, "a", f"tier_disk_bytes = 8000\ntier_disk_path = {tmp_path}") == \
-        ("tier_disk_bytes 8000: holds 0 blocks (4096 bytes and 128 of record and origin each, "
-         "a 4 KiB header): must be 1..16777216")
-    assert refusal(bare, "a/b", f"tier_disk_bytes = {FILE}\ntier_disk_path = {tmp_path}") == \
+    assert refusal(bare, "a", f"tier_disk_bytes = 1000\ntier_disk_path = {tmp_path}") == \
+        "tier_disk_bytes 1000: holds 0 blocks of 1024 bytes, must be 1..16777216"
+    assert refusal(bare, "a/b", f"tier_disk_bytes = {SIZE}\ntier_disk_path = {tmp_path}") == \
         ("tier_disk_bytes: the tier's file is named after the pool (NAME.kvtier), and 'a/b' "
          "holds a '/' or starts with '.'")
-    assert refusal(bare, "a", f"tier_disk_bytes = {FILE}\ntier_disk_path = {tmp_path}",
+    assert refusal(bare, "a", f"tier_disk_bytes = {SIZE}\ntier_disk_path = {tmp_path}",
                    kv_heads=0, head_dim=0) == \
         ("tier_disk_bytes: the pool holds no KV (kv_heads, head_dim, layers_per_group) for a "
          "tier to keep")
 
 
 def test_destroy_keeps_the_file_and_drop_tier_removes_it(bare, tmp_path, disk):
-    keys = f"tier_disk_bytes = {FILE}\ntier_disk_path = {disk}"
+    keys = f"tier_disk_bytes = {SIZE}\ntier_disk_path = {disk}"
     path = disk / "rt.kvtier"
     create(bare, "rt", keys)
     with bare.client(pool="rt") as c, bare.client(admin=True) as admin:
@@ -498,7 +516,7 @@ def test_a_full_disk_stops_the_tiers_writes_not_the_pool(tmp_path, small_fs):
     try:
         path = small_fs / "full.kvtier"
         subprocess.run(["fallocate", "--punch-hole", "--offset", str(DATA_OFF), "--length",
-                        str(SLOTS * STRIDE), str(path)], check=True)
+                        str(FILE - DATA_OFF), str(path)], check=True)
         with open(small_fs / "filler", "wb", buffering=0) as f:
             for chunk in (65536, 4096, 1):
                 try:
@@ -523,5 +541,62 @@ def test_a_full_disk_stops_the_tiers_writes_not_the_pool(tmp_path, small_fs):
         assert log.count("a write failed") == 1
         assert (f"kvpoold: pool full: disk tier {path}: a write failed (No space left on "
                 "device): the tier stores no more blocks and serves those it holds") in log
+    finally:
+        d.stop()
+
+
+def as_format_2(path):
+    """The file rewritten as a kvpoold of format 2 made it for this pool (each block in a
+    4 KiB page of its own, no window's room, 64 slots: 274432 bytes), its blocks in slots
+    0, 1, ... in the order they were stored, records and origins to match."""
+    import xxhash
+    raw = path.read_bytes()
+    geo = raw[80:184]  # format 3's header: 80 bytes, then the geometry both formats share
+    origins_off = RECORDS_OFF + 8192
+    v2 = bytearray(12288 + 64 * 4096)
+    used = sorted(records(path).items(), key=lambda kv: kv[1])
+    for j, (slot, _) in enumerate(used):
+        rec = bytearray(raw[RECORDS_OFF + slot * 64:RECORDS_OFF + slot * 64 + 64])
+        origin = raw[origins_off + slot * 64:origins_off + slot * 64 + 64]
+        if struct.unpack_from("<Q", rec, 48)[0]:
+            struct.pack_into("<Q", rec, 48, xxhash.xxh3_64_intdigest(origin, seed=j) or 1)
+        struct.pack_into("<Q", rec, 56, xxhash.xxh3_64_intdigest(bytes(rec[:56]), seed=j))
+        v2[4096 + j * 64:4096 + j * 64 + 64] = rec
+        v2[8192 + j * 64:8192 + j * 64 + 64] = origin
+        v2[12288 + j * 4096:12288 + j * 4096 + SLOT] = raw[slot_off(slot):slot_off(slot) + SLOT]
+    header = struct.pack("<8sIIQQQQQQQQ", b"KVPTIER\0", 2, 0, SLOT, 4096, 64, 4096, 12288,
+                         len(v2), 8192, 64) + geo
+    v2[:len(header) + 8] = header + struct.pack("<Q", xxhash.xxh3_64_intdigest(header))
+    path.write_bytes(bytes(v2))
+    return len(used)
+
+
+def test_a_format_2_file_is_converted_once_and_hits_bit_for_bit(tmp_path, disk, io):
+    run = Run(tmp_path, config(disk), io)
+    data = stored_and_stopped(run)
+    path = disk / "full.kvtier"
+    assert as_format_2(path) == 4
+    # A damaged record among them: refused, the other three carried over. Slot 0 holds the
+    # first block stored: the walk copies the free queue's head first, where the pool put
+    # PROMPT's last block (it frees a sequence's blocks last first).
+    damaged = bytearray(path.read_bytes())
+    damaged[4096 + 0 * 64 + 8] ^= 0xff
+    path.write_bytes(bytes(damaged))
+    d = run.start()
+    try:
+        log = run.log()
+        assert (f"pool full: disk tier {path}: format 2 converted to 3 in ") in log
+        assert "ms: 3 blocks kept, 0 past its 64 blocks, 1 refused" in log
+        assert os.path.getsize(path) == FILE
+        assert struct.unpack_from("<I", path.read_bytes(), 8)[0] == 3
+        assert not (disk / "full.kvtier.new").exists()
+        with d.client(pool="full") as c, d.client(admin=True) as admin:
+            assert tier_of(admin)["restored"] == 3
+            assert hit_of(c, PROMPT, data) == 12  # up to the last block, the KV stored
+    finally:
+        d.stop()
+    d = run.start()  # once: now a file of this format
+    try:
+        assert "converted" not in run.log()
     finally:
         d.stop()

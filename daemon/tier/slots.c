@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which free slot a new entry takes. Free slots are a list (the entries'
+ * lru links, unused while free, behind a sentinel of their own). A host tier
+ * takes the list's head. A packed disk tier (disk_format.h: several slots a
+ * 4 KiB page, written a page at a time) takes, in order: a free slot of the
+ * page the last entry took, so that blocks going down together share their
+ * pages; a slot of a page no entry holds, written whole; any free slot,
+ * whose page then holds other entries' data, read before it is written
+ * (read-modify-write, down lane). Pages empty as the least recently used
+ * entries, stored together, leave together, so the last is rare.
+ */
+#include <stdlib.h>
+
+#include "tier/tier_internal.h"
+
+static uint32_t sentinel(const struct kvpd_tier *t)
+{
+	return t->nslots + 1;
+}
+
+static void link_free(struct kvpd_tier *t, uint32_t i)
+{
+	uint32_t s = sentinel(t);
+
+	t->e[i].lru_prev = s;
+	t->e[i].lru_next = t->e[s].lru_next;
+	t->e[t->e[s].lru_next].lru_prev = i;
+	t->e[s].lru_next = i;
+	t->nfree++;
+}
+
+static void unlink_free(struct kvpd_tier *t, uint32_t i)
+{
+	struct tier_entry *x = &t->e[i];
+
+	t->e[x->lru_prev].lru_next = x->lru_next;
+	t->e[x->lru_next].lru_prev = x->lru_prev;
+	x->lru_prev = x->lru_next = TIER_END;
+	t->nfree--;
+}
+
+int kvpd_tier_slots_init(struct kvpd_tier *t)
+{
+	uint32_t s = sentinel(t);
+
+	t->pages = t->pack > 1 ? (t->nslots + t->pack - 1) / t->pack : 0;
+	if (t->pages) {
+		t->live = calloc(t->pages, sizeof(*t->live));
+		t->empty = calloc(t->pages, sizeof(*t->empty));
+		t->in_empty = calloc(t->pages, 1);
+		if (!t->live || !t->empty || !t->in_empty)
+			return -1;
+	}
+	t->current = TIER_END;
+	t->e[s].lru_prev = t->e[s].lru_next = s;
+	t->nfree = 0;
+	return 0;
+}
+
+/* Page @page holds no entry: its slots are taken before others (no read before its write). */
+static void page_empty(struct kvpd_tier *t, uint32_t page)
+{
+	if (!t->in_empty[page]) {
+		t->in_empty[page] = 1;
+		t->empty[t->nempty++] = page;
+	}
+}
+
+void kvpd_tier_slot_free(struct kvpd_tier *t, uint32_t i)
+{
+	link_free(t, i);
+	if (t->pages && --t->live[i / t->pack] == 0)
+		page_empty(t, i / t->pack);
+}
+
+void kvpd_tier_slot_held(struct kvpd_tier *t, uint32_t i)
+{
+	if (t->pages)
+		t->live[i / t->pack]++;
+}
+
+void kvpd_tier_slots_rest(struct kvpd_tier *t)
+{
+	for (uint32_t i = t->nslots; i-- > 0;) {
+		if (t->e[i].state != TIER_FREE)
+			continue;
+		link_free(t, i);
+		if (t->pages && !t->live[i / t->pack])
+			page_empty(t, i / t->pack);
+	}
+}
+
+/* A free slot of page @page, or TIER_END. */
+static uint32_t free_in(const struct kvpd_tier *t, uint32_t page)
+{
+	uint32_t end = (page + 1) * t->pack < t->nslots ? (page + 1) * t->pack : t->nslots;
+
+	for (uint32_t i = page * t->pack; i < end; i++)
+		if (t->e[i].state == TIER_FREE)
+			return i;
+	return TIER_END;
+}
+
+void kvpd_tier_slot_take_at(struct kvpd_tier *t, uint32_t i)
+{
+	unlink_free(t, i);
+	kvpd_tier_slot_held(t, i);
+}
+
+uint32_t kvpd_tier_slot_take(struct kvpd_tier *t)
+{
+	uint32_t i = TIER_END;
+
+	if (!t->nfree)
+		return TIER_END;
+	if (t->pages && t->current != TIER_END)
+		i = free_in(t, t->current);
+	while (t->pages && i == TIER_END && t->nempty) {
+		uint32_t page = t->empty[--t->nempty];
+
+		t->in_empty[page] = 0;
+		if (!t->live[page] && (i = free_in(t, page)) != TIER_END)
+			t->current = page;
+	}
+	if (i == TIER_END) {
+		i = t->e[sentinel(t)].lru_next;
+		if (t->pages)
+			t->current = i / t->pack;
+	}
+	unlink_free(t, i);
+	kvpd_tier_slot_held(t, i);
+	return i;
+}
