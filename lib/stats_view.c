@@ -8,6 +8,7 @@
 
 #include "libkvpool.h"
 
+/* Every opcode of uapi/kvpool.h has its name here: tests/opcode_names.sh checks. */
 static const char *const opcode_names[KVP_STATS_OPS] = {
 	[KVP_OP_NOP] = "NOP",           [KVP_OP_SEQ_OPEN] = "SEQ_OPEN",
 	[KVP_OP_SEQ_CLOSE] = "SEQ_CLOSE", [KVP_OP_APPEND_TOKENS] = "APPEND_TOKENS",
@@ -16,7 +17,8 @@ static const char *const opcode_names[KVP_STATS_OPS] = {
 	[KVP_OP_GET_TABLE] = "GET_TABLE", [KVP_OP_POOL_STATS] = "POOL_STATS",
 	[KVP_OP_STATS] = "STATS",       [KVP_OP_ATTACH] = "ATTACH",
 	[KVP_OP_WRITE_KV] = "WRITE_KV", [KVP_OP_READ_KV] = "READ_KV",
-	[KVP_OP_ATTEND] = "ATTEND",     [KVP_OP_POOL_CREATE] = "POOL_CREATE",
+	[KVP_OP_ATTEND] = "ATTEND",     [KVP_OP_POOL_LAYOUT] = "POOL_LAYOUT",
+	[KVP_OP_POOL_MAP] = "POOL_MAP", [KVP_OP_POOL_CREATE] = "POOL_CREATE",
 	[KVP_OP_POOL_DESTROY] = "POOL_DESTROY", [KVP_OP_EVICT] = "EVICT",
 	[KVP_OP_RESET] = "RESET",       [KVP_OP_DUMP_FREEQ] = "DUMP_FREEQ",
 	[KVP_OP_CHECK] = "CHECK",       [KVP_OP_POOL_SYNC] = "POOL_SYNC",

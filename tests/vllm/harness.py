@@ -87,10 +87,17 @@ class FakeAttnMetadata(AttentionMetadata):
 class _AttentionStandIn:
     """Stands in for a layer's Attention module in static_forward_context, where
     connectors that walk forward_context.no_compile_layers (ExampleConnector) look for
-    .kv_cache, as bind_kv_cache leaves it on the real module."""
+    .kv_cache, as bind_kv_cache leaves it on the real module, and KvpoolConnector for the
+    layer's backend: FlashAttention's, whose K and V the fake forward writes."""
 
     def __init__(self, kv_cache):
         self.kv_cache = kv_cache
+
+    @staticmethod
+    def get_attn_backend():
+        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+        return FlashAttentionBackend
 
 
 class Engine:

@@ -4,16 +4,8 @@
 # or the binding is not built.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-py=.venv/bin/python
-if [ ! -x "$py" ] || ! "$py" -c 'import importlib.util as u, sys
-sys.exit(not (u.find_spec("vllm") and u.find_spec("pytest")))' 2>/dev/null; then
-	echo "skipped: .venv lacks vLLM or pytest (tools/deps.sh --vllm makes it)"
-	exit 77
-fi
-if [ ! -e lib/python/kvpool/_kvpool.abi3.so ]; then
-	echo "skipped: the binding is not built (no Python.h: apt-get install python3-dev)"
-	exit 77
-fi
+. tests/vllm/needs_venv.sh
+needs_venv .venv --vllm
 # No GPU here: vLLM's CUDA wheels may load libcuda.so.1 on import, which the toolkit's stub
 # satisfies. On the tests' library path only: the daemon gets the environment without it, so
 # its own CUDA refusals stay what they are (tests/vllm/conftest.py).

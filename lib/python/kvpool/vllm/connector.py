@@ -15,7 +15,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from .meta import KvpoolWorkerMeta
 from .scheduler import SchedulerSide
-from .stats import KvpoolStats
+from .stats import KvpoolPromMetrics, KvpoolStats
 from .worker import WorkerSide
 
 if TYPE_CHECKING:
@@ -84,6 +84,14 @@ class KvpoolConnector(KVConnectorBase_V1, SupportsHMA):
     @classmethod
     def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KvpoolStats:
         return KvpoolStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: dict,
+                           labelnames: list[str],
+                           per_engine_labelvalues: dict[int, list[object]]
+                           ) -> KvpoolPromMetrics:
+        return KvpoolPromMetrics(vllm_config, metric_types, labelnames,
+                                 per_engine_labelvalues)
 
     # ---- worker side ----
 

@@ -8,7 +8,7 @@ import time
 
 from .geometry import ConfigError, connect
 
-logger = logging.getLogger("kvpool.vllm")
+logger = logging.getLogger("vllm.kvpool")  # vLLM configures its "vllm" logger
 
 # The daemon is not there (yet, or any more): retry later, with back-off.
 _AWAY = {errno.ENOENT, errno.ECONNREFUSED, errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN,

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import kvpool
 
 from .geometry import check, from_vllm
+from .kv_layout import LAYOUT_VERSION
 from .link import Failures, Interval, Link
 from .meta import Copy, KvpoolMeta
 
-logger = logging.getLogger("kvpool.vllm")
+logger = logging.getLogger("vllm.kvpool")  # vLLM configures its "vllm" logger
 
 
 def passthrough_reason(request):
@@ -32,15 +33,14 @@ def passthrough_reason(request):
 
 
 def salt_of(request):
-    """The kvpool sequence's salt: the tenant's cache_salt and the LoRA adapter's name, so that
-    two requests share KV only when both are equal (and their tokens); None when neither is
-    set, so that unsalted requests share with each other."""
+    """The kvpool sequence's salt: the KV layout's version (kv_layout.LAYOUT_VERSION: a pool
+    written by a connector that stored K and V otherwise never feeds this one), the tenant's
+    cache_salt and the LoRA adapter's name, so that two requests share KV only when all are
+    equal (and their tokens)."""
     lora = request.lora_request.lora_name if request.lora_request is not None else ""
-    if not request.cache_salt and not lora:
-        return None
     # Length-prefixed: ("ab", "c") and ("a", "bc") are different salts.
     salt = request.cache_salt or ""
-    return f"{len(salt)}:{salt}{lora}".encode()
+    return f"kvpool.vllm/{LAYOUT_VERSION}:{len(salt)}:{salt}{lora}".encode()
 
 
 @dataclass
@@ -489,7 +489,8 @@ class SchedulerSide:
 
     def close(self):
         publish, self.to_publish = self.to_publish, []
-        self._publish(publish)
+        self._publish(publish)  # one batch: the line then counts them
+        # Before the sequences' closes: vLLM kills the engine core 5 s after SIGTERM.
         logger.info("kvpool: %s", ", ".join(f"{k} {v}" for k, v in self.counts.items()))
         for r in list(self.reqs.values()) + [p[0] for ps in self.plans.values() for p in ps]:
             if r is not None:

@@ -12,6 +12,7 @@ import torch
 import kvpool
 
 from .geometry import ConfigError, check, from_vllm, pool_dtype, rank_heads
+from .kv_layout import layer_layouts, split_kv
 from .link import Failures, Interval, Link
 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
@@ -34,26 +35,6 @@ def as_tensor(view, dtype):
     return torch.from_dlpack(view)
 
 
-def split_kv(name, t, block_size, kv_heads, head_dim):
-    """(K, V) views, each [blocks, block_size, kv_heads, head_dim], of one vLLM layer tensor,
-    in the shapes vLLM's attention backends give it: [blocks, kv_heads, block_size,
-    2 * head_dim] (0.33's default: K and V side by side per head and token), [blocks,
-    block_size, kv_heads, 2 * head_dim], [2, blocks, block_size, kv_heads, head_dim] or
-    [blocks, 2, block_size, kv_heads, head_dim]. Strides are the tensor's: no copy."""
-    D, shape = head_dim, tuple(t.shape[1:])
-    if t.dim() == 4 and shape == (kv_heads, block_size, 2 * D):
-        return t[..., :D].permute(0, 2, 1, 3), t[..., D:].permute(0, 2, 1, 3)
-    if t.dim() == 4 and shape == (block_size, kv_heads, 2 * D):
-        return t[..., :D], t[..., D:]
-    if t.dim() == 5 and t.shape[0] == 2 and tuple(t.shape[2:]) == (block_size, kv_heads, D):
-        return t[0], t[1]
-    if t.dim() == 5 and t.shape[1] == 2 and tuple(t.shape[2:]) == (block_size, kv_heads, D):
-        return t[:, 0], t[:, 1]
-    raise ConfigError(f"KV cache layer '{name}': shape {tuple(t.shape)} holds no blocks of "
-                      f"{block_size} tokens x {kv_heads} kv heads x head_dim {head_dim} (the "
-                      "pool's, for this tensor-parallel rank)")
-
-
 def tp_rank(vllm_config):
     """(rank, size) of this worker among the tensor-parallel ranks."""
     size = vllm_config.parallel_config.tensor_parallel_size if vllm_config else 1
@@ -73,9 +54,14 @@ def layer_groups(kv_cache_config, caches):
 
 
 class WorkerSide:
-    def __init__(self, vllm_config, kv_cache_config, extra, rank=None):
-        """rank: (rank, size) among the tensor-parallel ranks; default vLLM's."""
+    def __init__(self, vllm_config, kv_cache_config, extra, rank=None, layout=None):
+        """rank: (rank, size) among the tensor-parallel ranks; default vLLM's. layout: every
+        layer's (kv_layout), where there is no vLLM to ask (tests); default each layer's
+        attention backend's."""
         self.rank = rank or tp_rank(vllm_config)
+        self.vllm_config = vllm_config
+        self.layout = layout
+        self.layouts = {}         # layer name -> kv_layout's name, from register()
         # What vLLM's KV cache is, checked against the pool as the scheduler side does.
         self.want = from_vllm(vllm_config, kv_cache_config) if kv_cache_config else None
         self.kv_cache_config = kv_cache_config
@@ -95,6 +81,12 @@ class WorkerSide:
         self.ready = None         # (the metadata, whether its copies may be made)
 
     def register(self, kv_caches):
+        """Refuses (ConfigError, vLLM's start fails with it) a layer whose backend keeps K and
+        V in a layout kvpool does not know."""
+        if self.layout is not None:
+            self.layouts = dict.fromkeys(kv_caches, self.layout)
+        else:
+            self.layouts = layer_layouts(self.vllm_config, list(kv_caches))
         self.caches = kv_caches
         self.link.start()
 
@@ -129,7 +121,7 @@ class WorkerSide:
                 if pool_dtype(t.dtype) != m.dtype:
                     raise ConfigError(f"KV cache layer '{name}': {t.dtype}; pool '{pool}' "
                                       f"holds {m.dtype}")
-                k, v = split_kv(name, t, m.block_size, h1 - h0, m.head_dim)
+                k, v = split_kv(name, t, self.layouts[name], m.block_size, h1 - h0, m.head_dim)
                 pk, pv = pool_kv[j]
                 group.append((k, v, pk, pv))
                 self.cuda_devices |= {t.device for t in (k, pk) if t.device.type == "cuda"}
