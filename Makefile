@@ -140,7 +140,7 @@ NO_IO_URING := $(BUILD)/tests/no_io_uring
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
 DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
 
-.PHONY: all deps test-deps test demo bench install uninstall clean
+.PHONY: all deps test-deps test demo demo-vllm bench install uninstall clean
 all: $(CORE_LIB) $(LIB_A) $(LIB_SO) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING) \
 	cuda-backend python-binding
 
@@ -328,6 +328,11 @@ test: test-deps
 demo: deps
 	$(MAKE) --no-print-directory all
 	tools/demo.sh
+
+# Two vLLM servers (its CPU build, installed into .venv-cpu on first use) sharing one pool.
+demo-vllm: deps
+	$(MAKE) --no-print-directory all
+	tools/demo-vllm.sh
 
 # The standard figures (bench/README.md), about 2 minutes on 2 cores: bench/run.sh.
 bench: deps

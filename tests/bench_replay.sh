@@ -9,7 +9,8 @@
 #  - one LRU cache as large as the pool alone hits within a point of what the pool does,
 #    and none of pool and tier together beats one LRU cache of their summed size
 #    (bench/README.md has how close it comes); a disk tier (lru, then second_sight) at the
-#    trace's pace; the text row; --engines 3 and --speed; usage errors exit 2.
+#    trace's pace, and in a directory of its own under $TMPDIR, removed after the run and
+#    after a SIGINT; the text row; --engines 3 and --speed; usage errors exit 2.
 # $KVBENCH (default tools/kvbench), $KVPOOLD (the daemon kvbench starts).
 set -eu
 cd "$(dirname "$0")/.."
@@ -70,17 +71,21 @@ jq -e '.hit_rate_host == 0 and .bytes_down_host == 0 and .hit_rate == .hit_rate_
 	"$dir/pool.json" >/dev/null ||
 	fail "pool only: a tier's figures, or a hit rate past 1 point from one LRU cache of its size"
 # Pool and tier hold what one LRU cache of their summed size does, so they never hit more; but
-# for blocks lost to a copier starved of a core (counted unoffered), which on a trace that comes
-# round like this one (LRU's worst case) may hit a little more.
+# for blocks lost to a copier starved of a core (counted unoffered): the tier then keeps older
+# blocks longer, which on a trace that comes round like this one (LRU's worst case) may hit
+# more, and only the ceiling bounds it.
 jq -e --slurpfile p "$dir/pool.json" '.hit_rate > $p[0].hit_rate + 0.03 and .hit_rate_host > 0 and
        .bytes_down_host > 0 and .bytes_up_host > 0 and .promoting_allocs > 0 and
        .hit_rate_pool == $p[0].hit_rate_pool and .hit_rate <= .ceiling and
-       .hit_rate <= .lru_hit_rate + (if .host_unoffered_blocks == 0 then 0 else 0.03 end)' \
+       .hit_rate <= (if .host_unoffered_blocks == 0 then .lru_hit_rate else .ceiling end)' \
 	"$dir/tier.json" >/dev/null ||
 	fail "with a tier: not above the pool alone, or above one LRU cache of their summed size"
 
 # A disk tier at the trace's pace (a disk takes what arrives): it hits, its bytes go both ways
-# on disk, none on the host; second_sight declines blocks; the files are gone after.
+# on disk, none on the host; second_sight declines blocks; the files are gone after. With
+# every evicted block offered it hits at most what one LRU cache of the summed size does; with
+# a starved copier, as above (two busy loops on this VM's 2 cores: half the rescues
+# overwritten, 0.44 against LRU's 0.334, the tier never over its capacity), the ceiling.
 disk=$(mktemp -d /var/tmp/kvpool-test-replay.XXXXXX)
 trap 'rm -rf "$dir" "$disk"' EXIT
 for policy in lru second_sight; do
@@ -93,11 +98,33 @@ jq -e --slurpfile p "$dir/pool.json" '.tier_policy == "lru" and .tier_disk_token
        .hit_rate_disk > 0 and .hit_rate_host == 0 and .bytes_down_disk > 0 and
        .bytes_up_disk > 0 and .bytes_down_host == 0 and .tier_declined_blocks == 0 and
        .errors == 0 and .hit_rate > $p[0].hit_rate and
-       .hit_rate <= .lru_hit_rate + (if .disk_unoffered_blocks == 0 then 0 else 0.03 end)' \
+       .hit_rate <= (if .disk_unoffered_blocks == 0 then .lru_hit_rate else .ceiling end)' \
 	"$dir/disk-lru.json" >/dev/null || fail "with a disk tier: its figures"
 jq -e '.tier_policy == "second_sight" and .tier_declined_blocks > 0 and .errors == 0' \
 	"$dir/disk-second_sight.json" >/dev/null || fail "second_sight: nothing declined"
 [ -z "$(ls -A "$disk")" ] || fail "left in the disk tier's directory: $(ls "$disk")"
+
+# Without --tier-disk-path, a directory of kvbench's own under $TMPDIR, gone after the run and
+# after a SIGINT in the middle of one; the row counts the tier's capacity in blocks (65536
+# tokens of blocks of 16).
+tmp=$(mktemp -d /var/tmp/kvpool-test-tmpdir.XXXXXX)
+trap 'rm -rf "$dir" "$disk" "$tmp"' EXIT
+TMPDIR=$tmp replay --pool-tokens 16384 --tier-disk-tokens 65536 --speed 1000 \
+	>"$dir/default-dir.json" || fail "kvbench replay, disk tier in \$TMPDIR"
+jq -e '.tier_disk_tokens == 65536 and .tier_disk_blocks == 4096 and .hit_rate_disk > 0 and
+       .errors == 0' "$dir/default-dir.json" >/dev/null || fail "disk tier in \$TMPDIR: its figures"
+[ -z "$(ls -A "$tmp")" ] || fail "left in \$TMPDIR: $(ls "$tmp")"
+# kvbench itself in the background (a shell function's subshell would get the signal)
+TMPDIR=$tmp "$kvbench" replay "$dir/trace.jsonl" --daemon "$kvpoold" --pool-tokens 16384 \
+	--tier-disk-tokens 65536 --speed 0.25 >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 200); do [ -n "$(find "$tmp" -name '*.kvtier')" ] && break; sleep 0.05; done
+[ -n "$(find "$tmp" -name '*.kvtier')" ] || fail "no tier file under \$TMPDIR while it runs"
+kill -INT $pid
+wait $pid && fail "kvbench replay exited 0 after SIGINT"
+[ -z "$(ls -A "$tmp")" ] || fail "left in \$TMPDIR after SIGINT: $(find "$tmp")"
+for _ in $(seq 100); do pgrep -f "replay $dir/trace.jsonl" >/dev/null || break; sleep 0.05; done
+pgrep -af "replay $dir/trace.jsonl" && fail "kvbench's engines outlived it"
 
 "$kvbench" replay "$dir/trace.jsonl" --daemon "$kvpoold" --pool-tokens 16384 \
 	--tier-host-tokens 65536 --engines 3 --speed 1000 >"$dir/text.out" || fail "--engines 3"

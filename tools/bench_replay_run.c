@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,6 +288,13 @@ static void remove_own_and_die(int sig)
 	raise(sig);
 }
 
+/* A forked engine or bystander goes with kvbench (a SIGINT to kvbench alone, as kill sends it,
+ * would leave them replaying against a daemon that is gone). 0, or its exit status. */
+static int dies_with(pid_t parent)
+{
+	return prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent ? 1 : 0;
+}
+
 static const char *own_disk_dir(const char *pool)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -366,7 +374,7 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	const char *sock = o->socket;
 	struct kvp_client *admin = NULL;
 	struct samples *samples;
-	pid_t *pids, by = -1;
+	pid_t *pids, by = -1, parent;
 	uint32_t max_in = 1;
 	uint64_t t0;
 	int ret;
@@ -409,16 +417,18 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	if (ret)
 		goto out_pools;
 	fflush(NULL);
+	parent = getpid();
 	if (o->bystander) {
 		by = fork();
 		if (by == 0)
-			_exit(bystander(sock, by_pool, samples));
+			_exit(dies_with(parent) ?: bystander(sock, by_pool, samples));
 	}
 	t0 = bench_now_ns();
 	for (unsigned k = 0; k < o->engines; k++) {
 		pids[k] = fork();
 		if (pids[k] == 0)
-			_exit(engine_process(o, sock, pool, k, reqs, n, res, t0, max_in, samples));
+			_exit(dies_with(parent) ?:
+			      engine_process(o, sock, pool, k, reqs, n, res, t0, max_in, samples));
 	}
 	for (unsigned k = 0; k < o->engines; k++) {
 		int status = 0;

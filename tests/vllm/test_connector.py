@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -175,6 +176,31 @@ def test_salts_and_adapters_keep_tenants_apart(daemon, model_dir, kind):
             assert rec.num_external_tokens == hit, req_id
             assert rec.computed_positions == list(range(hit, 41)), req_id
             assert kv_is_model(b, req_id)
+
+
+def test_a_pool_written_before_the_layout_fix_never_feeds_the_connector(daemon, model_dir):
+    """A prompt a version-1 connector saved (its sequences unsalted, vLLM's CPU K stored as the
+    kernels arrange it) is no hit: every sequence of this one is salted with
+    kv_layout.LAYOUT_VERSION; the same prompt saved by this connector is."""
+    from kvpool.vllm.kv_layout import LAYOUT_VERSION
+
+    assert LAYOUT_VERSION == 2
+    P = tokens(40, 11)
+    with daemon.client(pool="vllm", namespace=NS) as c:  # as version 1 saved it
+        with c.open(P) as seq:
+            seq.alloc(len(P))
+            kv = np.zeros((32, 2, 16), dtype=np.uint16)  # bf16 bits
+            for layer in range(2):
+                seq.write_kv(0, layer, 0, kv, kv)
+            seq.commit(32)
+        with c.open(P) as seq:
+            assert seq.lookup() == 32
+    with engine(model_dir, daemon) as b:
+        b.add_request("old", P, max_tokens=2)
+        assert b.run_until_done()["old"].num_external_tokens == 0
+    with engine(model_dir, daemon) as b:
+        b.add_request("new", P, max_tokens=2)
+        assert b.run_until_done()["new"].num_external_tokens == 32
 
 
 def run_collecting_stats(engine):

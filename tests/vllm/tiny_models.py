@@ -6,9 +6,11 @@ config.json from transformers' own config classes and seeded weights in model.sa
 The weights are of a trained model's scale (std 0.1), not vLLM's dummy ones (uniform +-1e-3):
 with those attention adds about 1e-7 of the residual and in bf16 the tokens ignore the KV, so
 a test comparing tokens would prove nothing. Here a token depends on what the KV holds.
+A byte-level BPE tokenizer trained here (tokenizer.json) lets vLLM's OpenAI server take text.
 
 reference_kv() runs the same weights through transformers in float32 and returns every
 layer's K (after RoPE) and V: what an engine's KV cache must hold, whoever wrote it."""
+import json
 import os
 
 import torch
@@ -32,7 +34,7 @@ def _config(kind):
     if kind == "gemma3":
         from transformers import Gemma3TextConfig
 
-        return Gemma3TextConfig(**GEMMA3, dtype="bfloat16", bos_token_id=2, eos_token_id=1,
+        return Gemma3TextConfig(**GEMMA3, dtype="bfloat16", bos_token_id=1, eos_token_id=2,
                                 architectures=["Gemma3ForCausalLM"])
     raise ValueError(f"model kind '{kind}': llama or gemma3")
 
@@ -58,13 +60,49 @@ def _weights(config, seed):
     return out
 
 
+# The tokenizer's training text: the words of English prose that a test or a demo sends.
+_CORPUS = (
+    "the of and to in a is that for it as was with be by on not he this are or his from at "
+    "which but have an they you were her she there been one all we their has would when if "
+    "so no will more other its who time what about up out them into some than only could "
+    "prompt cache block token engine server request kvpool model shared prefix memory "
+    "system user assistant question answer hello world first second next last long short"
+).split()
+SPECIALS = ["<unk>", "<s>", "</s>"]  # ids 0, 1, 2: the configs' bos and eos
+
+
+def write_tokenizer(path, vocab_size=None):
+    """A byte-level BPE tokenizer of the models' vocabulary size, trained here on _CORPUS
+    (tokenizer.json, tokenizer_config.json): any text encodes (bytes at worst), so vLLM's
+    OpenAI server takes text without a hub."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    vocab_size = vocab_size or LLAMA["vocab_size"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    text = [" ".join(_CORPUS[i:] + _CORPUS[:i]) for i in range(len(_CORPUS))]
+    tok.train_from_iterator(text, trainer=trainer)
+    assert tok.get_vocab_size() <= vocab_size
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+                   "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 8192,
+                   "add_bos_token": False}, f, indent=1)
+
+
 def write_model(path, kind="llama", seed=0):
-    """Writes kind's model directory at path (config.json, model.safetensors); returns path."""
+    """Writes kind's model directory at path (config.json, model.safetensors, the tokenizer);
+    returns path."""
     config = _config(kind)
     os.makedirs(path, exist_ok=True)
     config.save_pretrained(path)
     save_file(_weights(config, seed), os.path.join(path, "model.safetensors"),
               metadata={"format": "pt"})
+    write_tokenizer(path)
     return path
 
 

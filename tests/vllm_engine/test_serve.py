@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: MIT
+"""Two OpenAI servers (vLLM's CPU build, `python -m vllm.entrypoints.openai.api_server`, the
+tiny Llama with its tokenizer) with KvpoolConnector on one pool, over HTTP as a user meets
+them: a long prompt the first served is loaded by the second, which answers with the first's
+own prefix-hit text, sooner than the first's cold run; kvpoold killed under a request: the
+client gets its whole answer."""
+import threading
+import time
+
+import pytest
+
+from conftest import NS
+from servers import Server, long_prompt
+
+
+@pytest.fixture(scope="module")
+def servers(kvpoold, llama_dir, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("servers")
+    started = [Server(llama_dir, str(logs / f"server{i}.log"), kvpoold.socket, "llama", NS)
+               for i in (1, 2)]
+    try:
+        for s in started:
+            s.wait_ready()
+        yield started
+    finally:
+        for s in started:
+            s.stop()
+
+
+def test_the_second_server_loads_what_the_first_served(servers):
+    one, two = servers
+    prompt = long_prompt(1500, seed=1)
+    cold = one.complete(prompt)
+    own = one.complete(prompt)  # vLLM's own prefix hit: the reference
+    loaded = two.metric("vllm:kvpool_loaded_tokens_total")
+    got = two.complete(prompt)
+    n = cold["prompt_tokens"]
+    assert n >= 1500 and (got["prompt_tokens"], got["completion_tokens"]) == (n, 8)
+    # Whole blocks, never the prompt's last token: what vLLM's own prefix cache would hit.
+    assert two.metric("vllm:kvpool_loaded_tokens_total") - loaded == (n - 1) // 32 * 32
+    assert got["text"] == own["text"]
+    assert got["ttft"] < cold["ttft"], (got["ttft"], cold["ttft"])
+
+
+def test_kvpoold_killed_under_a_request(servers, kvpoold):
+    """No error reaches the HTTP client: the request is served (recomputed), whole."""
+    _, two = servers
+    prompt, out = long_prompt(1500, seed=2), {}
+    failures = two.metric("vllm:kvpool_failures_total")
+
+    def ask():
+        out["answer"] = two.complete(prompt, max_tokens=48)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    time.sleep(0.3)
+    kvpoold.kill()
+    t.join(300)
+    kvpoold.start()
+    assert out["answer"]["completion_tokens"] == 48
+    assert two.metric("vllm:kvpool_failures_total") > failures
