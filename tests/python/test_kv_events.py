@@ -357,6 +357,13 @@ def test_replay_after_a_late_join_returns_exactly_the_missed_batches(tmp_path):
         early = sub(d, "ev")
         with d.client(pool="ev") as c:
             commit_n(c, 5, 1000)
+            # Sent before the late one joins: the publisher's thread sends behind the pushes.
+            for _ in range(200):
+                ev = [p for p in c.stats()["pools"] if p["name"] == "ev"][0]["events"]
+                if ev["sent"] == 5:
+                    break
+                time.sleep(0.01)
+            assert ev["sent"] == 5
             late = sub(d, "ev")
             commit_n(c, 3, 2000)
         seen = [(seq, b) for _, seq, b in early.batches()]
