@@ -17,6 +17,7 @@ sys.path[:0] = [HERE, os.path.join(ROOT, "tests", "vllm"), os.path.join(ROOT, "l
                 os.path.join(ROOT, "tests", "python")]
 
 from daemon_proc import Daemon  # noqa: E402
+from servers import wait_or_kill  # noqa: E402
 import tiny_models  # noqa: E402
 
 DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
@@ -141,11 +142,7 @@ class Engine:
                 self.call("quit")
             except Exception:
                 pass
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            wait_or_kill(self.proc, 60)
         self.log.close()
 
 

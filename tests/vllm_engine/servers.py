@@ -101,12 +101,17 @@ class Server:
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            wait_or_kill(self.proc, 30)
         self.log.close()
+
+
+def wait_or_kill(proc, timeout):
+    """proc's end, killed if it takes longer than timeout seconds."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def long_prompt(words, seed=0):
