@@ -73,6 +73,23 @@ def check(socket, device, backend, layout):
                 assert torch.equal(k[dst], k0[src]) and torch.equal(v[dst], v0[src]), name
             for untouched in (1, 2, 3, 5, 6, 7, 8, 9, 11):
                 assert torch.equal(t[untouched], before[name][untouched]), name
+        # Stretches of consecutive blocks (a slice copy each): vLLM 4-6 and 8-9 saved into
+        # pool 10-14, loaded back into vLLM 0-4.
+        mid = {name: t.clone() for name, t in caches.items()}
+        w.save(copy(step=4, saves=[copy(req_id="s2", vllm_blocks=[[4, 5, 6, 8, 9]],
+                                        pool_blocks=[[10, 11, 12, 13, 14]])], loads=[],
+                    load_errors=[]))
+        assert w.take_answer() == (4, set())
+        w.load(copy(step=5, loads=[copy(req_id="l2", pool_blocks=[[10, 11, 12, 13, 14]],
+                                        vllm_blocks=[[0, 1, 2, 3, 4]])],
+                    saves=[], load_errors=[], failed_loads=[]))
+        for name, t in caches.items():
+            k, v = views(t)
+            k0, v0 = views(mid[name])
+            for src, dst in ((4, 0), (5, 1), (6, 2), (8, 3), (9, 4)):
+                assert torch.equal(k[dst], k0[src]) and torch.equal(v[dst], v0[src]), name
+            for untouched in range(5, BLOCKS):
+                assert torch.equal(t[untouched], mid[name][untouched]), name
         # Block ids of another daemon run (planned before a restart): no copy is made, the
         # load is reported failed and vLLM's blocks are as they were.
         after = {name: t.clone() for name, t in caches.items()}

@@ -20,29 +20,47 @@ def free_port():
         return s.getsockname()[1]
 
 
+# What the servers run with besides their options: 1 GiB of KV cache each (vLLM's CPU default
+# takes 4), threads left to the kernel (a VM's CPUs are not its NUMA layout), no hub.
+ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+       "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def kvpool_transfer(socket_path, pool, namespace):
+    """--kv-transfer-config for KvpoolConnector on kvpoold's socket and pool."""
+    return {"kv_connector": "KvpoolConnector", "kv_connector_module_path": "kvpool.vllm",
+            "kv_role": "kv_both", "kv_connector_extra_config": {
+                "socket": socket_path, "pool": pool, "namespace": namespace}}
+
+
+def command(python, model_dir, port, kv_transfer=None, max_model_len=8192):
+    """A server's command line (docs/vllm.md shows it; test_docs.py checks that it does)."""
+    args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+            "--block-size", str(BLOCK), "--max-model-len", str(max_model_len),
+            "--enforce-eager", "--seed", "0"]
+    if kv_transfer:
+        args += ["--kv-transfer-config", json.dumps(kv_transfer)]
+    return args
+
+
 class Server:
     """One server of model_dir with KvpoolConnector on kvpoold's socket and pool (None: no
-    connector); its output (vLLM's log) in log_path."""
+    connector, or kv_transfer's --kv-transfer-config: another connector); its output (vLLM's
+    log) in log_path. pythonpath: directories put before lib/python."""
 
     def __init__(self, model_dir, log_path, socket_path=None, pool=None, namespace=None,
-                 python=sys.executable, max_model_len=8192):
+                 python=sys.executable, max_model_len=8192, kv_transfer=None, pythonpath=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "w")
-        args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port),
-                "--block-size", str(BLOCK), "--max-model-len", str(max_model_len),
-                "--enforce-eager", "--seed", "0"]
         if socket_path:
-            args += ["--kv-transfer-config", json.dumps({
-                "kv_connector": "KvpoolConnector", "kv_connector_module_path": "kvpool.vllm",
-                "kv_role": "kv_both", "kv_connector_extra_config": {
-                    "socket": socket_path, "pool": pool, "namespace": namespace}})]
+            kv_transfer = kvpool_transfer(socket_path, pool, namespace)
+        args = command(python, model_dir, self.port, kv_transfer, max_model_len)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
-                   VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   PYTHONPATH=os.path.join(root, "lib", "python"))
+        env = dict(os.environ, **ENV, PYTHONPATH=os.pathsep.join(
+            [*pythonpath, os.path.join(root, "lib", "python")]))
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, timeout=300):
@@ -60,14 +78,17 @@ class Server:
         raise RuntimeError("vLLM's server did not answer /health:\n" + self.tail())
 
     def complete(self, prompt, max_tokens=8):
-        """A greedy completion, streamed: its text, seconds to its first token (ttft) and
-        its tokens counted by the server (prompt_tokens, completion_tokens)."""
+        """A greedy completion of prompt (text, or token ids), streamed: its text and token
+        ids, seconds to its first token (ttft) and to its last (e2e), and its tokens counted
+        by the server (prompt_tokens, completion_tokens)."""
         body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens,
                            "temperature": 0, "stream": True, "ignore_eos": True,
+                           # a token whose bytes end inside a character has no text yet
+                           "return_token_ids": True,
                            "stream_options": {"include_usage": True}}).encode()
         req = urllib.request.Request(self.url + "/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
-        t0, out, text = time.monotonic(), {"ttft": None}, []
+        t0, out, text, ids = time.monotonic(), {"ttft": None}, [], []
         with urllib.request.urlopen(req, timeout=300) as r:
             for line in r:
                 line = line.decode().strip()
@@ -80,10 +101,13 @@ class Server:
                     out.update(prompt_tokens=chunk["usage"]["prompt_tokens"],
                                completion_tokens=chunk["usage"]["completion_tokens"])
                 for choice in chunk.get("choices") or ():
-                    if choice["text"] and out["ttft"] is None:
-                        out["ttft"] = time.monotonic() - t0
+                    if choice["text"] or choice.get("token_ids"):
+                        out["e2e"] = time.monotonic() - t0
+                        if out["ttft"] is None:
+                            out["ttft"] = out["e2e"]
                     text.append(choice["text"])
-        out["text"] = "".join(text)
+                    ids += choice.get("token_ids") or ()
+        out["text"], out["token_ids"] = "".join(text), ids
         return out
 
     def metric(self, name):

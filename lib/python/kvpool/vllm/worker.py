@@ -53,6 +53,17 @@ def layer_groups(kv_cache_config, caches):
     return [sorted(caches, key=layer_index)]
 
 
+def runs(a, b):
+    """[(a0, b0, n)]: the stretches where a and b (block id lists of equal length) both count
+    up by one, in order."""
+    out, start = [], 0
+    for i in range(1, len(a) + 1):
+        if i == len(a) or a[i] != a[i - 1] + 1 or b[i] != b[i - 1] + 1:
+            out.append((a[start], b[start], i - start))
+            start = i
+    return out
+
+
 class WorkerSide:
     def __init__(self, vllm_config, kv_cache_config, extra, rank=None, layout=None):
         """rank: (rank, size) among the tensor-parallel ranks; default vLLM's. layout: every
@@ -161,6 +172,21 @@ class WorkerSide:
             if not pools:
                 continue
             group = self.layers[g]
+            stretches = runs(vllms, pools)
+            if 2 * len(stretches) <= len(pools):
+                # Blocks mostly consecutive in both tables (a new request's, a fresh pool's):
+                # a slice copy a stretch. torch's index_copy_ and index_select move bf16 on
+                # the CPU at a tenth of a slice copy's speed (4000 tokens of the tests' Llama:
+                # 13-23 ms against 4-5).
+                for k, v, pk, pv in group:
+                    for ours, theirs in ((k, pk), (v, pv)):
+                        for a, b, n in stretches:
+                            if to_pool:
+                                theirs[b:b + n].copy_(ours[a:a + n])
+                            else:
+                                ours[a:a + n].copy_(theirs[b:b + n])
+                copied += len(pools) * self.group_bytes[g]
+                continue
             device = group[0][0].device
             vi = torch.tensor(vllms, dtype=torch.long, device=device)
             pi = torch.tensor(pools, dtype=torch.long, device=group[0][2].device)
