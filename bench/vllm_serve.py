@@ -187,8 +187,7 @@ def measure(servers, reference, args, requests):
     for n in args.probe_lengths:
         cold, cross, own, ratio = [], [], [], []
         for rep in range(args.probe_reps):
-            r = random.Random(f"probe {n} {rep}")
-            prompt = [r.randrange(len(tiny_models.SPECIALS), VOCAB) for _ in range(n)]
+            prompt = block_tokens(f"probe {n} {rep}", n)
             cold.append(settled(servers[0]).complete(prompt)["ttft"])
             cross.append(settled(servers[1]).complete(prompt)["ttft"])
             own.append(settled(servers[0]).complete(prompt)["ttft"])

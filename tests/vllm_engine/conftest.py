@@ -17,7 +17,7 @@ sys.path[:0] = [HERE, os.path.join(ROOT, "tests", "vllm"), os.path.join(ROOT, "l
                 os.path.join(ROOT, "tests", "python")]
 
 from daemon_proc import Daemon  # noqa: E402
-from servers import wait_or_kill  # noqa: E402
+from servers import kvpool_transfer, wait_or_kill  # noqa: E402
 import tiny_models  # noqa: E402
 
 DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
@@ -67,10 +67,7 @@ def kvpoold(tmp_path_factory):
 
 
 def connector(socket_path, pool):
-    return {"kv_connector": "KvpoolConnector", "kv_connector_module_path": "kvpool.vllm",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {"socket": socket_path, "pool": pool,
-                                          "namespace": NS}}
+    return kvpool_transfer(socket_path, pool, NS)
 
 
 class Engine:
