@@ -8,7 +8,8 @@
 # The tests that start a daemon run again, release build, on the epoll event
 # loop (what containers that refuse io_uring get); the fallback itself is
 # tested under a seccomp filter that refuses io_uring.
-# Prints one line per test and ends with "N passed, N failed, N skipped".
+# Prints one line per test, then the slowest tests with their seconds (CI's time budget is
+# spent there), and ends with "N passed, N failed, N skipped".
 # A test exiting 77 is skipped (its last output line says why); one running past
 # TEST_TIMEOUT seconds (default 300; the slowest takes well under a minute) fails,
 # so a hang costs minutes, not the whole CI run.
@@ -17,12 +18,14 @@ cd "$(dirname "$0")/.." || exit 1
 
 pass=0 fail=0 skip=0
 failed=()
+times=()
 
 run() {
-	local name=$1 out rc
+	local name=$1 out rc start=$SECONDS
 	shift
 	out=$(timeout --kill-after=10 "${TEST_TIMEOUT:-300}" "$@" 2>&1)
 	rc=$?
+	times+=("$((SECONDS - start)) $name")
 	[ $rc = 124 ] && out+=$'\n'"timed out after ${TEST_TIMEOUT:-300} s"
 	case $rc in
 	0) pass=$((pass + 1)); echo "ok    $name" ;;
@@ -130,6 +133,7 @@ fi
 run "build/rooms" tests/rooms.sh
 run "build/rooms-catch" tests/rooms_catch.sh
 
+printf '%s\n' "${times[@]}" | sort -rn | head -n 12 | awk '{ printf "%s%s %s s", (NR > 1 ? ", " : "slowest: "), $2, $1 } END { print "" }'
 [ ${#failed[@]} -eq 0 ] || printf 'failed: %s\n' "${failed[*]}"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
