@@ -125,7 +125,7 @@ run "cli/kvctl" tests/kvctl_cli.sh
 run "man-pages" tests/man_pages.sh
 
 if command -v clang >/dev/null; then
-	run "build/clang" make --no-print-directory -s VARIANT=clang all
+	run "build/clang" make --no-print-directory -s -j"$(nproc)" VARIANT=clang all
 else
 	run "build/clang" sh -c 'echo "clang is not installed"; exit 77'
 fi
