@@ -3,8 +3,9 @@
 #
 # Variants: VARIANT=asan (ASan+UBSan, invariant checks inside the core, test hooks),
 # VARIANT=tsan (ThreadSanitizer, for the threaded data path: workers, split-K)
-# and VARIANT=clang build into build/<variant>/ with their binaries in
-# build/<variant>/bin; the default build puts its tools in tools/.
+# and VARIANT=clang build into build/<variant>/. Every build puts its programs (kvpoold, kvctl,
+# kvbench, kvtrace, kvengine) in $(BUILD)/bin: build/bin/, build/<variant>/bin/; `make kvctl`
+# (kvpoold, kvbench, kvtrace, kvengine) builds one.
 
 VARIANT ?=
 CC ?= cc
@@ -27,26 +28,23 @@ OPT := -O2
 
 ifeq ($(VARIANT),)
 BUILD := build
-BIN := tools
 else ifeq ($(VARIANT),asan)
 BUILD := build/asan
-BIN := $(BUILD)/bin
 OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DKVCORE_DEBUG \
        -DKVPD_TEST_HOOKS
 else ifeq ($(VARIANT),clang)
 CC := clang
 CXX := clang++
 BUILD := build/clang
-BIN := $(BUILD)/bin
 else ifeq ($(VARIANT),tsan)
 CC := clang
 CXX := clang++
 BUILD := build/tsan
-BIN := $(BUILD)/bin
 OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer
 else
 $(error unknown VARIANT '$(VARIANT)': use asan, tsan or clang)
 endif
+BIN := $(BUILD)/bin
 
 CFLAGS ?=
 LDFLAGS ?=
@@ -102,8 +100,7 @@ INTEG_BIN := $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 
 # The CUDA backend plugin, built where nvcc is (make NVCC= skips it). Its host code is C that
 # nvcc hands to $(CC); the GPU code to come is built for Hopper, with PTX for later GPUs. A
-# daemon looks for it in gpu/ beside its own directory: gpu/ for daemon/kvpoold, $(BUILD)/gpu/
-# for $(BIN)/kvpoold.
+# daemon looks for it in gpu/ beside its own directory: $(BUILD)/gpu/ for $(BIN)/kvpoold.
 ifeq ($(origin NVCC),undefined)
 NVCC := $(shell command -v nvcc 2>/dev/null || \
 	  { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -121,7 +118,7 @@ GPU_OBJ := $(GPU_C_OBJ) $(GPU_CU:%.cu=$(BUILD)/%.fatbin.o)
 # A fatbin depends on nvcc's flags alone, not a variant's: one for all, in build/gpu/ (the
 # attention kernels take minutes to build).
 FATBIN_DIR := build/gpu
-CUDA_PLUGIN := $(if $(VARIANT),$(BUILD)/gpu,gpu)/libkvpool_cuda.so
+CUDA_PLUGIN := $(BUILD)/gpu/libkvpool_cuda.so
 # What a machine (a sandbox) lets the GPU pool do, beside the plugin: the GPU tests run it.
 CUDA_PROBE := $(dir $(CUDA_PLUGIN))cuda_probe
 
@@ -137,12 +134,16 @@ CXXFLAGS_EMU := -std=gnu++17 -Wall -Wextra -Werror -g -D_GNU_SOURCE -Idaemon -Id
 # Runs a program where io_uring is refused (a seccomp filter): the epoll fallback's test.
 NO_IO_URING := $(BUILD)/tests/no_io_uring
 
+PROGRAMS := kvpoold kvtrace kvbench kvctl kvengine
 TOOLS := $(BIN)/kvtrace $(BIN)/kvbench $(BIN)/kvctl $(BIN)/kvengine
-DAEMON := $(if $(VARIANT),$(BIN)/kvpoold,daemon/kvpoold)
+DAEMON := $(BIN)/kvpoold
 
-.PHONY: all deps test-deps test demo demo-vllm bench install uninstall clean
+.PHONY: all deps test-deps test demo demo-vllm bench install uninstall clean $(PROGRAMS)
 all: $(CORE_LIB) $(LIB_A) $(LIB_SO) $(DAEMON) $(TOOLS) $(UNIT_BIN) $(INTEG_BIN) $(NO_IO_URING) \
 	cuda-backend python-binding
+
+# One program: `make kvctl` is $(BIN)/kvctl.
+$(PROGRAMS): %: $(BIN)/%
 
 # Every object depends on the compiler and flags it was built with (as git's GIT-CFLAGS):
 # after a `make CFLAGS=-DX`, a plain `make` rebuilds, never links objects of both.
@@ -361,8 +362,8 @@ install: all
 		$(D)$(DATADIR)/kvpool/grafana \
 		$(D)$(DATADIR)/doc/kvpool $(D)$(SYSCONFDIR)/kvpool \
 		$(addprefix $(D)$(MANDIR)/man,1 3 5 8)
-	install -m 755 daemon/kvpoold $(D)$(SBINDIR)/
-	install -m 755 $(addprefix tools/,$(INSTALLED_BINS)) $(D)$(BINDIR)/
+	install -m 755 build/bin/kvpoold $(D)$(SBINDIR)/
+	install -m 755 $(addprefix build/bin/,$(INSTALLED_BINS)) $(D)$(BINDIR)/
 	install -m 644 build/libkvpool.a $(D)$(LIBDIR)/
 	install -m 755 build/libkvpool.so.0 $(D)$(LIBDIR)/
 	ln -sf libkvpool.so.0 $(D)$(LIBDIR)/libkvpool.so
@@ -417,7 +418,7 @@ uninstall:
 		echo "kept $(D)$(SYSCONFDIR)/kvpool/kvpool.conf (remove it by hand)"
 
 clean:
-	rm -rf build $(TOOLS) daemon/kvpoold gpu/libkvpool_cuda.so gpu/cuda_probe lib/python/kvpool/_kvpool.abi3.so
+	rm -rf build lib/python/kvpool/_kvpool.abi3.so
 
 .PHONY: FORCE
 # Objects of test and tool binaries are not throwaway intermediates: keep them for incremental builds.

@@ -5,7 +5,7 @@
 # kvpoold, so no run finds another's prompts cached). Prints each run's summary line and
 # the median tokens/s of each mode. Usage: bench/engine.sh [ROUNDS] [engine options...]
 # (default: --model gemma3 --seed 2 --requests 16 --prompt-tokens 200 --shared-prefix 128
-# --max-new 64). Needs torch and a built tree; KVPOOLD overrides daemon/kvpoold.
+# --max-new 64). Needs torch and a built tree; KVPOOLD overrides build/bin/kvpoold.
 set -eu
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -13,7 +13,7 @@ shift || true
 [ $# -gt 0 ] || set -- --model gemma3 --seed 2 --requests 16 --prompt-tokens 200 \
 	--shared-prefix 128 --max-new 64
 py=${PYTHON:-/usr/bin/python3}
-daemon=${KVPOOLD:-daemon/kvpoold}
+daemon=${KVPOOLD:-build/bin/kvpoold}
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 pid=

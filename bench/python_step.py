@@ -8,7 +8,7 @@ form (b.alloc(seqs, 1); b.commit(seqs, n)), and as that many unbatched calls. Cl
 mode). The figure to beat: vLLM v1's Python KV manager doing the same step in process,
 ~4 us per sequence on these machines (~260 us for 64 sequences).
 
-Starts a private kvpoold (KVPOOLD, default daemon/kvpoold) unless --socket names one
+Starts a private kvpoold (KVPOOLD, default build/bin/kvpoold) unless --socket names one
 (whose admin it must be: it creates an owned pool). Prints the median step of --rounds.
 """
 import argparse
@@ -65,7 +65,7 @@ def main():
     if not sock:
         tmp = tempfile.mkdtemp(prefix="python_step.")
         sock = os.path.join(tmp, "kvpool.sock")
-        binary = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
+        binary = os.environ.get("KVPOOLD", os.path.join(ROOT, "build", "bin", "kvpoold"))
         daemon = subprocess.Popen([binary, "-q", "--socket", sock, "--spin-us", str(args.spin_us)])
         while True:  # ready once it accepts (the path appears at bind, before listen)
             with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:

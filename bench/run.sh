@@ -8,7 +8,7 @@
 # /var/tmp: a disk, not tmpfs), removed after; it is not in the default set.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-kvbench=${KVBENCH:-tools/kvbench}
+kvbench=${KVBENCH:-build/bin/kvbench}
 py=$(test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
 failed=0
 

@@ -45,7 +45,7 @@ from daemon_proc import Daemon  # noqa: E402
 from servers import BLOCK, Server, free_port, kvpool_transfer, wait_or_kill  # noqa: E402
 import tiny_models  # noqa: E402
 
-KVPOOLD = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
+KVPOOLD = os.environ.get("KVPOOLD", os.path.join(ROOT, "build", "bin", "kvpoold"))
 LMCACHE_DIR = os.path.join(ROOT, ".venv-cpu-lmcache")
 LMCACHE_REQ = os.path.join(ROOT, "bench", "requirements-lmcache.txt")
 VOCAB = tiny_models.LLAMA["vocab_size"]

@@ -163,7 +163,7 @@ def main(argv):
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = harness.write_model_dir(os.path.join(tmp, "model"), max_positions=8192)
         d = Daemon(Path(tmp), POOL + "\n[namespace.bench]\nuids = 0\n",
-                   os.environ.get("KVPOOLD", str(ROOT / "daemon" / "kvpoold")))
+                   os.environ.get("KVPOOLD", str(ROOT / "build" / "bin" / "kvpoold")))
         try:
             if "step" in which:
                 bench_step(model_dir, d.socket)

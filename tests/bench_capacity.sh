@@ -4,7 +4,7 @@
 # some counts worked out by hand; a custom --layers pattern; usage errors exit 2.
 set -eu
 cd "$(dirname "$0")/.." || exit 1
-kvbench=${KVBENCH:-tools/kvbench}
+kvbench=${KVBENCH:-build/bin/kvbench}
 fail() { echo "FAIL: $*"; exit 1; }
 command -v jq >/dev/null || { echo "jq is not installed"; exit 77; }
 

@@ -5,12 +5,12 @@
 #    every batch sent was received by the subscriber and none dropped;
 #  - a decode row with both figures and their ratio;
 #  - usage errors exit 2.
-# $KVBENCH (default tools/kvbench), $KVPOOLD (the daemon kvbench starts).
+# $KVBENCH (default build/bin/kvbench), $KVPOOLD (the daemon kvbench starts).
 set -eu
 cd "$(dirname "$0")/.."
 
-kvbench=${KVBENCH:-tools/kvbench}
-kvpoold=${KVPOOLD:-daemon/kvpoold}
+kvbench=${KVBENCH:-build/bin/kvbench}
+kvpoold=${KVPOOLD:-build/bin/kvpoold}
 command -v jq >/dev/null || { echo "jq is not installed"; exit 77; }
 out=$(mktemp)
 trap 'rm -f "$out" "$out.err"' EXIT

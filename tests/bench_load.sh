@@ -3,13 +3,13 @@
 # as JSON Lines: every row has its fields, none an error, no block is left in use, long-context
 # preempts in process and decode never does, decode and shared-prefix hit the prefix cache. Then a run on a
 # daemon of our own through --socket, and usage errors exit 2.
-# $KVBENCH (default tools/kvbench); $KVPOOLD (default: the one kvbench finds, daemon/kvpoold
+# $KVBENCH (default build/bin/kvbench); $KVPOOLD (default: the one kvbench finds, build/bin/kvpoold
 # in a build tree) is the daemon kvbench starts, and the one started here for --socket.
 set -eu
 cd "$(dirname "$0")/.."
 
-kvbench=${KVBENCH:-tools/kvbench}
-kvpoold=${KVPOOLD:-daemon/kvpoold}
+kvbench=${KVBENCH:-build/bin/kvbench}
+kvpoold=${KVPOOLD:-build/bin/kvpoold}
 command -v jq >/dev/null || { echo "jq is not installed"; exit 77; }
 dir=$(mktemp -d)
 daemon=

@@ -11,12 +11,12 @@
 #    (bench/README.md has how close it comes); a disk tier (lru, then second_sight) at the
 #    trace's pace, and in a directory of its own under $TMPDIR, removed after the run and
 #    after a SIGINT; the text row; --engines 3 and --speed; usage errors exit 2.
-# $KVBENCH (default tools/kvbench), $KVPOOLD (the daemon kvbench starts).
+# $KVBENCH (default build/bin/kvbench), $KVPOOLD (the daemon kvbench starts).
 set -eu
 cd "$(dirname "$0")/.."
 
-kvbench=${KVBENCH:-tools/kvbench}
-kvpoold=${KVPOOLD:-daemon/kvpoold}
+kvbench=${KVBENCH:-build/bin/kvbench}
+kvpoold=${KVPOOLD:-build/bin/kvpoold}
 command -v jq >/dev/null || { echo "jq is not installed"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

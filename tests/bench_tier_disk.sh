@@ -7,12 +7,12 @@
 #  - the tier's file and fio's are gone after the run;
 #  - fio's figures where fio is installed, 0 where it is not;
 #  - usage errors exit 2.
-# $KVBENCH (default tools/kvbench), $KVPOOLD (the daemon kvbench starts).
+# $KVBENCH (default build/bin/kvbench), $KVPOOLD (the daemon kvbench starts).
 set -eu
 cd "$(dirname "$0")/.."
 
-kvbench=${KVBENCH:-tools/kvbench}
-kvpoold=${KVPOOLD:-daemon/kvpoold}
+kvbench=${KVBENCH:-build/bin/kvbench}
+kvpoold=${KVPOOLD:-build/bin/kvpoold}
 command -v jq >/dev/null || { echo "jq is not installed"; exit 77; }
 dir=$(mktemp -d /var/tmp/kvpool-bench-tier.XXXXXX)
 trap 'rm -rf "$dir"' EXIT

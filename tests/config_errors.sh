@@ -5,7 +5,7 @@
 # with exit status 0 at SIGTERM.
 set -eu
 cd "$(dirname "$0")/.." || exit 1
-daemon=${KVPOOLD:-daemon/kvpoold}
+daemon=${KVPOOLD:-build/bin/kvpoold}
 tmp=$(mktemp -d)
 pid=
 cleanup() {

@@ -8,11 +8,12 @@
 #    at the daemon's default level (info);
 #  - errors name the socket, the pool, the namespace: no daemon, no pool, a namespace or
 #    the socket refused to another uid (root only: run as uid 65534 with setpriv).
-# Usage: kvctl_cli.sh (daemon/kvpoold or $KVPOOLD; tools/ or $BIN for kvctl and kvengine).
+# Usage: kvctl_cli.sh ($BIN, default build/bin, for kvpoold, kvctl and kvengine; $KVPOOLD for
+# another kvpoold).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-bin=${BIN:-tools}
-daemon=${KVPOOLD:-daemon/kvpoold}
+bin=${BIN:-build/bin}
+daemon=${KVPOOLD:-$bin/kvpoold}
 failures=0
 fail() {
 	echo "FAIL: $*"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The man pages (docs/man/) render without warnings and say what the programs' --help says.
 #
-# For kvpoold, kvctl, kvtrace and kvbench (daemon/kvpoold or $KVPOOLD, tools/kvctl or $KVCTL,
-# tools/kvtrace or $KVTRACE, tools/kvbench or $KVBENCH; $BIN for another tools folder):
+# For kvpoold, kvctl, kvtrace and kvbench (in $BIN, default build/bin; or $KVPOOLD, $KVCTL,
+# $KVTRACE, $KVBENCH):
 #  (a) `groff -man -ww -z PAGE` prints nothing and `man -l PAGE` renders it cleanly;
 #  (b) the long options of `PROG --help` are those of the page's OPTIONS section;
 #  (c) for kvctl and kvbench, the commands of `PROG --help` are those of the page's COMMANDS.
@@ -37,9 +37,9 @@ fi
 # sandboxes its filters with seccomp, which some containers refuse: it adds nothing here.
 export LC_ALL=C MAN_DISABLE_SECCOMP=1 MANWIDTH=80
 
-bin=${BIN:-tools}
+bin=${BIN:-build/bin}
 declare -A prog=(
-	[kvpoold]=${KVPOOLD:-daemon/kvpoold}
+	[kvpoold]=${KVPOOLD:-$bin/kvpoold}
 	[kvctl]=${KVCTL:-$bin/kvctl}
 	[kvtrace]=${KVTRACE:-$bin/kvtrace}
 	[kvbench]=${KVBENCH:-$bin/kvbench}

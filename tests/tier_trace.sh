@@ -11,12 +11,12 @@
 #  - pool and tier together hit within 1 point of one LRU cache of their summed size, and no
 #    request failed; the tier's counters add up: every block the pool evicted is in it, or
 #    counted unoffered.
-# $KVBENCH (default tools/kvbench), $KVPOOLD (the daemon kvbench starts).
+# $KVBENCH (default build/bin/kvbench), $KVPOOLD (the daemon kvbench starts).
 set -eu
 cd "$(dirname "$0")/.."
 
-kvbench=${KVBENCH:-tools/kvbench}
-kvpoold=${KVPOOLD:-daemon/kvpoold}
+kvbench=${KVBENCH:-build/bin/kvbench}
+kvpoold=${KVPOOLD:-build/bin/kvpoold}
 trace=tests/replay/mooncake-synthetic-last300.jsonl
 command -v jq >/dev/null || { echo "jq is not installed"; exit 77; }
 command -v python3 >/dev/null || { echo "python3 is not installed"; exit 77; }

@@ -3,8 +3,8 @@
 # prints kvctl's, libkvpool's and the daemon's lines, or says the daemon is not running.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-bin=${BIN:-tools}
-daemon=${KVPOOLD:-daemon/kvpoold}
+bin=${BIN:-build/bin}
+daemon=${KVPOOLD:-$bin/kvpoold}
 version=$(cat VERSION)
 fail() { echo "FAIL: $*"; exit 1; }
 

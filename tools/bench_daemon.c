@@ -14,14 +14,14 @@
 #include "../lib/libkvpool.h"
 #include "kvbench.h"
 
-/* kvpoold beside this binary (build variants), else the source tree's daemon/. */
+/* kvpoold beside this binary, as every build puts them (build/bin/, build/VARIANT/bin/). */
 void bench_default_daemon(char *out, size_t len)
 {
 	char exe[PATH_MAX / 2];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	char *slash;
 
-	snprintf(out, len, "daemon/kvpoold");
+	snprintf(out, len, "build/bin/kvpoold");
 	if (n <= 0)
 		return;
 	exe[n] = '\0';
@@ -30,8 +30,6 @@ void bench_default_daemon(char *out, size_t len)
 		return;
 	*slash = '\0';
 	snprintf(out, len, "%s/kvpoold", exe);
-	if (access(out, X_OK))
-		snprintf(out, len, "%s/../daemon/kvpoold", exe);
 }
 
 int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,

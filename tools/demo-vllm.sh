@@ -34,7 +34,7 @@ PYTHONPATH=lib/python "$py" -m kvpool.vllm pool-config --model-dir "$dir/model" 
 	--block-size 32 --blocks 2048 --name demo --namespace "demo$$" >"$dir/kvpool.conf"
 printf '\n[namespace.demo%s]\nuids = %s\n' "$$" "$(id -u)" >>"$dir/kvpool.conf"
 cat "$dir/kvpool.conf"
-daemon/kvpoold --socket "$dir/kvpool.sock" --config "$dir/kvpool.conf" 2>"$dir/kvpoold.log" &
+build/bin/kvpoold --socket "$dir/kvpool.sock" --config "$dir/kvpool.conf" 2>"$dir/kvpoold.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -S "$dir/kvpool.sock" ] && break; sleep 0.05; done
 
@@ -61,4 +61,4 @@ finally:
         s.stop()
 EOF
 echo "== kvctl stats =="
-tools/kvctl --socket "$dir/kvpool.sock" stats
+build/bin/kvctl --socket "$dir/kvpool.sock" stats

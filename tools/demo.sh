@@ -15,13 +15,13 @@ trap cleanup EXIT
 
 echo "== kvpoold --config tools/demo.ini --socket $sock"
 echo "   (pool: 512 blocks of 16 tokens, groups full + swa:64, 2 layers each, bf16 KV)"
-daemon/kvpoold --config tools/demo.ini --socket "$sock" &
+build/bin/kvpoold --config tools/demo.ini --socket "$sock" &
 daemon_pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
 engines=()
 engine() {
-	tools/kvengine --socket "$sock" --name "$1" --seed "$2" --hold-ms 1500 >"$dir/$1.out" &
+	build/bin/kvengine --socket "$sock" --name "$1" --seed "$2" --hold-ms 1500 >"$dir/$1.out" &
 	engines+=($!)
 }
 # Waits until every engine named has decoded (and holds its sequence), or fails.
@@ -45,10 +45,10 @@ engine engine-C 3
 await engine-B engine-C
 cat "$dir/engine-A.out" "$dir/engine-B.out" "$dir/engine-C.out"
 echo "== kvctl stats (engines holding their sequences)"
-tools/kvctl --socket "$sock" stats
+build/bin/kvctl --socket "$sock" stats
 for pid in "${engines[@]}"; do wait "$pid"; done
 echo "== kvctl stats (engines gone: their published blocks stay cached)"
-tools/kvctl --socket "$sock" stats
+build/bin/kvctl --socket "$sock" stats
 kill -TERM "$daemon_pid"
 wait "$daemon_pid"
 daemon_pid=

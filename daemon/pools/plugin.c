@@ -22,9 +22,9 @@
 #define NOT_AVAILABLE "cuda backend not available: "
 
 /*
- * gpu/ of the build tree that the running kvpoold was built in: daemon/kvpoold
- * (or build/<variant>/bin/kvpoold) finds gpu/ (build/<variant>/gpu/) beside
- * its own directory. /proc/self/exe is already free of symlinks, so its
+ * gpu/ of the build tree that the running kvpoold was built in: build/bin/kvpoold
+ * (or build/<variant>/bin/kvpoold) finds build/gpu/ (build/<variant>/gpu/)
+ * beside its own directory. /proc/self/exe is already free of symlinks, so its
  * directory's parent by name is its parent on disk.
  */
 static int build_tree_dir(char *dir, size_t len)

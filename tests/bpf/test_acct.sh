@@ -13,7 +13,7 @@
 # Exit 77 (skipped) without root, jq, or a kernel that can run BPF on uprobes.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-kvpoold=${1:-daemon/kvpoold} kvctl=${2:-tools/kvctl}
+kvpoold=${1:-build/bin/kvpoold} kvctl=${2:-build/bin/kvctl}
 bindir=$(dirname "$kvctl")
 kvengine=${KVENGINE:-$bindir/kvengine} kvtrace=${KVTRACE:-$bindir/kvtrace}
 hold_ms=1000

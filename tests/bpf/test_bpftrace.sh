@@ -16,7 +16,7 @@
 # Exit 77 (skipped) without root, bpftrace or jq, or when bpftrace cannot run BPF.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-kvpoold=${1:-daemon/kvpoold} kvctl=${2:-tools/kvctl}
+kvpoold=${1:-build/bin/kvpoold} kvctl=${2:-build/bin/kvctl}
 bindir=$(dirname "$kvctl")
 kvengine=${KVENGINE:-$bindir/kvengine} kvtrace=${KVTRACE:-$bindir/kvtrace}
 

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.join(ROOT, "lib", "python"))
 
 from daemon_proc import Daemon  # noqa: E402
 
-KVPOOLD = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
-KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
+KVPOOLD = os.environ.get("KVPOOLD", os.path.join(ROOT, "build", "bin", "kvpoold"))
+KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 # What a sanitizer build says when it finds something.
 SANITIZER = re.compile(r"AddressSanitizer|LeakSanitizer|ThreadSanitizer|runtime error:")
 

@@ -9,16 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make -s -j"$(nproc)" all >/dev/null
-[ -x gpu/libkvpool_cuda.so ] && [ -x gpu/cuda_probe ] || {
+[ -x build/gpu/libkvpool_cuda.so ] && [ -x build/gpu/cuda_probe ] || {
 	echo "pack.sh: the CUDA plugin is not built (nvcc not found)" >&2
 	exit 1
 }
 rm -rf .device
-mkdir -p .device/daemon .device/gpu .device/tools .device/lib .device/tests/integration \
-	.device/python
-cp daemon/kvpoold .device/daemon/
-cp gpu/libkvpool_cuda.so gpu/cuda_probe .device/gpu/
-cp tools/kvctl tools/kvbench .device/tools/
+# As in build/: the daemon finds its plugin in gpu/ beside its bin/, kvbench the daemon beside it.
+mkdir -p .device/bin .device/gpu .device/lib .device/tests/integration .device/python
+cp build/bin/kvpoold build/bin/kvctl build/bin/kvbench .device/bin/
+cp build/gpu/libkvpool_cuda.so build/gpu/cuda_probe .device/gpu/
 for t in test_cuda_attend test_cuda_pool test_cuda_shared test_kv_masks test_pool_map_shared; do
 	cp build/tests/integration/$t .device/tests/integration/
 done
@@ -28,7 +27,7 @@ cp lib/python/kvpool/*.py lib/python/kvpool/_kvpool.abi3.so .device/python/kvpoo
 mkdir .device/python/kvpool/vllm
 cp lib/python/kvpool/vllm/*.py .device/python/kvpool/vllm/
 # Every library these load but glibc's own and the driver (the machine's).
-for f in .device/daemon/* .device/gpu/* .device/tools/* .device/tests/integration/* \
+for f in .device/bin/* .device/gpu/* .device/tests/integration/* \
 	.device/python/kvpool/*.so; do
 	ldd "$f" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libgcc_s)\.so' |

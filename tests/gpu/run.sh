@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # run.sh: the GPU machine's whole run, as one command, from a tree that carries .device/
-# (tests/gpu/pack.sh): what the machine is and what its sandbox allows (gpu/cuda_probe),
+# (tests/gpu/pack.sh): what the machine is and what its sandbox allows (.device/gpu/cuda_probe),
 # the daemon on it (a host test), the GPU tests, the torch engine on cuda against its own
 # reference (engine_check.sh), the vLLM connector's copies on cuda tensors
 # (tests/vllm/copies_check.py), and kvbench attend --backend cuda. Each step's output goes to $OUT (or
@@ -13,7 +13,7 @@ D=$PWD/.device
 OUT=${OUT:-/tmp/kvpool-gpu}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export KVPOOLD=$D/daemon/kvpoold KVCTL=$D/tools/kvctl PYTHONPATH=$D/python PYTHONUNBUFFERED=1
+export KVPOOLD=$D/bin/kvpoold KVCTL=$D/bin/kvctl PYTHONPATH=$D/python PYTHONUNBUFFERED=1
 summary=()
 
 step() { # step NAME TIMEOUT COMMAND...: runs it, its output to $OUT/NAME.log and here
@@ -54,7 +54,7 @@ rm -rf "$dir"
 
 quick=--quick
 [ "${1:-}" = --full ] && quick=
-step kvbench-attend-cuda 500 "$D/tools/kvbench" attend --backend cuda $quick
+step kvbench-attend-cuda 500 "$D/bin/kvbench" attend --backend cuda $quick
 
 echo "== summary"
 printf '%s\n' "${summary[@]}"

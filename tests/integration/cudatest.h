@@ -30,7 +30,7 @@ extern struct cu cu;
  */
 void cuda_need_gpu(const char *test);
 /*
- * As cuda_need_gpu, and exits 77 quoting the probe (gpu/cuda_probe, beside
+ * As cuda_need_gpu, and exits 77 quoting the probe (cuda_probe, beside
  * the plugin) when this machine refuses to export CUDA memory as a POSIX fd
  * or to import it in another process: a sandbox's limit, not kvpool's.
  */

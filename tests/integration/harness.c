@@ -23,7 +23,7 @@ int daemon_start(struct daemon *d, const char *const *extra_args)
 
 const char *daemon_binary(void)
 {
-	return getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
+	return getenv("KVPOOLD") ? getenv("KVPOOLD") : "build/bin/kvpoold";
 }
 
 bool daemon_plugin_dir(char *dir, size_t len)

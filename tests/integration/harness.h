@@ -2,7 +2,7 @@
 /*
  * Integration-test harness: start a real kvpoold on a private socket, connect
  * clients, fork client processes, and stop the daemon checking it exits 0.
- * The daemon binary comes from $KVPOOLD (default daemon/kvpoold).
+ * The daemon binary comes from $KVPOOLD (default build/bin/kvpoold).
  */
 #ifndef KVPOOL_TEST_HARNESS_H
 #define KVPOOL_TEST_HARNESS_H
@@ -33,7 +33,7 @@ int daemon_start_nofile(struct daemon *d, const char *const *extra_args, unsigne
 int daemon_restart(struct daemon *d, const char *const *extra_args);
 /* SIGTERM, then waits: returns the exit status (0 expected), or -1. */
 int daemon_stop(struct daemon *d);
-/* The kvpoold under test: $KVPOOLD, else daemon/kvpoold. */
+/* The kvpoold under test: $KVPOOLD, else build/bin/kvpoold. */
 const char *daemon_binary(void);
 /*
  * Where that daemon finds the CUDA plugin by default (gpu/ beside its

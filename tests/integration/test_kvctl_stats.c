@@ -42,7 +42,7 @@ static const char *kvctl(const char *args)
 	size_t len;
 	FILE *p;
 
-	snprintf(cmd, sizeof(cmd), "%s %s -s %s", getenv("KVCTL") ? getenv("KVCTL") : "tools/kvctl",
+	snprintf(cmd, sizeof(cmd), "%s %s -s %s", getenv("KVCTL") ? getenv("KVCTL") : "build/bin/kvctl",
 		 args, dmn->socket);
 	p = popen(cmd, "r");
 	CHECK(p != NULL);

@@ -206,7 +206,7 @@ static void refusals_leak_nothing(const struct daemon *d, struct kvp_client *adm
 /* kvctl pool create g1 backend=cuda ... exits 1 and says "kvctl: pool create g1: @want...". */
 static void kvctl_refused(const struct daemon *d, const char *want, bool whole)
 {
-	char *argv[] = { getenv("KVCTL") ? getenv("KVCTL") : "tools/kvctl", "-s", (char *)d->socket,
+	char *argv[] = { getenv("KVCTL") ? getenv("KVCTL") : "build/bin/kvctl", "-s", (char *)d->socket,
 			 "pool", "create", "g1", "backend=cuda", GEOMETRY, KV, NULL };
 	char err[1024], line[256];
 

@@ -306,7 +306,7 @@ static char *kvctl(const struct daemon *d, uid_t uid, bool json, pid_t *pid)
 	int fds[2];
 
 	if (!*bin)
-		daemon_copy_program(d, getenv("KVCTL") ? getenv("KVCTL") : "tools/kvctl", bin,
+		daemon_copy_program(d, getenv("KVCTL") ? getenv("KVCTL") : "build/bin/kvctl", bin,
 				    sizeof(bin));
 	CHECK_EQ(pipe2(fds, O_CLOEXEC), 0);
 	fflush(NULL);

@@ -32,7 +32,7 @@ static bool exists(const char *path)
 /* kvpoold on @socket beside a live daemon: its exit status; it said why in @log. */
 static int beside(const char *socket, const char *log)
 {
-	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "daemon/kvpoold";
+	const char *bin = getenv("KVPOOLD") ? getenv("KVPOOLD") : "build/bin/kvpoold";
 	pid_t pid = fork();
 
 	CHECK(pid >= 0);

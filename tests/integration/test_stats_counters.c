@@ -19,7 +19,7 @@
  *   COMMIT c 32: 8 blocks hashed, positions 0..6 dropped         -> 7 window drops
  *   close c, a, d; RESET clears c's 8 hashes                      -> reset 8
  * and a forked client killed with a sequence open counts as killed.
- * Usage: KVPOOLD=... KVCTL=... test_stats_counters (default daemon/kvpoold, tools/kvctl).
+ * Usage: KVPOOLD=... KVCTL=... test_stats_counters (default build/bin/kvpoold, build/bin/kvctl).
  */
 #include <errno.h>
 #include <signal.h>
@@ -118,7 +118,7 @@ int main(void)
 	struct daemon d;
 	pid_t child;
 
-	kvctl_bin = getenv("KVCTL") ? getenv("KVCTL") : "tools/kvctl";
+	kvctl_bin = getenv("KVCTL") ? getenv("KVCTL") : "build/bin/kvctl";
 	if (system("command -v jq >/dev/null")) {
 		printf("jq is not installed\n");
 		return 77;

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The binding's tests: each gets its own kvpoold (KVPOOLD, default daemon/kvpoold) on a
+"""The binding's tests: each gets its own kvpoold (KVPOOLD, default build/bin/kvpoold) on a
 socket in a temporary directory, with the pools below, and imports kvpool from lib/python."""
 import os
 import sys
@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(ROOT, "lib", "python"))
 import kvpool  # noqa: E402
 from daemon_proc import Daemon  # noqa: E402
 
-DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
+DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "build", "bin", "kvpoold"))
 
 # small: 7 usable blocks of 4 tokens, no KV. kv: f32 KV, a full and a sliding-window group,
 # two layers. bf16: the same in bf16. shared-*: restricted to namespace ns1, so mappable,

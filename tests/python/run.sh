@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python tests (pytest), against the daemon KVPOOLD (default daemon/kvpoold):
+# The Python tests (pytest), against the daemon KVPOOLD (default build/bin/kvpoold):
 #   run.sh binding   the binding's (tests/python)
 #   run.sh engine    kvpool.engine's (tests/python/engine), which need torch
 #   run.sh exporter  kvctl exporter's (tests/exporter), which need Debian's prometheus

@@ -18,7 +18,7 @@ import kvpool
 from helpers import assert_clean, pool_stats, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
+KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from daemon_proc import Daemon
 from kv_events_sub import CLEARED, Subscriber, chain, removed, replay, stored
 from kv_helpers import rows
 
-KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
+KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 HOOKS = os.path.join(ROOT, "build", "asan", "bin", "kvpoold")
 DAEMON = HOOKS if os.access(HOOKS, os.X_OK) else DAEMON
 HOST = socket.gethostname()

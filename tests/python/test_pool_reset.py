@@ -12,7 +12,7 @@ from conftest import DAEMON, ROOT
 from daemon_proc import Daemon
 from kv_helpers import rows
 
-KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
+KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 SLOT = 2 * 2 * 4 * 2 * 8 * 4
 CONFIG = """
 [pool.p]

@@ -36,7 +36,7 @@ FILE = DATA_OFF + NSLOTS // PACK * 4096
 def slot_off(i):
     """Where slot i's KV lies in the file: its page, then its place in the page."""
     return DATA_OFF + i // PACK * 4096 + i % PACK * SLOT
-KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
+KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 NO_IO_URING = os.path.join(ROOT, "build", "tests", "no_io_uring")
 # The test build (ASan), whose tier copies KVPOOL_TIER_DELAY_US slows.
 HOOKS = os.path.join(ROOT, "build", "asan", "bin", "kvpoold")

@@ -41,7 +41,7 @@ uids = 0
 REASONS = ["window", "queue_full", "no_slot", "quota", "overwritten", "declined", "dropped",
            "write_failed"]
 HOOKS = os.path.join(ROOT, "build", "asan", "bin", "kvpoold")
-KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "tools", "kvctl"))
+KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 
 
 @pytest.fixture

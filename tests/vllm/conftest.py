@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""tests/vllm: a kvpoold of the test's own (KVPOOLD, default daemon/kvpoold) with pools for the
+"""tests/vllm: a kvpoold of the test's own (KVPOOLD, default build/bin/kvpoold) with pools for the
 fake model (fake_model.py: 2 layers, 2 kv heads, head size 16, bf16, blocks of 16), and the
 model's directory. kvpool is imported from lib/python."""
 import os
@@ -14,7 +14,7 @@ sys.path[:0] = [HERE, os.path.join(ROOT, "lib", "python"), os.path.join(ROOT, "t
 from daemon_proc import Daemon  # noqa: E402
 from fake_model import write_model_dir  # noqa: E402
 
-DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
+DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "build", "bin", "kvpoold"))
 NS = "team"
 BLOCK = 16
 

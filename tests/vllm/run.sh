@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The vLLM connector's tests (pytest in .venv, which tools/deps.sh --vllm makes), against the
-# daemon KVPOOLD (default daemon/kvpoold). Exits 77 (skipped) when .venv lacks vLLM or pytest,
+# daemon KVPOOLD (default build/bin/kvpoold). Exits 77 (skipped) when .venv lacks vLLM or pytest,
 # or the binding is not built.
 set -u
 cd "$(dirname "$0")/../.." || exit 1

@@ -41,7 +41,7 @@ def test_every_payload_decodes_with_vllms_classes(tmp_path):
                     q.alloc(18)
                     q.commit(18)
             c.evict(c.free_queue()[-3:])
-        subprocess.run([os.path.join(ROOT, "tools", "kvctl"), "-s", d.socket, "pool", "reset",
+        subprocess.run([os.path.join(ROOT, "build", "bin", "kvctl"), "-s", d.socket, "pool", "reset",
                         "ev"], check=True, capture_output=True)
         live = s.raw()
         kinds = set()

