@@ -84,8 +84,7 @@ DAEMON_ROOMS := requests data tier events session pools tenants observe loop con
 DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
-TRACE_SRC := tools/kvtrace.c tools/trace_parse.c tools/trace_out.c tools/trace_core.c \
-	     tools/trace_daemon.c tools/name_map.c
+TRACE_SRC := $(wildcard tools/kvtrace/*.c)
 BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c \
 	     tools/bench_daemon.c tools/bench_attend.c tools/bench_attend_cuda.c tools/bench_cuda.c \
 	     tools/dtype_store.c \

@@ -43,8 +43,8 @@ FUZZ_DAEMON_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(ATTN_SRC) lib/poo
 		   $(CORE_SRC) tests/fuzz/fuzz_daemon.c
 FUZZ_SESSION_SRC := tests/fuzz/fuzz_session.c tests/fuzz/fuzz_client.c tests/fuzz/fuzz_requests.c
 FUZZ_DAEMON_LIBS := -luring -linih -lxxhash -lmsgpackc -lzmq -lm -lpthread
-FUZZ_TRACE_SRC := tools/trace_parse.c tools/trace_core.c tools/trace_out.c tools/name_map.c \
-		  $(CORE_SRC)
+# kvtrace's sources but its main() and its daemon target (the fuzzer replays in process).
+FUZZ_TRACE_SRC := $(filter-out tools/kvtrace/main.c tools/kvtrace/daemon.c,$(TRACE_SRC)) $(CORE_SRC)
 
 fuzz_obj = $(patsubst %.c,$(FUZZ_OBJDIR)/%.o,$(1))
 FUZZ_ALL_SRC := $(sort $(FUZZ_DAEMON_SRC) $(FUZZ_SESSION_SRC) $(FUZZ_TRACE_SRC) \

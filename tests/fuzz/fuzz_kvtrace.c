@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace.h"
+#include "kvtrace/trace.h"
 
 #define CLAMP_BLOCKS 4096u
 #define CLAMP_BLOCK_SIZE 1024u

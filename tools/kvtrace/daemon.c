@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "name_map.h"
 #include "trace.h"
 
