@@ -263,9 +263,7 @@ $(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 
-KVCTL_OBJ := $(addprefix $(BUILD)/tools/,kvctl.o kvctl_pool.o kvctl_render.o kvctl_prometheus.o \
-	kvctl_tenants.o kvctl_tiers.o kvctl_events.o kvctl_top.o \
-	kvctl_health.o kvctl_exporter.o)
+KVCTL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/kvctl/*.c))
 
 $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)

@@ -1,7 +1,7 @@
-# kvacct: the BPF accounting behind `kvctl acct` (tools/bpf/). Included from the
-# top Makefile, after BUILD, CC and ALL_CFLAGS are set. Defines BPF_OBJS, the
-# user-space objects to link into kvctl (with -lbpf -lelf -lz), and the chain
-# behind them:
+# kvacct: the BPF accounting behind `kvctl acct` (tools/kvctl/acct.c) and
+# `kvbench overhead` (tools/bpf/). Included from the top Makefile, after BUILD,
+# CC and ALL_CFLAGS are set. Defines BPF_OBJS, the user-space objects to link
+# into kvctl and kvbench (with -lbpf -lelf -lz), and the chain behind them:
 #   vmlinux.h   bpftool btf dump of the running kernel's BTF
 #   kvacct.bpf.o  clang -target bpf -g -O2 (CO-RE), DWARF stripped, BTF kept
 #   kvacct.skel.h bpftool gen skeleton, embedding the object
@@ -19,7 +19,7 @@ BPF_SYS_INCLUDES := $(shell $(BPF_CLANG) -v -E - </dev/null 2>&1 | \
 	sed -n '/<...> search starts here:/,/End of search list./{ s| \(/.*\)|-idirafter \1|p }')
 
 BPF_OUT := $(BUILD)/tools/bpf
-BPF_OBJS := $(BPF_OUT)/kvacct.o $(BPF_OUT)/kvctl_acct.o
+BPF_OBJS := $(BPF_OUT)/kvacct.o
 
 $(BPF_OUT)/vmlinux.h:
 	@mkdir -p $(@D)

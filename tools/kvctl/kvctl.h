@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 
 void print_stats_table(const struct kvp_stats_view *s);
 void print_clients_table(const struct kvp_stats_view *s);

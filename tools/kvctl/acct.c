@@ -15,7 +15,7 @@
 
 #include "../../lib/libkvpool.h"
 #include "../../uapi/kvpool.h"
-#include "kvacct.h"
+#include "bpf/kvacct.h"
 
 static const char acct_usage[] =
 	"Usage: kvctl [--socket PATH] acct [--json] [--pid PID] [--interval SEC] [--count N]\n"
