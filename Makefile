@@ -85,11 +85,7 @@ DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
 TRACE_SRC := $(wildcard tools/kvtrace/*.c)
-BENCH_SRC := tools/kvbench.c tools/bench_core.c tools/bench_limits.c tools/bench_rtt.c \
-	     tools/bench_daemon.c tools/bench_attend.c tools/bench_attend_cuda.c tools/bench_cuda.c \
-	     tools/dtype_store.c \
-	     $(wildcard tools/bench_capacity*.c) $(wildcard tools/bench_load*.c) \
-	     $(wildcard tools/bench_replay*.c) tools/bench_tier_disk.c tools/bench_events.c
+BENCH_SRC := $(wildcard tools/kvbench/*.c) tools/dtype_store.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c tests/integration/cudatest.c \
@@ -269,7 +265,7 @@ $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lmicrohttpd -lbpf -lelf -lz -lpthread -o $@
 
-$(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tools/bpf/kvacct.o $(CORE_LIB) $(LIB_A)
+$(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BPF_OBJS) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lzmq -lpthread -lbpf -lelf -lz -lm -o $@
 

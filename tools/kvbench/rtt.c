@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "kvbench.h"
 #include "kvcore.h"
 #include "bpf/kvacct.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_cuda.h"
+#include "cuda.h"
 
 int bench_cu_open(struct bench_cu *cu, char *why, size_t why_len)
 {

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_load.h"
+#include "load.h"
 #include "kvbench.h"
 
 #define VOCAB 128000u

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_capacity.h"
+#include "capacity.h"
 
 static const char *const kind_names[KVC_NUM_KINDS] = {
 	[KVC_FULL] = "full", [KVC_SWA] = "swa", [KVC_RSWA] = "rswa",

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "kvcore.h"
 
 /* Spin mode: how long engines (kvp_connect_opts.spin_us) and the daemon (--spin-us) spin. */

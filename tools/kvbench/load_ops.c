@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_load.h"
+#include "load.h"
 #include "kvbench.h"
 
 const char *const ld_kind_names[LD_NKINDS] = {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench_load.h"
+#include "load.h"
 #include "kvbench.h"
 
 enum { W_DECODE, W_SHARED, W_LONG, NWORKLOADS };

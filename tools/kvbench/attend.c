@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "dtype_store.h"
 #include "kvbench.h"
 

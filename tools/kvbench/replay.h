@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "kvbench.h"
 
 #define REPLAY_TRACE_BLOCK 512 /* tokens a trace hash id stands for */

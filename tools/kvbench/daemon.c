@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "kvbench.h"
 
 /* kvpoold beside this binary, as every build puts them (build/bin/, build/VARIANT/bin/). */

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench_capacity.h"
+#include "capacity.h"
 #include "kvbench.h"
 
 #define MAX_CONTEXTS 16

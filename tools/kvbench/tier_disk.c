@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "kvbench.h"
 
 /* bf16, 8 kv heads of 128, 4 layers, blocks of 16 tokens: 256 KiB a block, K and V. */

@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_load.h"
+#include "load.h"
 #include "kvbench.h"
 
 #define MAX_ENGINES 64

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "bench_replay.h"
+#include "replay.h"
 #include "kvbench.h"
 
 static uint64_t mix(uint64_t x)

@@ -21,8 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
-#include "bench_cuda.h"
+#include "../../lib/libkvpool.h"
+#include "cuda.h"
 #include "dtype_store.h"
 #include "kvbench.h"
 

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
-#include "bench_replay.h"
+#include "../../lib/libkvpool.h"
+#include "replay.h"
 #include "kvbench.h"
 
 #define CHUNK 8192            /* tokens a WRITE_KV carries */

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 #include "kvbench.h"
 
 #define BS 16
