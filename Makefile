@@ -85,7 +85,9 @@ DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
 TRACE_SRC := $(wildcard tools/kvtrace/*.c)
-BENCH_SRC := $(wildcard tools/kvbench/*.c) tools/dtype_store.c
+# Each program's sources are its folder's (tools/README); tools/common/ holds what two share.
+BENCH_SRC := $(wildcard tools/kvbench/*.c) tools/common/dtype_store.c
+ENGINE_SRC := $(wildcard tools/kvengine/*.c) tools/common/dtype_store.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 INTEG_LIB_SRC := tests/integration/harness.c tests/integration/kvref.c tests/integration/cudatest.c \
@@ -255,7 +257,7 @@ $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lxxhash -o $@
 
-$(BIN)/kvengine: $(BUILD)/tools/kvengine.o $(BUILD)/tools/engine_model.o $(BUILD)/tools/dtype_store.o $(LIB_A)
+$(BIN)/kvengine: $(ENGINE_SRC:%.c=$(BUILD)/%.o) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) $^ -lm -o $@
 

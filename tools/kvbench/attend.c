@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "../../lib/libkvpool.h"
-#include "dtype_store.h"
+#include "common/dtype_store.h"
 #include "kvbench.h"
 
 #define HEAD_DIM 128

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "../../lib/libkvpool.h"
+#include "common/dtype_store.h"
 #include "cuda.h"
-#include "dtype_store.h"
 #include "kvbench.h"
 
 #define HEAD_DIM 128

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtype_store.h"
-#include "engine_model.h"
+#include "common/dtype_store.h"
+#include "model.h"
 
 #define VOCAB 256
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../uapi/kvpool.h"
+#include "../../uapi/kvpool.h"
 
 /*
  * Element @i of @dst, an array of @dtype (KVP_DTYPE_*), set to @v: f32 as is,

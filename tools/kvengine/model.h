@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "../lib/libkvpool.h"
+#include "../../lib/libkvpool.h"
 
 struct engine_model {
 	uint32_t vocab, dim, q_heads, kv_heads, head_dim;

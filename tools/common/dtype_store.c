@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../uapi/kvpool.h"
+#include "../../uapi/kvpool.h"
 #include "dtype_store.h"
 
 /* IEEE half, round to nearest even (no _Float16: not every compiler here has it). */

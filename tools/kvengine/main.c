@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../lib/libkvpool.h"
-#include "engine_model.h"
+#include "../../lib/libkvpool.h"
+#include "model.h"
 
 static const char usage[] =
 	"Usage: kvengine [OPTION]...\n"
