@@ -85,7 +85,8 @@ DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
 TRACE_SRC := $(wildcard tools/kvtrace/*.c)
-# Each program's sources are its folder's (tools/README); tools/common/ holds what two share.
+# Each program's sources are its folder's; tools/common/ holds what two share (tools/ROOMS says
+# what each may include, tests/rooms.sh checks it).
 BENCH_SRC := $(wildcard tools/kvbench/*.c) tools/common/dtype_store.c
 ENGINE_SRC := $(wildcard tools/kvengine/*.c) tools/common/dtype_store.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)

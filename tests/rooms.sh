@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The daemon's rooms: no source includes a header of a room ranked above its own, and the
-# GPU plugin includes only the daemon's backend interface. Read from the compiler's own
-# dependency files (-MMD -MP), so an include found through -I or spelled with ../ counts too.
+# GPU plugin includes only the daemon's backend interface; the rooms of tools/: no program
+# includes another's headers. Read from the compiler's own dependency files (-MMD -MP), so an
+# include found through -I or spelled with ../ counts too.
 #
 # usage: tests/rooms.sh [BUILD_DIR...]    (relative to the repository root; default: each of
 #                                          build build/asan build/tsan build/clang that exists)
@@ -17,6 +18,15 @@
 # daemon/:
 #     backend-interface: pools/backend.h pools/jobs.h attn/attend.h core/kvcore.h
 #
+# tools/ROOMS, alike: the first word of a line is a program's folder directly under tools/,
+# the rest says what the program is:
+#     kvctl    the operator's command
+# one or more lines listing the shared rooms (folders directly under tools/) that every
+# program may include:
+#     shared: common bpf
+# and one or more lines listing the daemon headers tools may include, relative to daemon/:
+#     daemon: core/kvcore.h
+#
 # Rules:
 #  - every folder directly under daemon/ that holds .c or .h files (at any depth) is listed
 #    in daemon/ROOMS, every listed room is a folder, and every backend-interface header exists;
@@ -27,7 +37,14 @@
 #  - for each BUILD_DIR/gpu/...X.d, and BUILD_DIR/tests/gpu/...X.d whose source is under gpu/
 #    (gpu/attend_plan.c, built for the emulated tests even without nvcc): every prerequisite
 #    under daemon/ is a backend-interface header;
-#  - sources under tests/ and tools/ (and lib/) are not checked.
+#  - every folder directly under tools/ that holds .c or .h files is listed in tools/ROOMS, as a
+#    program or a shared room (not both), every listed one is a folder, every daemon: header
+#    exists, and no .c or .h lies directly in tools/;
+#  - for each BUILD_DIR/tools/ROOM/...X.d: every prerequisite under tools/ lies in ROOM or a
+#    shared room (a shared room's: in a shared room), one under daemon/ is a daemon: header,
+#    and any other in the repository is under lib/ or uapi/ (or build/: generated, as the BPF
+#    skeleton);
+#  - sources under tests/ and lib/ are not checked.
 # Prerequisites are normalized lexically (daemon/session/../pools/backend.h is
 # daemon/pools/backend.h; absolute paths into the repository count as relative ones); those
 # outside the repository (system headers) are ignored.
@@ -37,7 +54,8 @@
 # another build folder (an old build/tsan beside a fresh build), and fails ("rebuild")
 # otherwise: what it says is no longer what the source includes.
 # Fails when no dependency file was checked under any BUILD_DIR/daemon/ (build first).
-# Exit status 0: no upward include; 1: each violation listed, one a line.
+# Exit status 0: no upward include; 1: each violation listed, one a line, naming the source,
+# the header and the rule.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
@@ -100,15 +118,23 @@ while IFS= read -r dir; do
 done < <(find daemon -mindepth 2 -type f \( -name '*.c' -o -name '*.h' \) -not -path '*/.*' \
 	-printf '%P\n' | cut -d/ -f1 | sort -u)
 
-ifaces=
-for h in "${iface[@]}"; do
-	h=${h#daemon/}
-	case /$h/ in
-	*/../* | */./* | //*) errors+=("daemon/ROOMS: backend-interface: '$h' is not a plain path under daemon/") ;;
-	*) [ -f "daemon/$h" ] || errors+=("daemon/ROOMS: backend-interface: daemon/$h does not exist") ;;
-	esac
-	ifaces+=" $h"
-done
+# daemon_headers ROOMS KEY HEADER...: the daemon headers a KEY: line of ROOMS lists, each a plain
+# path under daemon/ that exists (else an error), into $headers, relative to daemon/.
+daemon_headers() {
+	local from=$1 key=$2 h
+	shift 2
+	headers=
+	for h in "$@"; do
+		h=${h#daemon/}
+		case /$h/ in
+		*/../* | */./* | //*) errors+=("$from: $key: '$h' is not a plain path under daemon/") ;;
+		*) [ -f "daemon/$h" ] || errors+=("$from: $key: daemon/$h does not exist") ;;
+		esac
+		headers+=" $h"
+	done
+}
+daemon_headers daemon/ROOMS backend-interface "${iface[@]}"
+ifaces=$headers
 
 sharedstr=
 for h in "${shared[@]}"; do
@@ -119,6 +145,68 @@ for h in "${shared[@]}"; do
 	esac
 	sharedstr+=" $h"
 done
+
+# --- tools/ROOMS -----------------------------------------------------------------------------
+[ -f tools/ROOMS ] || fail "tools/ROOMS not found (the programs' folders and the shared rooms)"
+tprogs=()
+tshared=()
+tdaemon=()
+declare -A troom=()
+lineno=0
+while IFS= read -r line || [ -n "$line" ]; do
+	lineno=$((lineno + 1))
+	line=${line%$'\r'}
+	line=${line%%#*}
+	if [[ $line =~ ^[[:space:]]*(shared|daemon):(.*)$ ]]; then
+		read -r -a words <<<"${BASH_REMATCH[2]}"
+		if [ "${BASH_REMATCH[1]}" = daemon ]; then
+			tdaemon+=("${words[@]}")
+			continue
+		fi
+		for room in "${words[@]}"; do
+			if [ -n "${troom[$room]+x}" ]; then
+				errors+=("tools/ROOMS:$lineno: room $room listed twice")
+			else
+				troom[$room]=shared
+				tshared+=("$room")
+			fi
+		done
+		continue
+	fi
+	read -r -a words <<<"$line"
+	[ "${#words[@]}" -gt 0 ] || continue
+	room=${words[0]}
+	if [[ $room == *: ]]; then
+		errors+=("tools/ROOMS:$lineno: unknown key '$room' (only shared: and daemon:)")
+	elif [ -n "${troom[$room]+x}" ]; then
+		errors+=("tools/ROOMS:$lineno: room $room listed twice")
+	else
+		troom[$room]=program
+		tprogs+=("$room")
+	fi
+done <tools/ROOMS
+[ "${#tprogs[@]}" -gt 0 ] || errors+=("tools/ROOMS lists no program")
+
+for room in "${tprogs[@]}" "${tshared[@]}"; do
+	if ! [[ $room =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]]; then
+		errors+=("tools/ROOMS: '$room' is not a room (a folder name directly under tools/)")
+	elif ! [ -d "tools/$room" ]; then
+		errors+=("tools/ROOMS lists $room, but there is no folder tools/$room")
+	fi
+done
+while IFS= read -r f; do
+	case $f in
+	*/*)
+		[ -n "${troom[${f%%/*}]+x}" ] ||
+			errors+=("tools/${f%%/*} holds sources but is not a room listed in tools/ROOMS")
+		;;
+	*) errors+=("tools/$f lies directly in tools/: a source goes in its program's folder or a shared room (tools/ROOMS)") ;;
+	esac
+done < <(find tools -mindepth 1 -type f \( -name '*.c' -o -name '*.h' \) -not -path '*/.*' \
+	-printf '%P\n' | awk -F/ '{ print (NF > 1 ? $1 "/" : $1) }' | sort -u)
+
+daemon_headers tools/ROOMS daemon "${tdaemon[@]}"
+tdaemonstr=$headers
 
 if [ "${#errors[@]}" -gt 0 ]; then
 	printf 'rooms: %s\n' "${errors[@]}"
@@ -142,13 +230,13 @@ fi
 
 # For awk: "M <tab> MTIME <tab> PATH" for each file in the repository; then "B <tab> DIR" for each
 # build folder, followed by one line a dependency file: "KIND <tab> MTIME <tab> path under
-# DIR/KIND <tab> path" (KIND daemon, gpu, testgpu for DIR/tests/gpu).
+# DIR/KIND <tab> path" (KIND daemon, gpu, testgpu for DIR/tests/gpu, tools).
 list() {
 	local b k
 	find . -name .git -prune -o -printf 'M\t%T@\t%P\n'
 	for b in "${builds[@]}"; do
 		printf 'B\t%s\n' "$b"
-		for k in daemon gpu tests/gpu; do
+		for k in daemon gpu tests/gpu tools; do
 			[ -d "$b/$k" ] || continue
 			find -H "$b/$k" -type f -name '*.d' -printf "${k/tests\/gpu/testgpu}\t%T@\t%P\t%p\n"
 		done
@@ -158,6 +246,8 @@ list() {
 
 rankstr=
 for room in "${rooms[@]}"; do rankstr+=" $room=${rank[$room]}"; done
+troomstr=
+for room in "${tprogs[@]}" "${tshared[@]}"; do troomstr+=" $room=${troom[$room]}"; done
 
 # shellcheck disable=SC2016
 prog='
@@ -169,7 +259,16 @@ BEGIN {
 	for (i = 1; i <= ni; i++) iface["daemon/" a[i]] = 1
 	ns = split(sharedstr, a, " ")
 	for (i = 1; i <= ns; i++) sharedh["daemon/" a[i]] = 1
-	nviol = 0; ndaemon = 0; ngpu = 0; ngone = 0; nskip = 0; builds = ""
+	nt = split(troomstr, a, " ")
+	for (i = 1; i <= nt; i++) { split(a[i], kv, "="); troom[kv[1]] = kv[2] }
+	nt = split(tdaemonstr, a, " ")
+	tdaemonlist = ""
+	for (i = 1; i <= nt; i++) {
+		tdaemonh["daemon/" a[i]] = 1
+		tdaemonlist = tdaemonlist (i > 1 ? (i < nt ? ", " : " and ") : "") "daemon/" a[i]
+	}
+	if (tdaemonlist == "") tdaemonlist = "nothing"
+	nviol = 0; ndaemon = 0; ngpu = 0; ntools = 0; ngone = 0; nskip = 0; builds = ""
 }
 
 # Lexically normalized absolute path of p (relative to the repository root).
@@ -283,10 +382,48 @@ $1 == "B" { build = $2; next }
 			next
 		}
 		ndaemon++
+	} else if (kind == "tools") {
+		own = index(sub_, "/") ? substr(sub_, 1, index(sub_, "/") - 1) : ""
+		if (!(own in troom)) {
+			violation(src ": " (own == "" ? "directly in tools/, in no room" : own " is not a room") \
+				  " listed in tools/ROOMS (" f ")")
+			next
+		}
+		ntools++
 	} else {
 		ngpu++
 	}
 	if (!(build in counted)) { counted[build] = 1; builds = builds (builds == "" ? "" : ", ") build }
+
+	if (kind == "tools") {
+		for (i = 1; i <= ndeps; i++) {
+			d = rel(deps[i])
+			# Outside the repository (system headers), or generated (the BPF skeleton).
+			if (d == "" || d ~ /^build\// || index(d, rel(build) "/") == 1) continue
+			if (d ~ /^(lib|uapi)\//) continue
+			if (d ~ /^daemon\//) {
+				if (!(d in tdaemonh))
+					violation(src " includes " d ": of the daemon, tools may include only " \
+						  tdaemonlist " (tools/ROOMS)")
+				continue
+			}
+			if (d !~ /^tools\//) {
+				violation(src " includes " d ": tools may include only tools/, lib/, uapi/ and " \
+					  tdaemonlist " (tools/ROOMS)")
+				continue
+			}
+			rest = substr(d, 7)
+			r2 = index(rest, "/") ? substr(rest, 1, index(rest, "/") - 1) : ""
+			if (r2 == own || (r2 in troom && troom[r2] == "shared")) continue
+			if (troom[own] == "shared")
+				violation(src " includes " d ": " own " is a shared room and may include only" \
+					  " the shared rooms (tools/ROOMS)")
+			else
+				violation(src " includes " d ": " own " may include only its own folder and" \
+					  " the shared rooms (tools/ROOMS)")
+		}
+		next
+	}
 
 	for (i = 1; i <= ndeps; i++) {
 		d = rel(deps[i])
@@ -319,28 +456,29 @@ END {
 	}
 	if (ngone) print "N\trooms: note: skipped " ngone " dependency files whose source is gone (moved?), e.g. " gone1
 	if (nskip) print "N\trooms: note: skipped " nskip " out-of-date dependency files of sources checked in another build folder, e.g. " skip1
-	print "S\t" nviol "\t" ndaemon "\t" ngpu "\t" builds
+	print "S\t" nviol "\t" ndaemon "\t" ngpu "\t" ntools "\t" builds
 }
 '
 
-nviol='' ndaemon=0 ngpu=0 counted=''
-while IFS=$'\t' read -r tag a b c d; do
+nviol='' ndaemon=0 ngpu=0 ntools=0 counted=''
+while IFS=$'\t' read -r tag a b c d e; do
 	case $tag in
 	V) echo "$a" ;;
 	N) echo "$a" >&2 ;;
-	S) nviol=$a ndaemon=$b ngpu=$c counted=$d ;;
+	S) nviol=$a ndaemon=$b ngpu=$c ntools=$d counted=$e ;;
 	esac
 done < <(list | awk -v rootL="$(pwd -L)" -v rootP="$(pwd -P)" -v rankstr="$rankstr" \
-	-v ifaces="$ifaces" -v sharedstr="$sharedstr" "$prog" | LC_ALL=C sort)
+	-v ifaces="$ifaces" -v sharedstr="$sharedstr" -v troomstr="$troomstr" \
+	-v tdaemonstr="$tdaemonstr" "$prog" | LC_ALL=C sort)
 [ -n "$nviol" ] || fail "awk failed"
 
 ddirs=$(printf '%s/daemon, ' "${builds[@]}")
 [ "$ndaemon" -gt 0 ] || fail "no dependency files under ${ddirs%, }: build first"
-total=$((ndaemon + ngpu))
+total=$((ndaemon + ngpu + ntools))
 if [ "$nviol" -gt 0 ]; then
 	[ "$nviol" = 1 ] && v=violation || v=violations
-	echo "rooms: $nviol $v in $total objects checked in $counted ($ndaemon daemon, $ngpu gpu)"
+	echo "rooms: $nviol $v in $total objects checked in $counted ($ndaemon daemon, $ngpu gpu, $ntools tools)"
 	exit 1
 fi
-echo "rooms: $total objects checked in $counted ($ndaemon daemon, $ngpu gpu): no upward include"
+echo "rooms: $total objects checked in $counted ($ndaemon daemon, $ngpu gpu, $ntools tools): no upward include"
 exit 0

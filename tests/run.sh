@@ -4,7 +4,8 @@
 # operation), the data path under TSan, the fuzzers for 30 s each, the kvtrace
 # command-line tests, kvctl exporter against a real Prometheus, the Python
 # binding's tests, a warning-free clang build, and
-# the daemon's rooms checked against their ranking (tests/rooms.sh, daemon/ROOMS).
+# the daemon's rooms checked against their ranking and the tools' against theirs
+# (tests/rooms.sh, daemon/ROOMS, tools/ROOMS).
 # The tests that start a daemon run again, release build, on the epoll event
 # loop (what containers that refuse io_uring get); the fallback itself is
 # tested under a seccomp filter that refuses io_uring.
@@ -127,7 +128,8 @@ if command -v clang >/dev/null; then
 else
 	run "build/clang" sh -c 'echo "clang is not installed"; exit 77'
 fi
-# After every build: no room of the daemon includes a header of a room above it (daemon/ROOMS).
+# After every build: no room of the daemon includes a header of a room above it (daemon/ROOMS),
+# no program in tools/ another's (tools/ROOMS).
 run "build/rooms" tests/rooms.sh
 run "build/rooms-catch" tests/rooms_catch.sh
 

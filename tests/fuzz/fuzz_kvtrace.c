@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target: the kvtrace language (tools/trace_parse.c), and the
- * replay of what parses against the in-process core (tools/trace_core.c), as
+ * libFuzzer target: the kvtrace language (tools/kvtrace/parse.c), and the
+ * replay of what parses against the in-process core (tools/kvtrace/core.c), as
  * `kvtrace FILE` runs it: lines in order, stopping at the first syntax error
  * or failed command. The core is built with KVCORE_DEBUG, so every operation
  * is followed by the pool's invariant check; at the end the pool's counts

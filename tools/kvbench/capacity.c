@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench capacity: how many sequences of context L a KV memory budget holds,
- * found by running the allocator in process (bench_capacity_run.c), three ways:
+ * found by running the allocator in process (capacity_run.c), three ways:
  *
  *  (a) every layer as full attention, one group of all the model's layers: what
  *      an engine without a hybrid allocator holds (vLLM with its hybrid KV cache

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The driver calls of kvbench attend --backend cuda (bench_cuda.h). */
+/* The driver calls of kvbench attend --backend cuda (cuda.h). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The driver calls kvbench attend --backend cuda makes itself (bench_cuda.c):
+ * The driver calls kvbench attend --backend cuda makes itself (cuda.c):
  * libcuda.so.1 loaded with dlopen, as libkvpool loads it, so kvbench has no
  * CUDA dependency. Results are CUresults (0: success).
  */

@@ -51,7 +51,7 @@ int bench_measure_limits(struct bench_limits *l);
 /* Text lines, or JSON rows: limit (ring|wake), mechanism, median_ns, p99_ns, cores. */
 void bench_print_limits(const struct bench_limits *l, bool json);
 
-/* bench_daemon.c: a kvpoold of the benchmark's own. */
+/* daemon.c: a kvpoold of the benchmark's own. */
 struct bench_daemon {
 	int pid;
 	char dir[32];
@@ -74,18 +74,18 @@ int bench_attend(int argc, char **argv);
 /* A row filter's value @arg of option @opt: one of @allowed, else -EINVAL, said with @note. */
 int bench_pick(const char *opt, const char *arg, const unsigned *allowed, unsigned n,
 	       const char *note, unsigned *out);
-/* attend --backend cuda (bench_attend_cuda.c) */
+/* attend --backend cuda (attend_cuda.c) */
 int bench_attend_cuda(int argc, char **argv);
 int bench_overhead(int argc, char **argv);
 int bench_limits(int argc, char **argv);
 int bench_rtt(int argc, char **argv);
 int bench_capacity(int argc, char **argv);
-/* bench_tier_disk.c: kvbench tier-disk */
+/* tier_disk.c: kvbench tier-disk */
 int bench_tier_disk(int argc, char **argv);
-/* bench_events.c: kvbench events */
+/* events.c: kvbench events */
 int bench_events(int argc, char **argv);
 int bench_load(int argc, char **argv);
-/* bench_replay.c: kvbench replay TRACE. */
+/* replay.c: kvbench replay TRACE. */
 int bench_replay(int argc, char **argv);
 
 #endif

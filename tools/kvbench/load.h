@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvbench load: what its files share. bench_load.c reads the options, sets
- * the workloads up and prints; bench_load_engine.c is an engine's scheduler;
- * bench_load_ops.c runs its batches (on a daemon's rings, or on the core in
- * process); bench_load_run.c runs the engines, as processes or in turn in one.
+ * kvbench load: what its files share. load.c reads the options, sets
+ * the workloads up and prints; load_engine.c is an engine's scheduler;
+ * load_ops.c runs its batches (on a daemon's rings, or on the core in
+ * process); load_run.c runs the engines, as processes or in turn in one.
  */
 #ifndef KVPOOL_BENCH_LOAD_H
 #define KVPOOL_BENCH_LOAD_H

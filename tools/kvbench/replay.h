@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench replay: a request trace (Mooncake's FAST'25 format, JSONL) through
- * a kvpoold, hit rates by tier beside what the trace allows (bench_replay.c:
- * options, the trace, the in-process figures, the row; bench_replay_run.c: the
+ * a kvpoold, hit rates by tier beside what the trace allows (replay.c:
+ * options, the trace, the in-process figures, the row; replay_run.c: the
  * daemon, its pool, the engines).
  */
 #ifndef KVPOOL_BENCH_REPLAY_H
@@ -66,7 +66,7 @@ struct replay_lat {
 uint32_t replay_token(const uint64_t *ids, uint32_t j);
 
 /*
- * bench_replay_run.c: the requests through a kvpoold (o->socket, or one it
+ * replay_run.c: the requests through a kvpoold (o->socket, or one it
  * starts), @res[i] for request i; the tier's counters into @tier; the replay's
  * wall time into *elapsed_ns. 0, or -errno with the cause printed.
  */

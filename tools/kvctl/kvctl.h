@@ -22,14 +22,14 @@ void print_prometheus(FILE *out, const struct kvp_stats_view *s);
 /* One label of a Prometheus sample, its value escaped; @first: no comma before it. */
 void prom_label(FILE *out, const char *key, const char *value, size_t max, bool first);
 
-/* kvctl_tiers.c: the pools' tiers; nothing for a daemon whose pools have none. */
+/* tiers.c: the pools' tiers; nothing for a daemon whose pools have none. */
 void print_tiers_table(const struct kvp_stats_view *s);
 void print_tiers_prometheus(FILE *out, const struct kvp_stats_view *s);
-/* kvctl_events.c: the pools' KV events publishers; nothing where no pool has one. */
+/* events.c: the pools' KV events publishers; nothing where no pool has one. */
 void print_events_table(const struct kvp_stats_view *s);
 void print_events_prometheus(FILE *out, const struct kvp_stats_view *s);
 
-/* kvctl_tenants.c: the uids' and namespaces' use of their quotas. */
+/* tenants.c: the uids' and namespaces' use of their quotas. */
 void print_tenants_table(const struct kvp_stats_view *s);
 void print_tenants_prometheus(FILE *out, const struct kvp_stats_view *s);
 
@@ -46,7 +46,7 @@ static inline uint64_t kvctl_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* kvctl.c: what every command shares. */
+/* main.c: what every command shares. */
 #define SOCKET_HELP                                                                        \
 	"  -s, --socket PATH   the daemon's socket (default $KVPOOL_SOCKET, else\n"       \
 	"                      " KVP_DEFAULT_SOCKET ")\n"                                  \
@@ -93,14 +93,14 @@ int connect_to(const char *socket, bool admin, struct kvp_client **c);
 /* A stats snapshot that could not be had (kvp_stats_view_take's @err), in words. */
 void snapshot_error(int err, const char *socket, char *buf, size_t len);
 
-/* kvctl_health.c: kvctl health. */
+/* health.c: kvctl health. */
 int cmd_health(int argc, char **argv, struct cmd_opts *o);
 /* A NOP's failure (kvp_nop's @err) on a connection waiting @timeout_ms, in words. */
 void nop_error(int err, const char *socket, unsigned timeout_ms, char *buf, size_t len);
-/* kvctl_exporter.c: kvctl exporter. */
+/* exporter.c: kvctl exporter. */
 int cmd_exporter(int argc, char **argv, struct cmd_opts *o);
 
-/* kvctl_pool.c: pool create | destroy | sync. */
+/* pool.c: pool create | destroy | sync. */
 int cmd_pool(int argc, char **argv, struct cmd_opts *o);
 
 #endif

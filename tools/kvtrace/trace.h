@@ -76,7 +76,7 @@ void trace_out_printf(struct trace_out *o, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void trace_out_ids(struct trace_out *o, const uint32_t *ids, uint32_t n);
 
-/* Where a trace runs. The core target is in trace_core.c. */
+/* Where a trace runs. The core target is in core.c. */
 struct trace_target {
 	/* Runs a command (never POOL/GROUP/EXPECT); prints at most one line into @out. */
 	int (*exec)(struct trace_target *t, const struct trace_cmd *cmd, struct trace_out *out);
@@ -86,7 +86,7 @@ struct trace_target {
 };
 
 int trace_core_target(struct trace_target **out);
-/* Replays through kvpoold at @socket on a private pool (trace_daemon.c). */
+/* Replays through kvpoold at @socket on a private pool (daemon.c). */
 int trace_daemon_target(const char *socket, struct trace_target **out);
 
 #endif
