@@ -145,10 +145,14 @@ $(PROGRAMS): %: $(BIN)/%
 
 # Every object depends on the compiler and flags it was built with (as git's GIT-CFLAGS):
 # after a `make CFLAGS=-DX`, a plain `make` rebuilds, never links objects of both.
+# The flags as parsed: a recipe's $(ALL_CFLAGS) would carry the target-specific additions of
+# whichever object (the binding's, the library's) asked for the stamp first, and the next make
+# would rebuild everything.
 FLAGS_STAMP := $(BUILD)/.cflags
+STAMPED_FLAGS := $(CC) $(ALL_CFLAGS)
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(@D)
-	@echo '$(CC) $(ALL_CFLAGS)' | cmp -s - $@ || echo '$(CC) $(ALL_CFLAGS)' > $@
+	@echo '$(STAMPED_FLAGS)' | cmp -s - $@ || echo '$(STAMPED_FLAGS)' > $@
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
