@@ -398,7 +398,8 @@ int main(int argc, char **argv)
 	o.args = calloc((size_t)argc + 1, sizeof(*o.args));
 	if (!cmdv || !o.args) {
 		fputs("kvctl: out of memory\n", stderr);
-		return 1;
+		ret = 1;
+		goto free_argv;
 	}
 	opterr = 0;
 	/* '+': stop at the command; the words after it are the command's. */
@@ -413,23 +414,30 @@ int main(int argc, char **argv)
 			socket = optarg;
 		} else if (c == 'V') {
 			puts("kvctl " KVPOOL_VERSION);
-			return 0;
+			ret = 0;
+			goto free_argv;
 		} else if (c == 'h') {
 			fputs(usage, stdout);
-			return 0;
+			ret = 0;
+			goto free_argv;
 		} else if (c == ':') {
-			return usage_error("", "option '%s' needs a value", argv[optind - 1]);
+			ret = usage_error("", "option '%s' needs a value", argv[optind - 1]);
+			goto free_argv;
 		} else if (optopt > 0 && optopt < 128 && argv[prev][1] != '-') {
 			/* Inside "-xs P": the word is not the option. */
-			return usage_error("", "unknown option '-%c'", optopt);
+			ret = usage_error("", "unknown option '-%c'", optopt);
+			goto free_argv;
 		} else {
-			return usage_error("", "unknown option '%s'", argv[prev]);
+			ret = usage_error("", "unknown option '%s'", argv[prev]);
+			goto free_argv;
 		}
 		prev = optind;
 	}
-	if (optind == argc)
-		return unknown ? usage_error("", "unknown option '%s'", unknown) :
-				 usage_error("", "no command");
+	if (optind == argc) {
+		ret = unknown ? usage_error("", "unknown option '%s'", unknown) :
+				usage_error("", "no command");
+		goto free_argv;
+	}
 	cmdv[0] = argv[optind];
 	while (++optind < argc)
 		cmdv[cmdc++] = argv[optind];
@@ -459,6 +467,7 @@ int main(int argc, char **argv)
 		ret = kvctl_acct(argc, argv, socket); /* it parses its options, -s too */
 	else
 		ret = usage_error("", "unknown command '%s'", argv[0]);
+free_argv:
 	free(o.args);
 	free(cmdv);
 	return ret == HELP_SHOWN ? 0 : ret;
