@@ -18,7 +18,8 @@ rm -rf .device
 mkdir -p .device/bin .device/gpu .device/lib .device/tests/integration .device/python
 cp build/bin/kvpoold build/bin/kvctl build/bin/kvbench .device/bin/
 cp build/gpu/libkvpool_cuda.so build/gpu/cuda_probe .device/gpu/
-for t in test_cuda_attend test_cuda_pool test_cuda_shared test_kv_masks test_pool_map_shared; do
+for t in test_cuda_attend test_cuda_pool test_cuda_shared test_cuda_tier test_kv_masks \
+	test_pool_map_shared; do
 	cp build/tests/integration/$t .device/tests/integration/
 done
 mkdir .device/python/kvpool
@@ -34,3 +35,6 @@ done | sort -u | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libg
 	while read -r lib; do cp -L "$lib" .device/lib/; done
 du -sh .device | sed 's/^/pack.sh: /'
 ls .device/lib | sed 's/^/pack.sh: lib /'
+# What the device tool carries to the GPU machine: 64 MiB in all, the tree's tracked files too.
+mib=$(du -sm .device | cut -f1)
+[ "$mib" -lt 56 ] || { echo "pack.sh: .device is $mib MiB: over what can be carried (64 MiB with the tree)" >&2; exit 1; }

@@ -2,11 +2,14 @@
 """The connector's worker copies (kvpool.vllm.worker, no vLLM needed) in every KV layout of vLLM's
 attention backends kvpool knows, on a host pool with CPU tensors or a cuda pool with a GPU's:
 a save puts vLLM's blocks in the pool's, a load brings them back into other vLLM blocks,
-byte for byte. pytest runs it on the CPU (test_copies.py); tests/gpu/run.sh on a GPU:
-    python3 tests/vllm/copies_check.py --socket SOCK --device cuda --backend cuda"""
+byte for byte; --rate then measures the copies' GB/s each way. pytest runs it on the CPU
+(test_copies.py); tests/gpu/run.sh on a GPU:
+    python3 tests/vllm/copies_check.py --socket SOCK --device cuda --backend cuda --rate"""
 import argparse
 import os
+import statistics
 import sys
+import time
 from types import SimpleNamespace
 
 import torch
@@ -140,17 +143,70 @@ def check_tp(socket, device, backend):
                     assert torch.equal(t[dst, h], ranks[h][name][src, 0]), (name, h)
 
 
+def rate(socket, device, backend, blocks=256, reps=5):
+    """GB/s each way: a save (vLLM's blocks into the pool's) and a load (back), of blocks
+    blocks of 16 tokens x 8 heads x 128, 4 layers, bf16 (256 KiB a block with K and V), in
+    one stretch of consecutive ids (slice copies) and scattered (index_copy_); the median of
+    reps. Returns {(way, order): GB/s}."""
+    heads, d, layers = 8, 128, 4
+    pool = "copies-rate"
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    out = {}
+    with kvpool.Client(socket, admin=True) as admin:
+        admin.create_pool(pool, blocks + 1, BS, [("full", 0)], kv_heads=heads, head_dim=d,
+                          layers_per_group=layers, dtype="bf16", namespace="copies",
+                          backend=backend, layout="layer", owned=True)
+        caches = {f"model.layers.{layer}.self_attn.attn":
+                  torch.ones(blocks, heads, BS, 2 * d, dtype=torch.bfloat16, device=device)
+                  for layer in range(layers)}
+        w = WorkerSide(None, None, {"socket": socket, "pool": pool, "namespace": "copies"},
+                       layout=SIDE_BY_SIDE)
+        w.register(caches)
+        ours = list(range(blocks))
+        scattered = ours[::2] + ours[1::2]  # no two neighbours in a row: index_copy_
+        copy = SimpleNamespace
+        for order, vllm_ids in (("consecutive", ours), ("scattered", scattered)):
+            pool_ids = [[b + 1 for b in ours]]
+            for way in ("save", "load"):
+                times = []
+                for rep in range(reps):
+                    c = copy(req_id=f"r{rep}", vllm_blocks=[vllm_ids], pool_blocks=pool_ids)
+                    sync()
+                    t0 = time.perf_counter()
+                    if way == "save":
+                        w.save(copy(step=rep, saves=[c], loads=[], load_errors=[]))
+                        assert w.take_answer() == (rep, set())
+                    else:
+                        w.load(copy(step=rep, loads=[c], saves=[], load_errors=[],
+                                    failed_loads=[]))
+                        assert w.finished(set()) == (None, {f"r{rep}"})
+                    sync()
+                    times.append(time.perf_counter() - t0)
+                out[way, order] = blocks * w.group_bytes[0] / statistics.median(times) / 1e9
+        w.close()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--socket", required=True)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--backend", default="host")
+    ap.add_argument("--rate", action="store_true",
+                    help="then the copies' GB/s each way (64 MiB, consecutive and scattered "
+                    "blocks)")
     args = ap.parse_args()
     for name in layouts():
         check(args.socket, args.device, args.backend, name)
         print(f"copies {name} on {args.device} ({args.backend} pool): ok")
     check_tp(args.socket, args.device, args.backend)
     print(f"copies of 2 tensor-parallel ranks on {args.device} ({args.backend} pool): ok")
+    if args.rate:
+        r = rate(args.socket, args.device, args.backend)
+        for order in ("consecutive", "scattered"):
+            print(f"copies rate on {args.device} ({args.backend} pool), {order} blocks: "
+                  f"save (into the pool) {r['save', order]:.2f} GB/s, "
+                  f"load (out of it) {r['load', order]:.2f} GB/s")
 
 
 if __name__ == "__main__":
