@@ -14,6 +14,7 @@ void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, uint32_t client)
 
 	kvc_pool_stats(pool->core, &st);
 	kvc_pool_counters(pool->core, &now);
+	kvpd_stats_begin(d);
 	e->blocks_free = st.free;
 	e->blocks_used = st.used;
 	e->blocks_cached = st.cached;
@@ -39,6 +40,7 @@ void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, uint32_t client)
 		KVPD_PROBE(cache_evict, client, 1u, (uint32_t)(now.evicted_admin - pool->seen.evicted_admin));
 	if (now.evicted_reset != pool->seen.evicted_reset)
 		KVPD_PROBE(cache_evict, client, 2u, (uint32_t)(now.evicted_reset - pool->seen.evicted_reset));
+	kvpd_stats_end(d);
 	pool->seen = now;
 }
 

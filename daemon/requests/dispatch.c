@@ -179,6 +179,7 @@ static int op_append(struct kvpd_client *c, struct kvc_seq *seq, const struct kv
 	return ret;
 }
 
+/* Its writers bracket themselves: a turn of slow requests runs with the page left to readers (ring.c). */
 static struct kvp_stats_pool *pool_stats(struct kvpd *d, const struct kvpd_client *c)
 {
 	return kvpd_stats_pool_entry(d, c->pool);
@@ -198,8 +199,10 @@ static int op_lookup(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	if (ret)
 		return ret;
 	kvc_seq_info(seq, &info);
+	kvpd_stats_begin(d);
 	pool_stats(d, c)->lookup_queries_tokens += info.tokens;
 	pool_stats(d, c)->lookup_hits_tokens += hit.tokens;
+	kvpd_stats_end(d);
 	KVPD_PROBE(lookup, c->gen, info.tokens, hit.tokens);
 	if (sqe->out_len) {
 		for (uint32_t g = 0; g < ngroups(c); g++)
@@ -216,7 +219,9 @@ static void alloc_accounting(struct kvpd *d, struct kvpd_client *c, struct kvc_s
 			     const struct kvc_alloc_res *res, const struct kvc_seq_info *before)
 {
 	if (ret == -ENOSPC) {
+		kvpd_stats_begin(d);
 		pool_stats(d, c)->nospace++;
+		kvpd_stats_end(d);
 		if (KVPD_PROBE_ENABLED(nospace)) {
 			struct kvc_pool_stats st;
 
@@ -226,8 +231,10 @@ static void alloc_accounting(struct kvpd *d, struct kvpd_client *c, struct kvc_s
 	}
 	if (ret == 0 && req->use_cache) {
 		/* As vLLM counts: the tokens offered to the cache, and the hit, at admission. */
+		kvpd_stats_begin(d);
 		pool_stats(d, c)->prefix_queries_tokens += before->tokens;
 		pool_stats(d, c)->prefix_hits_tokens += res->hit_tokens;
+		kvpd_stats_end(d);
 		KVPD_PROBE(prefix_admit, c->gen, before->tokens, res->hit_tokens);
 	}
 	KVPD_PROBE(alloc, c->gen, handle, req->new_tokens, ret ? 0u : res->taken, ret,

@@ -64,10 +64,13 @@ static void batch_add(struct kvpd *d, struct kvpd_client *c, int32_t res, unsign
 void kvpd_stats_op(struct kvpd *d, struct kvpd_client *c, uint8_t opcode, int32_t res,
 		   uint64_t ns)
 {
-	unsigned bucket = kvpd_stats_count_op(d, opcode, res, ns);
+	unsigned bucket;
 
+	kvpd_stats_begin(d);
+	bucket = kvpd_stats_count_op(d, opcode, res, ns);
 	c->ops++;
 	d->stats->clients[c->slot].ops = c->ops;
+	kvpd_stats_end(d);
 	KVPD_PROBE(op, c->gen, (uint32_t)opcode, res, ns);
 	if (KVPD_PROBE_ENABLED(op_batch))
 		batch_add(d, c, res, bucket);
@@ -107,12 +110,14 @@ static void client_rows(struct kvpd *d, struct kvpd_client *c)
 
 void kvpd_stats_client(struct kvpd *d, struct kvpd_client *c)
 {
+	kvpd_stats_begin(d);
 	/* A monitor has no row (the page counts it in monitors); its tenants' use counts. */
 	if (!c->monitor)
 		client_rows(d, c);
 	for (unsigned i = 0; i < 2; i++)
 		if (c->tenant[i])
 			kvpd_stats_tenant(d, c->tenant[i]);
+	kvpd_stats_end(d);
 	if (c->charge.failed && !c->charge.failure_logged) {
 		c->charge.failure_logged = true;
 		kvpd_log(d, KVPD_LOG_WARNING, "client %u (pid %d): out of memory counting its blocks: its blocks_held "

@@ -15,6 +15,12 @@
 
 /* The longest the stats page's seqlock stays odd for one batch of entries (plus one entry). */
 #define STATS_BRACKET_NS 100000ull
+/*
+ * An entry slower than this leaves the page to readers while the next one
+ * runs: a reader copies the whole page (about 140 KB, tens of us), which a
+ * bracket reopened at once after each slow entry never leaves room for.
+ */
+#define SLOW_ENTRY_NS 20000ull
 /* The longest one client's turn takes entries for (plus one entry). */
 #define TURN_NS 500000ull
 /* Entries ahead whose lines are fetched: about one entry's work covers a line's transfer. */
@@ -124,8 +130,8 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget,
 		return 0;
 	/* One clock read per entry: each entry's time runs from the previous one's end. */
 	uint64_t t = kvpd_now_ns(), bracket = t, turn_start = t;
+	bool held = false;
 
-	kvpd_stats_begin(d);
 	c->touched_pool = false;
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvp_sqe sqe;
@@ -156,6 +162,16 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget,
 			break;
 		}
 		c->sq_next++;
+		/*
+		 * Quick entries share one bracket (their stats writers nest in
+		 * it); after a slow one, the next runs outside any, its writers
+		 * bracketing only their own writes.
+		 */
+		if (!held && !c->slow_entry) {
+			kvpd_stats_begin(d);
+			held = true;
+			bracket = t;
+		}
 		memset(&cqe, 0, sizeof(cqe));
 		cqe.user_data = sqe.user_data;
 		d->taken_ns = t;
@@ -167,12 +183,12 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget,
 		} else {
 			done = kvpd_now_ns(); /* its time is counted when its job comes back */
 		}
+		c->slow_entry = done - t > SLOW_ENTRY_NS;
 		t = done;
 		/* Readers of the stats page retry while it is written: not for a whole slow batch. */
-		if (done - bracket > STATS_BRACKET_NS) {
+		if (held && (c->slow_entry || done - bracket > STATS_BRACKET_NS)) {
 			kvpd_stats_end(d);
-			kvpd_stats_begin(d);
-			bracket = done;
+			held = false;
 		}
 		/*
 		 * A turn is bounded in time as well as in entries: slow requests
@@ -184,6 +200,8 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget,
 			break;
 		}
 	}
+	if (!held)
+		kvpd_stats_begin(d);
 	if (n == 0) {
 		kvpd_stats_end(d);
 		return 0;

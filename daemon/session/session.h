@@ -97,6 +97,7 @@ struct kvpd_client {
 	uint64_t ops;
 	struct kvpd_charge charge; /* distinct blocks its sequences hold */
 	bool touched_pool;         /* this batch changed its pool: republish it */
+	bool slow_entry;           /* its last entry was slow: the next runs with the stats page free */
 	struct kvpd_op_batch batch;
 };
 

@@ -34,10 +34,12 @@ void kvpd_stats_tenant(struct kvpd *d, struct kvpd_tenant *t)
 	tenant_row(&row, t);
 	if (!memcmp(&row, &d->stats->tenants[t->stat_idx], sizeof(row)))
 		return;
+	kvpd_stats_begin(d);
 	d->stats->tenants[t->stat_idx] = row;
 	for (struct kvpd_statview *v = d->stat_views; v; v = v->next)
 		if (tenant_visible(d, t, v->uid))
 			v->pg.tenants[t->stat_idx] = row;
+	kvpd_stats_end(d);
 }
 
 /* A tenant has a client counting towards it, a client two tenants at most: a row is free. */

@@ -393,6 +393,23 @@ static uint64_t seq_opens(const struct kvp_client *c)
 	return __atomic_load_n(&ops[KVP_OP_SEQ_OPEN].count, __ATOMIC_RELAXED);
 }
 
+/*
+ * The share of @ns in which the stats page's seqlock is held, sampled: a
+ * reader copies the whole page (about 140 KB), so it needs the page let go
+ * for longer than the moment between two of the loop's entries.
+ */
+static unsigned page_held_percent(const struct kvp_client *c, uint64_t ns)
+{
+	const struct kvp_stats_page *page = c->stats_map;
+	uint64_t end = test_now_ns() + ns, held = 0, samples = 0;
+
+	do {
+		held += __atomic_load_n(&page->seq, __ATOMIC_ACQUIRE) & 1;
+		samples++;
+	} while (test_now_ns() < end);
+	return (unsigned)(held * 100 / samples);
+}
+
 static uint64_t connect_ns(const struct kvp_connect_opts *o, struct kvp_client **c)
 {
 	uint64_t t0 = test_now_ns();
@@ -406,9 +423,8 @@ static uint64_t connect_ns(const struct kvp_connect_opts *o, struct kvp_client *
  * queue: its setup is answered between two turns, long before the queue is
  * done (seconds of work, a minute under ASan), not once the loop has nothing
  * left to do. The stats page counts the SEQ_OPENs taken by then, when it can
- * be read at once: its snapshot retries while the loop holds the page (it
- * lets go every 100 us of a batch), and a snapshot that waited that out
- * counts the queue done. Returns that client, whose stats page main() reads
+ * be read at once: the loop lets go of the page while it runs a slow entry,
+ * and a snapshot that waited anyway (load) may count the queue done. Returns that client, whose stats page main() reads
  * past the daemon's exit; *@entry_ns is the loop's pace.
  */
 static struct kvp_client *busy(pid_t *ringer_pid, uint64_t *entry_ns)
@@ -417,6 +433,7 @@ static struct kvp_client *busy(pid_t *ringer_pid, uint64_t *entry_ns)
 				      .stats_page = true };
 	const char *const pool[] = { "blocks=64", "block_size=16", "groups=full", NULL };
 	uint64_t idle[IDLE_CONNECTS], t0, t1, opened, queue_ns, turn_ns, bound;
+	unsigned held;
 	const struct kvp_stats_page *page;
 	const struct kvp_stats_op *ops;
 	struct kvp_client *c;
@@ -478,6 +495,15 @@ static struct kvp_client *busy(pid_t *ringer_pid, uint64_t *entry_ns)
 	CHECK(t0 < bound);
 	CHECK(t0 < queue_ns / 4);
 	CHECK(t1 >= 20000000ull || opened < RINGER_ENTRIES * 3 / 4);
+	/*
+	 * Each of the ringer's entries takes milliseconds: the loop runs them
+	 * with the page let go, bracketing only its counters' writes. Held
+	 * through each, as it was, readers waited for a gap of a few us between
+	 * two entries, and a snapshot timed out after 5 s in one CI run.
+	 */
+	held = page_held_percent(c, 20 * *entry_ns < 2000000000ull ? 20 * *entry_ns : 2000000000ull);
+	fprintf(stderr, "the stats page was held %u%% of 20 entries' time\n", held);
+	CHECK(held < 10);
 	free(snap);
 	return c;
 }
