@@ -88,7 +88,7 @@ static int check_queue(const struct kvc_pool *pool, char *why, size_t len)
 
 static int check_cache(const struct kvc_pool *pool, char *why, size_t len)
 {
-	uint32_t hashed = 0, in_map = 0;
+	uint32_t hashed = 0, in_map = 0, snapshots = 0;
 
 	for (uint32_t id = 1; id < pool->cfg.num_blocks; id++) {
 		const struct kvc_block *b = &pool->blocks[id];
@@ -99,6 +99,7 @@ static int check_cache(const struct kvc_pool *pool, char *why, size_t len)
 		hashed++;
 		if (b->group >= pool->cfg.num_groups)
 			return fail(why, len, "block %u hashed for group %u", id, b->group);
+		snapshots += pool->groups[b->group].kind == KVC_CYCLIC;
 		oldest = kvc_cache_get(pool, b->group, &b->hash);
 		if (oldest == KVC_NULL_BLOCK)
 			return fail(why, len, "block %u carries a hash the cache cannot find", id);
@@ -127,6 +128,9 @@ static int check_cache(const struct kvc_pool *pool, char *why, size_t len)
 	if (hashed != pool->ncached || in_map != hashed)
 		return fail(why, len, "%u hashed blocks, %u in the map, counted %u", hashed, in_map,
 			    pool->ncached);
+	if (snapshots != pool->counters.snap_held)
+		return fail(why, len, "%u blocks carry a snapshot's key, counted %u", snapshots,
+			    pool->counters.snap_held);
 	return 0;
 }
 

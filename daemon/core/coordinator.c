@@ -77,7 +77,7 @@ int kvc_find_hit(struct kvc_seq *seq, uint32_t *blocks)
 	int ret;
 
 	*blocks = 0;
-	if (!pool->cfg.caching || pool->has_cyclic || seq->ntokens == 0)
+	if (!pool->cfg.caching || (pool->has_cyclic && !pool->cfg.snapshots) || seq->ntokens == 0)
 		return 0;
 	len = seq->ntokens - 1;
 	max_blocks = len / bs;

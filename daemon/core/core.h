@@ -65,6 +65,9 @@ struct kvc_pool {
 	/* What the last kvc_alloc promoted from the tier, grown like hit_ids. */
 	struct kvc_promotion *promotions;
 	uint32_t promotions_cap;
+	/* The copies the last kvc_alloc or kvc_seq_computed asked for (snapshot.c). */
+	struct kvc_copy *copies;
+	uint32_t ncopies, copies_cap;
 
 	struct kvc_pool_counters counters;
 	const struct kvc_tier_ops *tier_ops;
@@ -135,6 +138,9 @@ uint32_t kvc_cache_get(const struct kvc_pool *pool, uint32_t group, const struct
 /* Caches block @id of @seq's position @pos under its hash (announced if the first copy). */
 void kvc_cache_insert(struct kvc_pool *pool, const struct kvc_seq *seq, uint32_t group,
 		      uint32_t pos, uint32_t id);
+/* Caches block @id under @h with no event: a window snapshot's key (snapshot.c). */
+void kvc_cache_insert_key(struct kvc_pool *pool, uint32_t group, const struct kvc_hash *h,
+			  uint32_t id);
 void kvc_cache_remove(struct kvc_pool *pool, uint32_t id);
 void kvc_cache_clear(struct kvc_pool *pool);
 
@@ -176,6 +182,18 @@ bool kvc_bundle_hit_at(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t
 void kvc_bundle_null_below(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t pos);
 uint32_t kvc_hit_left_to_right(struct kvc_seq *seq, const struct kvc_bundle *b,
 			       uint32_t from, uint32_t max_tokens);
+
+/* snapshot.c: cyclic groups' window snapshots */
+/* Blocks a snapshot at boundary @p holds: cdiv(min(W-1, p), bs). */
+uint32_t kvc_snap_blocks(const struct kvc_pool *pool, const struct kvc_group *g, uint32_t p);
+/* Whether every group of @b has @p's snapshot cached; writes its ids into pool->hit_ids. */
+bool kvc_snap_cached(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t p);
+/* Snapshots for the boundaries a commit from @from to @to crossed (copies to make). */
+void kvc_snap_make(struct kvc_seq *seq, uint32_t from, uint32_t to);
+/* A hit at @p: pins group @g's snapshot blocks before any pop, then copies them into the ring. */
+void kvc_snap_take(struct kvc_seq *seq, uint32_t g, uint32_t p);
+void kvc_snap_fill(struct kvc_seq *seq, uint32_t g, uint32_t p);
+int kvc_copies_reserve(struct kvc_pool *pool, uint32_t more);
 
 /* coordinator.c */
 int kvc_coordinator_init(struct kvc_pool *pool);

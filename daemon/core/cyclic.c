@@ -2,7 +2,9 @@
 /*
  * Cyclic window: one fixed ring of R blocks per sequence, token t in slot
  * t mod (R * bs). The ring is reused in place, so nothing is dropped and no
- * block ever describes a stable prefix: never hashed, never hit.
+ * ring block ever describes a stable prefix: never hashed. It hits by window
+ * snapshots instead (snapshot.c): the largest boundary whose snapshot is
+ * cached.
  */
 #include "core.h"
 
@@ -18,9 +20,11 @@ static bool cyclic_publishable(const struct kvc_seq *seq, const struct kvc_group
 static uint32_t cyclic_find_hit(struct kvc_seq *seq, const struct kvc_bundle *b,
 				uint32_t max_tokens)
 {
-	(void)seq;
-	(void)b;
-	(void)max_tokens;
+	uint32_t bs = seq->pool->cfg.block_size;
+
+	for (uint32_t p = max_tokens / bs * bs; p >= bs; p -= bs)
+		if (kvc_snap_cached(seq, b, p))
+			return p / bs;
 	return 0;
 }
 

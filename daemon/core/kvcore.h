@@ -32,7 +32,7 @@ enum kvc_kind {
 	KVC_SWA,     /* param: window W >= 2 */
 	KVC_RSWA,    /* param: window W >= 1; keeps the prompt prefix too */
 	KVC_CHUNKED, /* param: chunk C >= 1 */
-	KVC_CYCLIC,  /* param: window W >= 1; fixed ring of blocks, never hashed */
+	KVC_CYCLIC,  /* param: window W >= 1; fixed ring of blocks, hit by window snapshots */
 	KVC_NUM_KINDS,
 };
 
@@ -59,6 +59,13 @@ struct kvc_pool_config {
 	enum kvc_publish publish;
 	uint32_t max_len;         /* longest sequence, in tokens */
 	uint32_t max_step_tokens; /* S: most tokens one alloc adds (sizes cyclic rings) */
+	/*
+	 * Cyclic groups: window snapshots at committed block boundaries (the
+	 * prompt's end, and every @snapshot_every tokens when not 0), copied
+	 * by the caller (kvc_pool_copies); off, a cyclic group never hits.
+	 */
+	bool snapshots;
+	uint32_t snapshot_every;
 	uint32_t num_groups;
 	struct kvc_group_spec groups[KVC_MAX_GROUPS];
 };
@@ -71,7 +78,11 @@ struct kvc_hash {
 	uint64_t lo, hi;
 };
 
-/* The defaults of kvtrace's `pool` line: caching on, split, commit, max_len 2^31-1, S 1. */
+/*
+ * The defaults of kvtrace's `pool` line: caching on, split, commit, max_len
+ * 2^31-1, S 1, snapshots on, every KVC_SNAPSHOT_EVERY tokens.
+ */
+#define KVC_SNAPSHOT_EVERY 2048u
 void kvc_pool_config_init(struct kvc_pool_config *cfg, uint32_t num_blocks,
 			  uint32_t block_size);
 
@@ -111,6 +122,12 @@ struct kvc_pool_counters {
 	uint64_t popped;         /* blocks handed out by the free queue */
 	uint64_t dropped[KVC_MAX_GROUPS];   /* blocks dropped by windows, per group */
 	uint32_t in_use[KVC_MAX_GROUPS];    /* blocks in use now, by the group that took them */
+	/* Window snapshots (cyclic groups), in blocks. */
+	uint32_t snap_held;      /* blocks carrying a snapshot's key now */
+	uint64_t snap_made;      /* snapshot blocks cached once their copy was done */
+	uint64_t snap_hit;       /* snapshot blocks copied into a hitting sequence's ring */
+	uint64_t snap_evicted;   /* snapshot keys lost: block reused, evicted, reset */
+	uint64_t snap_skipped;   /* snapshot blocks not made: the free queue was empty */
 };
 void kvc_pool_counters(const struct kvc_pool *pool, struct kvc_pool_counters *c);
 
@@ -242,7 +259,8 @@ int kvc_seq_append(struct kvc_seq *seq, const uint32_t *tokens, uint32_t n);
 struct kvc_hit {
 	uint32_t tokens;                   /* hit length, a multiple of block_size */
 	uint32_t blocks;                   /* tokens / block_size */
-	const uint32_t *ids[KVC_MAX_GROUPS]; /* per group, @blocks ids; 0 = null */
+	const uint32_t *ids[KVC_MAX_GROUPS]; /* per group, nids[g] ids; 0 = null */
+	uint32_t nids[KVC_MAX_GROUPS];     /* @blocks, or a cyclic group's snapshot blocks */
 };
 
 /*
@@ -298,6 +316,36 @@ int kvc_seq_computed(struct kvc_seq *seq, uint32_t n);
 
 /* Releases every block; keeps tokens, salt and prefix (a preemption). */
 void kvc_seq_free(struct kvc_seq *seq);
+
+/*
+ * A whole-block KV copy the core asks of its caller (cyclic groups' window
+ * snapshots, docs/design.md): @make, ring block @src of a sequence that
+ * committed past @boundary into @dst, a new snapshot block cached under @key
+ * once done; else snapshot block @src into @dst of a hitting sequence's
+ * ring. Both blocks stay pinned until kvc_copy_done.
+ */
+struct kvc_copy {
+	uint32_t group;
+	uint32_t src, dst;
+	uint32_t boundary; /* tokens: the snapshot's position */
+	bool make;
+	struct kvc_hash key;
+};
+
+/*
+ * The copies the last kvc_alloc or kvc_seq_computed asked for (the pool's
+ * array, valid until the next of those calls): the caller copies them out,
+ * does each and reports it to kvc_copy_done.
+ */
+uint32_t kvc_pool_copies(const struct kvc_pool *pool, const struct kvc_copy **copies);
+
+/*
+ * Ends copy @c: unpins both blocks; a made snapshot's block is cached under
+ * its key first when @ok, so that it is hittable only with its KV in place.
+ * A hit's copy that failed leaves its ring without that KV: the caller frees
+ * the sequence.
+ */
+void kvc_copy_done(struct kvc_pool *pool, const struct kvc_copy *c, bool ok);
 
 /*
  * Pins keep blocks alive while data moves in or out of them outside the

@@ -16,6 +16,8 @@ void kvc_pool_config_init(struct kvc_pool_config *cfg, uint32_t num_blocks,
 		.publish = KVC_PUBLISH_COMMIT,
 		.max_len = 2147483647u,
 		.max_step_tokens = 1,
+		.snapshots = true,
+		.snapshot_every = KVC_SNAPSHOT_EVERY,
 	};
 }
 
@@ -35,6 +37,8 @@ static int validate_config(const struct kvc_pool_config *cfg)
 	if (cfg->publish != KVC_PUBLISH_COMMIT && cfg->publish != KVC_PUBLISH_ALLOC)
 		return -EINVAL;
 	if (cfg->max_len == 0 || cfg->max_step_tokens == 0 || cfg->max_step_tokens > KVC_MAX_TOKENS)
+		return -EINVAL;
+	if (cfg->snapshot_every > KVC_MAX_TOKENS)
 		return -EINVAL;
 	if (cfg->num_groups == 0 || cfg->num_groups > KVC_MAX_GROUPS)
 		return -EINVAL;
@@ -104,6 +108,7 @@ void kvc_pool_destroy(struct kvc_pool *pool)
 	for (uint32_t g = 0; g < pool->cfg.num_groups; g++)
 		free(pool->hit_ids[g]);
 	free(pool->promotions);
+	free(pool->copies);
 	free(pool->buckets);
 	free(pool->hash_buf);
 	free(pool->blocks);

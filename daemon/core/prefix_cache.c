@@ -45,10 +45,14 @@ uint32_t kvc_cache_get(const struct kvc_pool *pool, uint32_t group, const struct
 	return id;
 }
 
-void kvc_cache_insert(struct kvc_pool *pool, const struct kvc_seq *seq, uint32_t group,
-		      uint32_t pos, uint32_t id)
+static bool is_snapshot(const struct kvc_pool *pool, uint32_t group)
 {
-	const struct kvc_hash *h = &seq->hashes[pos];
+	return pool->groups[group].kind == KVC_CYCLIC;
+}
+
+/* Returns whether @id is the key's first copy. */
+static bool insert(struct kvc_pool *pool, uint32_t group, const struct kvc_hash *h, uint32_t id)
+{
 	struct kvc_block *b = &pool->blocks[id];
 	uint32_t oldest = kvc_cache_get(pool, group, h);
 
@@ -56,17 +60,14 @@ void kvc_cache_insert(struct kvc_pool *pool, const struct kvc_seq *seq, uint32_t
 	b->group = (uint16_t)group;
 	b->hashed = 1;
 	pool->ncached++;
+	pool->counters.snap_held += is_snapshot(pool, group);
 	if (oldest == KVC_BUCKET_END) {
 		uint32_t *head = &pool->buckets[bucket_of(pool, group, h)];
 
 		b->dup_prev = b->dup_next = id;
 		b->bucket_next = *head;
 		*head = id;
-		if (pool->events)
-			pool->events->stored(pool->events_ctx, group, pos, h,
-					     pos ? &seq->hashes[pos - 1] : NULL,
-					     seq->tokens + (size_t)pos * pool->cfg.block_size);
-		return;
+		return true;
 	}
 	/* Newest goes last in the ring, just before the oldest. */
 	struct kvc_block *o = &pool->blocks[oldest];
@@ -76,6 +77,24 @@ void kvc_cache_insert(struct kvc_pool *pool, const struct kvc_seq *seq, uint32_t
 	pool->blocks[o->dup_prev].dup_next = id;
 	o->dup_prev = id;
 	b->bucket_next = KVC_BUCKET_END;
+	return false;
+}
+
+void kvc_cache_insert(struct kvc_pool *pool, const struct kvc_seq *seq, uint32_t group,
+		      uint32_t pos, uint32_t id)
+{
+	const struct kvc_hash *h = &seq->hashes[pos];
+
+	if (insert(pool, group, h, id) && pool->events)
+		pool->events->stored(pool->events_ctx, group, pos, h,
+				     pos ? &seq->hashes[pos - 1] : NULL,
+				     seq->tokens + (size_t)pos * pool->cfg.block_size);
+}
+
+void kvc_cache_insert_key(struct kvc_pool *pool, uint32_t group, const struct kvc_hash *h,
+			  uint32_t id)
+{
+	insert(pool, group, h, id);
 }
 
 /* Puts @with in @id's place in its bucket chain (KVC_BUCKET_END: unlinks it). */
@@ -113,8 +132,13 @@ void kvc_cache_remove(struct kvc_pool *pool, uint32_t id)
 	if (!alone) {
 		pool->blocks[b->dup_prev].dup_next = b->dup_next;
 		pool->blocks[b->dup_next].dup_prev = b->dup_prev;
-	} else if (pool->events) {
+	} else if (pool->events && !is_snapshot(pool, b->group)) {
+		/* A snapshot's key was never announced: routers match prefixes, not windows. */
 		pool->events->removed(pool->events_ctx, b->group, &b->hash);
+	}
+	if (is_snapshot(pool, b->group)) {
+		pool->counters.snap_held--;
+		pool->counters.snap_evicted++;
 	}
 	forget_hash(b);
 	pool->ncached--;
@@ -128,6 +152,8 @@ void kvc_cache_clear(struct kvc_pool *pool)
 	for (uint32_t i = 0; i <= pool->bucket_mask; i++)
 		pool->buckets[i] = KVC_BUCKET_END;
 	pool->ncached = 0;
+	pool->counters.snap_evicted += pool->counters.snap_held;
+	pool->counters.snap_held = 0;
 	if (pool->events)
 		pool->events->cleared(pool->events_ctx);
 }

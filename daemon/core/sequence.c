@@ -184,6 +184,7 @@ struct alloc_plan {
 	uint32_t skipped[KVC_MAX_GROUPS];  /* new sequence: hit positions that become null */
 	uint32_t take_new[KVC_MAX_GROUPS]; /* blocks popped from the queue */
 	uint32_t promote;    /* new sequence: hit positions in the tier, popped too */
+	uint32_t copies;     /* new sequence: snapshot blocks to copy into cyclic rings */
 	uint64_t take;       /* blocks leaving the queue: popped + touched hit blocks */
 };
 
@@ -221,6 +222,14 @@ static int plan_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req,
 
 		if (seq->running) {
 			have = seq->tables[g].len;
+		} else if (grp->kind == KVC_CYCLIC) {
+			/* A ring starts empty: a hit's snapshot is copied into it, not placed. */
+			uint32_t n = plan->hit_blocks ? kvc_snap_blocks(pool, grp, plan->hit_blocks * bs) : 0;
+
+			have = 0;
+			for (uint32_t j = 0; j < n; j++)
+				plan->take += pool->blocks[pool->hit_ids[g][j]].ref == 0;
+			plan->copies += n;
 		} else {
 			uint32_t sb = kvc_kind(grp->kind)->skipped(grp, plan->total) / bs;
 
@@ -261,7 +270,7 @@ static const struct kvc_admit *admit_of(const struct kvc_seq *seq, const struct 
 	a->popped = plan->promote;
 	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
 		a->popped += plan->take_new[g];
-		if (!seq->running) {
+		if (!seq->running && pool->groups[g].kind != KVC_CYCLIC) {
 			a->hit_first[g] = plan->skipped[g];
 			a->hit_end[g] = plan->hit_blocks > plan->skipped[g] ? plan->hit_blocks : plan->skipped[g];
 			a->hit_ids[g] = pool->hit_ids[g];
@@ -282,6 +291,8 @@ static int reserve_tables(struct kvc_seq *seq, const struct alloc_plan *plan)
 		pool->promotions = p;
 		pool->promotions_cap = plan->promote;
 	}
+	if (kvc_copies_reserve(pool, plan->copies))
+		return -ENOMEM;
 	for (uint32_t g = 0; g < seq->pool->cfg.num_groups; g++) {
 		struct kvc_table *t = &seq->tables[g];
 		uint64_t len = seq->running ? t->len : plan->start[g];
@@ -308,6 +319,8 @@ static void promote_hit(struct kvc_seq *seq, const struct alloc_plan *plan,
 	for (uint32_t g = 0; g < pool->cfg.num_groups && plan->promote; g++) {
 		struct kvc_table *t = &seq->tables[g];
 
+		if (pool->groups[g].kind == KVC_CYCLIC)
+			continue;
 		for (uint32_t p = plan->skipped[g]; p < plan->hit_blocks; p++) {
 			uint32_t id;
 
@@ -348,6 +361,8 @@ static void place_hit(struct kvc_seq *seq, const struct alloc_plan *plan,
 			t->ids[p] = id;
 		}
 		t->len = t->published = plan->start[g];
+		if (pool->groups[g].kind == KVC_CYCLIC && plan->hit_blocks)
+			kvc_snap_take(seq, g, plan->hit_blocks * pool->cfg.block_size);
 	}
 	promote_hit(seq, plan, res);
 }
@@ -358,6 +373,7 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 	struct alloc_plan plan;
 	int ret;
 
+	pool->ncopies = 0;
 	ret = plan_alloc(seq, req, &plan);
 	if (ret)
 		return ret;
@@ -393,6 +409,9 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 			held(seq, t->ids[t->len++], true);
 		}
 	}
+	for (uint32_t g = 0; g < pool->cfg.num_groups && plan.copies; g++)
+		if (pool->groups[g].kind == KVC_CYCLIC)
+			kvc_snap_fill(seq, g, plan.hit_blocks * pool->cfg.block_size);
 	res->hit_tokens = plan.hit_blocks * pool->cfg.block_size;
 	res->taken = (uint32_t)plan.take;
 	seq->running = true;
@@ -406,9 +425,14 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 
 int kvc_seq_computed(struct kvc_seq *seq, uint32_t n)
 {
+	uint32_t from = seq->computed;
+
 	if (n < seq->computed || n > kvc_min(seq->ntokens, seq->allocated))
 		return -EINVAL;
+	seq->pool->ncopies = 0;
 	seq->computed = n;
+	/* While the ring still holds them: the next alloc may overwrite them. */
+	kvc_snap_make(seq, from, n);
 	if (seq->pool->cfg.publish == KVC_PUBLISH_COMMIT) {
 		publish_upto(seq, n);
 		drop_for(seq, n);
@@ -449,8 +473,14 @@ int kvc_lookup(struct kvc_seq *seq, struct kvc_hit *hit)
 		return ret;
 	hit->blocks = blocks;
 	hit->tokens = blocks * pool->cfg.block_size;
-	for (uint32_t g = 0; g < KVC_MAX_GROUPS; g++)
+	for (uint32_t g = 0; g < KVC_MAX_GROUPS; g++) {
+		const struct kvc_group *grp = &pool->groups[g];
+
 		hit->ids[g] = g < pool->cfg.num_groups ? pool->hit_ids[g] : NULL;
+		hit->nids[g] = g >= pool->cfg.num_groups ? 0 :
+			       grp->kind != KVC_CYCLIC ? blocks :
+			       blocks ? kvc_snap_blocks(pool, grp, hit->tokens) : 0;
+	}
 	return 0;
 }
 

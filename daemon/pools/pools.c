@@ -24,6 +24,11 @@ static void to_core_config(const struct kvp_pool_params *p, struct kvc_pool_conf
 	cfg->publish = p->publish ? KVC_PUBLISH_ALLOC : KVC_PUBLISH_COMMIT;
 	cfg->max_len = p->max_len;
 	cfg->max_step_tokens = p->max_step_tokens;
+	/*
+	 * Window snapshots need the daemon to copy KV between blocks, which it
+	 * does not yet (#55): until then a cyclic group hits nothing, as before.
+	 */
+	cfg->snapshots = false;
 	cfg->num_groups = p->num_groups;
 	for (unsigned g = 0; g < p->num_groups; g++)
 		cfg->groups[g] = (struct kvc_group_spec){ kinds[p->group_kind[g]], p->group_param[g] };

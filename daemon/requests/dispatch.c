@@ -206,7 +206,7 @@ static int op_lookup(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	KVPD_PROBE(lookup, c->gen, info.tokens, hit.tokens);
 	if (sqe->out_len) {
 		for (uint32_t g = 0; g < ngroups(c); g++)
-			counts[g] = hit.blocks;
+			counts[g] = hit.nids[g];
 		ret = write_lists(c, sqe, hit.ids, counts, &cqe->aux);
 		if (ret)
 			return ret;

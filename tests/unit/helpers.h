@@ -110,6 +110,10 @@ static inline void cfg_opts(struct kvc_pool_config *cfg, const char *opts)
 			cfg->max_len = (uint32_t)strtoul(w + 8, NULL, 10);
 		else if (!strncmp(w, "max_step_tokens=", 16))
 			cfg->max_step_tokens = (uint32_t)strtoul(w + 16, NULL, 10);
+		else if (!strcmp(w, "snapshots=off"))
+			cfg->snapshots = false;
+		else if (!strncmp(w, "snapshot_every=", 15))
+			cfg->snapshot_every = (uint32_t)strtoul(w + 15, NULL, 10);
 		else
 			fail_msg("bad option '%s'", w);
 	}
@@ -256,6 +260,56 @@ static inline void expect_table_at(const struct kvc_seq *s, const char *exp, con
 }
 #define EXPECT_TABLE(s, exp) expect_table_at(s, exp, __FILE__, __LINE__)
 
+/* The last alloc's or commit's copies as "made [src>dst,...] hit [src>dst,...]". */
+static char last_copies[HBUF];
+
+/* Does the copies the core asked for at once (there is no KV here), as kvtrace does. */
+static inline void copies_done(void)
+{
+	const struct kvc_copy *c;
+	uint32_t n = kvc_pool_copies(P, &c);
+	struct kvc_copy *done = n ? calloc(n, sizeof(*done)) : NULL;
+	size_t at = 0;
+
+	for (int make = 1; make >= 0; make--) {
+		const char *sep = "";
+
+		at += (size_t)snprintf(last_copies + at, sizeof(last_copies) - at, "%s[",
+				       make ? "made " : " hit ");
+		for (uint32_t i = 0; i < n && at < sizeof(last_copies); i++) {
+			if (c[i].make != make)
+				continue;
+			at += (size_t)snprintf(last_copies + at, sizeof(last_copies) - at, "%s%u>%u",
+					       sep, c[i].src, c[i].dst);
+			sep = ",";
+		}
+		if (at < sizeof(last_copies))
+			at += (size_t)snprintf(last_copies + at, sizeof(last_copies) - at, "]");
+	}
+	assert_true(n == 0 || done);
+	/* Copied out first: done ends each copy, and the pool's array is its own. */
+	for (uint32_t i = 0; i < n; i++)
+		done[i] = c[i];
+	for (uint32_t i = 0; i < n; i++)
+		kvc_copy_done(P, &done[i], true);
+	free(done);
+}
+#define EXPECT_COPIES(exp) assert_string_equal(last_copies, exp)
+
+/* "held=H made=M hit=X evicted=E skipped=S": the pool's snapshot counters. */
+static inline void expect_snapshots_at(const char *exp, const char *file, int line)
+{
+	struct kvc_pool_counters c;
+	char got[HBUF];
+
+	kvc_pool_counters(P, &c);
+	snprintf(got, sizeof(got), "held=%u made=%llu hit=%llu evicted=%llu skipped=%llu",
+		 c.snap_held, (unsigned long long)c.snap_made, (unsigned long long)c.snap_hit,
+		 (unsigned long long)c.snap_evicted, (unsigned long long)c.snap_skipped);
+	_assert_string_equal(got, exp, file, line);
+}
+#define EXPECT_SNAPSHOTS(exp) expect_snapshots_at(exp, __FILE__, __LINE__)
+
 /* "ok [g0 new] [g1 new] ..." | "nospace" | "invalid"; checks the pool after. */
 static inline void expect_alloc_at(struct kvc_seq *s, uint32_t nw, uint32_t la, bool hit,
 				   const char *exp, const char *file, int line)
@@ -268,6 +322,8 @@ static inline void expect_alloc_at(struct kvc_seq *s, uint32_t nw, uint32_t la, 
 	rc = kvc_alloc(s, &req, &last_res);
 	check_pool_at(file, line);
 	if (rc == 0) {
+		copies_done();
+		check_pool_at(file, line);
 		snprintf(got, sizeof(got), "ok");
 		for (uint32_t g = 0; g < num_groups(); g++) {
 			uint32_t n = 0;
@@ -327,7 +383,7 @@ static inline void expect_hit_at(struct kvc_seq *s, const char *exp, const char 
 	snprintf(got, sizeof(got), "%u", h.tokens);
 	for (uint32_t g = 0; g < num_groups(); g++) {
 		strncat(got, " ", sizeof(got) - strlen(got) - 1);
-		fmt_ids(got, sizeof(got), h.blocks ? h.ids[g] : NULL, h.blocks);
+		fmt_ids(got, sizeof(got), h.nids[g] ? h.ids[g] : NULL, h.nids[g]);
 	}
 	_assert_string_equal(got, exp, file, line);
 }
@@ -340,6 +396,10 @@ static inline void expect_computed_at(struct kvc_seq *s, uint32_t n, int rc, con
 	int got = kvc_seq_computed(s, n);
 
 	check_pool_at(file, line);
+	if (got == 0) {
+		copies_done();
+		check_pool_at(file, line);
+	}
 	_assert_int_equal((uint64_t)(int64_t)got, (uint64_t)(int64_t)rc, file, line);
 }
 #define EXPECT_COMPUTED(s, n, rc) expect_computed_at(s, n, rc, __FILE__, __LINE__)

@@ -12,7 +12,48 @@ struct core_target {
 	struct kvc_pool *pool;
 	struct name_map seqs;
 	uint32_t *scratch; /* free-queue listing */
+	struct kvc_copy *copies; /* the last alloc's or computed's, done already */
+	uint32_t ncopies, copies_cap;
 };
+
+/* The core's copies, done at once: there is no KV in process, only the blocks' fate. */
+static int do_copies(struct core_target *t)
+{
+	const struct kvc_copy *c;
+	uint32_t n = kvc_pool_copies(t->pool, &c);
+
+	if (n > t->copies_cap) {
+		struct kvc_copy *p = realloc(t->copies, (size_t)n * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		t->copies = p;
+		t->copies_cap = n;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		t->copies[i] = c[i];
+	t->ncopies = n;
+	for (uint32_t i = 0; i < n; i++)
+		kvc_copy_done(t->pool, &t->copies[i], true);
+	return 0;
+}
+
+static void print_copies(const struct core_target *t, struct trace_out *out)
+{
+	trace_out_printf(out, "copies");
+	for (int make = 1; make >= 0; make--) {
+		const char *sep = "";
+
+		trace_out_printf(out, make ? " made [" : " hit [");
+		for (uint32_t i = 0; i < t->ncopies; i++) {
+			if (t->copies[i].make != make)
+				continue;
+			trace_out_printf(out, "%s%u>%u", sep, t->copies[i].src, t->copies[i].dst);
+			sep = ",";
+		}
+		trace_out_printf(out, "]");
+	}
+}
 
 static void print_tables(struct kvc_pool *pool, struct kvc_seq *seq, const uint32_t *first,
 			 struct trace_out *out)
@@ -38,6 +79,8 @@ static int exec_seq_cmd(struct core_target *t, const struct trace_cmd *cmd,
 		break;
 	case TRACE_COMPUTED:
 		ret = kvc_seq_computed(seq, cmd->count);
+		if (!ret)
+			return do_copies(t);
 		break;
 	case TRACE_LOOKUP: {
 		struct kvc_hit hit;
@@ -47,7 +90,7 @@ static int exec_seq_cmd(struct core_target *t, const struct trace_cmd *cmd,
 			return ret;
 		trace_out_printf(out, "hit %s %u", cmd->id, hit.tokens);
 		for (uint32_t g = 0; g < ngroups; g++)
-			trace_out_ids(out, hit.ids[g], hit.blocks);
+			trace_out_ids(out, hit.ids[g], hit.nids[g]);
 		return 0;
 	}
 	case TRACE_ALLOC: {
@@ -65,7 +108,7 @@ static int exec_seq_cmd(struct core_target *t, const struct trace_cmd *cmd,
 			break;
 		trace_out_printf(out, "alloc %s ok", cmd->id);
 		print_tables(t->pool, seq, res.first_new, out);
-		return 0;
+		return do_copies(t);
 	}
 	case TRACE_FREE:
 		kvc_seq_free(seq);
@@ -124,6 +167,7 @@ static int core_exec(struct trace_target *base, const struct trace_cmd *cmd,
 		     struct trace_out *out)
 {
 	struct core_target *t = (struct core_target *)base;
+	struct kvc_pool_counters pc;
 	struct kvc_pool_stats st;
 	struct kvc_seq *seq;
 
@@ -138,6 +182,16 @@ static int core_exec(struct trace_target *base, const struct trace_cmd *cmd,
 		return 0;
 	case TRACE_RESET:
 		trace_out_printf(out, "reset %s", kvc_pool_reset(t->pool) ? "busy" : "ok");
+		return 0;
+	case TRACE_COPIES:
+		print_copies(t, out);
+		return 0;
+	case TRACE_SNAPSHOTS:
+		kvc_pool_counters(t->pool, &pc);
+		trace_out_printf(out, "snapshots held=%u made=%llu hit=%llu evicted=%llu skipped=%llu",
+				 pc.snap_held, (unsigned long long)pc.snap_made,
+				 (unsigned long long)pc.snap_hit, (unsigned long long)pc.snap_evicted,
+				 (unsigned long long)pc.snap_skipped);
 		return 0;
 	case TRACE_EVICT:
 		trace_out_printf(out, "evict %s",
@@ -172,6 +226,7 @@ static void core_destroy(struct trace_target *base)
 	name_map_release(&t->seqs, destroy_seq);
 	kvc_pool_destroy(t->pool);
 	free(t->scratch);
+	free(t->copies);
 	free(t);
 }
 

@@ -272,6 +272,11 @@ static int daemon_exec(struct trace_target *base, const struct trace_cmd *cmd,
 		trace_out_printf(out, "stats free=%u used=%u cached=%u", st.blocks_free, st.blocks_used,
 				 st.blocks_cached);
 		return 0;
+	case TRACE_COPIES:
+	case TRACE_SNAPSHOTS:
+		fprintf(stderr, "kvtrace: %s: in process only (kvpoold does not make window snapshots yet)\n",
+			cmd->name);
+		return -EOPNOTSUPP;
 	case TRACE_RESET:
 		ret = kvp_reset(t->client);
 		if (ret && ret != -EBUSY)

@@ -199,9 +199,11 @@ static int parse_choice(const char *val, const char *a, const char *b, bool *is_
 
 static int parse_pool(struct trace_cmd *cmd, const struct fields *f, char *err, size_t len)
 {
-	enum { BLOCKS, BLOCK_SIZE, CACHING, FREE_ORDER, PUBLISH, MAX_LEN, MAX_STEP, NKEYS };
+	enum { BLOCKS, BLOCK_SIZE, CACHING, FREE_ORDER, PUBLISH, MAX_LEN, MAX_STEP, SNAPSHOTS,
+	       SNAPSHOT_EVERY, NKEYS };
 	static const char *const keys[NKEYS] = {
 		"blocks", "block_size", "caching", "free_order", "publish", "max_len", "max_step_tokens",
+		"snapshots", "snapshot_every",
 	};
 	struct kvc_pool_config *c = &cmd->pool;
 	unsigned seen = 0;
@@ -241,6 +243,14 @@ static int parse_pool(struct trace_cmd *cmd, const struct fields *f, char *err, 
 		case MAX_STEP:
 			ret = num_field("max_step_tokens", val, 1, KVC_MAX_TOKENS, &v, err, len);
 			c->max_step_tokens = (uint32_t)v;
+			break;
+		case SNAPSHOTS:
+			ret = parse_choice(val, "on", "off", &is_a, "snapshots", err, len);
+			c->snapshots = is_a;
+			break;
+		case SNAPSHOT_EVERY:
+			ret = num_field("snapshot_every", val, 0, KVC_MAX_TOKENS, &v, err, len);
+			c->snapshot_every = (uint32_t)v;
 			break;
 		default:
 			ret = k;
@@ -386,6 +396,7 @@ static const struct {
 	{ "lookup", TRACE_LOOKUP },   { "alloc", TRACE_ALLOC },   { "free", TRACE_FREE },
 	{ "table", TRACE_TABLE },     { "freeq", TRACE_FREEQ },   { "stats", TRACE_STATS },
 	{ "reset", TRACE_RESET },     { "evict", TRACE_EVICT },   { "expect", TRACE_EXPECT },
+	{ "copies", TRACE_COPIES },   { "snapshots", TRACE_SNAPSHOTS },
 };
 
 /* pool first, then one or more group lines, then everything else. */
@@ -471,6 +482,8 @@ static int parse_command(struct trace_parser *p, struct trace_cmd *cmd, const st
 	case TRACE_FREEQ:
 	case TRACE_STATS:
 	case TRACE_RESET:
+	case TRACE_COPIES:
+	case TRACE_SNAPSHOTS:
 		ret = want_args(f, 1, cmd->name, err, len);
 		break;
 	case TRACE_EVICT:
