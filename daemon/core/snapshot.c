@@ -35,10 +35,11 @@ static struct kvc_hash snap_key(const struct kvc_seq *seq, uint32_t p, uint32_t 
 	return (struct kvc_hash){ h.low64, h.high64 };
 }
 
-/* The table position of absolute block @a in a ring of R blocks. */
-static uint32_t ring_pos(const struct kvc_group *g, uint32_t a)
+/* The ring position of block @j of an @n-block snapshot at @p: its absolute block's. */
+static uint32_t ring_pos(const struct kvc_pool *pool, const struct kvc_group *g, uint32_t p,
+			 uint32_t n, uint32_t j)
 {
-	return a % g->ring_blocks;
+	return (p / pool->cfg.block_size - n + j) % g->ring_blocks;
 }
 
 bool kvc_snap_cached(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t p)
@@ -89,14 +90,12 @@ static void pin_block(struct kvc_pool *pool, uint32_t id)
 static void make_one(struct kvc_seq *seq, uint32_t g, uint32_t p)
 {
 	struct kvc_pool *pool = seq->pool;
-	const struct kvc_group *grp = &pool->groups[g];
 	const struct kvc_table *t = &seq->tables[g];
-	uint32_t n = kvc_snap_blocks(pool, grp, p);
-	uint32_t first = p / pool->cfg.block_size - n;
+	uint32_t n = kvc_snap_blocks(pool, &pool->groups[g], p);
 
 	for (uint32_t j = 0; j < n; j++) {
 		struct kvc_hash key = snap_key(seq, p, j);
-		uint32_t pos = ring_pos(grp, first + j), src, dst;
+		uint32_t pos = ring_pos(pool, &pool->groups[g], p, n, j), src, dst;
 
 		if (kvc_cache_get(pool, g, &key) != KVC_NULL_BLOCK)
 			continue;
@@ -164,13 +163,10 @@ void kvc_snap_take(struct kvc_seq *seq, uint32_t g, uint32_t p)
 void kvc_snap_fill(struct kvc_seq *seq, uint32_t g, uint32_t p)
 {
 	struct kvc_pool *pool = seq->pool;
-	const struct kvc_group *grp = &pool->groups[g];
-	const struct kvc_table *t = &seq->tables[g];
-	uint32_t n = kvc_snap_blocks(pool, grp, p);
-	uint32_t first = p / pool->cfg.block_size - n;
+	uint32_t n = kvc_snap_blocks(pool, &pool->groups[g], p);
 
 	for (uint32_t j = 0; j < n; j++) {
-		uint32_t dst = t->ids[ring_pos(grp, first + j)];
+		uint32_t dst = seq->tables[g].ids[ring_pos(pool, &pool->groups[g], p, n, j)];
 
 		pin_block(pool, dst);
 		pool->copies[pool->ncopies++] = (struct kvc_copy){
