@@ -96,6 +96,9 @@ static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvp
 		return "namespace";
 	if (sa->tier_host_bytes != sb->tier_host_bytes)
 		return "tier_host_bytes";
+	if (sa->snapshot_every_set != sb->snapshot_every_set ||
+	    sa->snapshot_every != sb->snapshot_every)
+		return "snapshot_every";
 	if (sa->tier_policy != sb->tier_policy)
 		return "tier_policy";
 	if (sa->tier_disk_bytes != sb->tier_disk_bytes)

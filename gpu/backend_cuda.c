@@ -365,7 +365,8 @@ static int cuda_run_task(struct kvpd_job *job, uint32_t task)
 {
 	if (job->type == KVPD_JOB_ATTEND)
 		return cuda_attend_task(job);
-	if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP)
+	if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP ||
+	    job->type == KVPD_JOB_COPY)
 		return cuda_tier_task(job, task);
 	return cuda_copy_task(job, task);
 }

@@ -121,7 +121,10 @@ static CUresult move(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd
 	return move_chunk(pool, lane, job, c->t0, c->t1, call);
 }
 
-/* A tier's task: one block between the pool and its host slot, chunk by chunk, on the lane's stream. */
+/*
+ * A tier's task: one block between the pool and its host slot, chunk by chunk,
+ * on the lane's stream; a COPY's: one block into another, on the device.
+ */
 static CUresult move_block(struct cuda_pool *pool, struct cuda_lane *lane, struct kvpd_job *job,
 			   void *arg, const char **call)
 {
@@ -129,12 +132,19 @@ static CUresult move_block(struct cuda_pool *pool, struct cuda_lane *lane, struc
 	const struct kvpd_kv_layout *l = job->layout;
 	uint32_t task = *(const uint32_t *)arg;
 	size_t chunk = kvpd_block_chunk_bytes(l);
-	uint8_t *slot = job->tier_mem + (size_t)job->slots[task] * 2 * l->layers * chunk;
 	CUresult res = CUDA_SUCCESS;
 
-	for (uint32_t i = 0; i < 2 * l->layers && res == CUDA_SUCCESS; i++, slot += chunk) {
+	for (uint32_t i = 0; i < 2 * l->layers && res == CUDA_SUCCESS; i++) {
 		CUdeviceptr at = pool->ptr + kvpd_block_chunk_off(l, job->blocks[task], i);
+		uint8_t *slot;
 
+		if (job->type == KVPD_JOB_COPY) {
+			*call = "cuMemcpyDtoDAsync (a window snapshot's block)";
+			res = cu->cuMemcpyDtoDAsync(pool->ptr + kvpd_block_chunk_off(l, job->dsts[task], i),
+						    at, chunk, lane->stream);
+			continue;
+		}
+		slot = job->tier_mem + ((size_t)job->slots[task] * 2 * l->layers + i) * chunk;
 		if (job->type == KVPD_JOB_TIER_DOWN) {
 			*call = "cuMemcpyDtoHAsync (into the tier)";
 			res = cu->cuMemcpyDtoHAsync(slot, at, chunk, lane->stream);
@@ -144,7 +154,7 @@ static CUresult move_block(struct cuda_pool *pool, struct cuda_lane *lane, struc
 		}
 	}
 	if (res == CUDA_SUCCESS) {
-		*call = "cuStreamSynchronize after the tier's copies";
+		*call = "cuStreamSynchronize after the block copies";
 		res = cu->cuStreamSynchronize(lane->stream);
 	}
 	return res;

@@ -31,6 +31,7 @@
 	X(cuFuncSetAttribute)                                                             \
 	X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemAllocHost)      \
 	X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) \
+	X(cuMemcpyDtoDAsync)                                                              \
 	X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)
 
 #define CU_STR_(sym) #sym
@@ -154,7 +155,10 @@ int cuda_copy_init(struct cuda_pool *pool, char *why, size_t why_len);
 void cuda_copy_fini(struct cuda_pool *pool);
 /* WRITE_KV and READ_KV: task chunk * kv_heads moves the chunk, every head; the others nothing. */
 int cuda_copy_task(struct kvpd_job *job, uint32_t task);
-/* A tier's TIER_DOWN or TIER_UP: task i copies block blocks[i] to or from its host slot. */
+/*
+ * A tier's TIER_DOWN or TIER_UP: task i copies block blocks[i] to or from its
+ * host slot; a COPY (window snapshots): into block dsts[i], on the device.
+ */
 int cuda_tier_task(struct kvpd_job *job, uint32_t task);
 
 /* ATTEND (cuda_attend.c): its kernels loaded and dropped; a request's one task runs it all. */

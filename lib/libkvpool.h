@@ -321,6 +321,8 @@ struct kvp_stats_view {
 						 * a daemon without tiers */
 	const struct kvp_stats_events *events;  /* likewise, KV events; NULL from a daemon
 						 * without them */
+	const struct kvp_stats_snapshots *snapshots; /* likewise, window snapshots; NULL
+						      * from a daemon without them */
 	uint64_t taken_ns;                      /* CLOCK_MONOTONIC when copied */
 };
 
@@ -346,6 +348,14 @@ static inline const struct kvp_stats_events *kvp_stats_events_of(const struct kv
 	const struct kvp_stats_events *e = v->events ? &v->events[p - v->pools] : NULL;
 
 	return e && e->in_use ? e : NULL;
+}
+/* Pool @p's window snapshots row in view @v, or NULL when it has no cyclic group (or caching). */
+static inline const struct kvp_stats_snapshots *
+kvp_stats_snapshots_of(const struct kvp_stats_view *v, const struct kvp_stats_pool *p)
+{
+	const struct kvp_stats_snapshots *n = v->snapshots ? &v->snapshots[p - v->pools] : NULL;
+
+	return n && n->in_use ? n : NULL;
 }
 #define KVP_STATS_FOR_EACH_CLIENT(v, c)                                                      \
 	for (const struct kvp_stats_client *c = (v)->clients;                                \

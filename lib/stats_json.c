@@ -71,6 +71,22 @@ static json_object *tier_json(const struct kvp_stats_tier *t)
 	return o;
 }
 
+/* A pool's window snapshots, or null: kvctl's SNAPSHOTS table in JSON. */
+static json_object *snapshots_json(const struct kvp_stats_snapshots *n)
+{
+	json_object *o;
+
+	if (!n)
+		return NULL;
+	o = json_object_new_object();
+	json_object_object_add(o, "held", ju64(n->held));
+	json_object_object_add(o, "made", ju64(n->made));
+	json_object_object_add(o, "hit", ju64(n->hit));
+	json_object_object_add(o, "evicted", ju64(n->evicted));
+	json_object_object_add(o, "skipped", ju64(n->skipped));
+	return o;
+}
+
 /* A pool's KV events publisher, or null: kvctl's KV EVENTS table in JSON. */
 static json_object *events_json(const struct kvp_stats_events *e)
 {
@@ -97,7 +113,7 @@ static json_object *events_json(const struct kvp_stats_events *e)
 }
 
 static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_stats_tier *t,
-			      const struct kvp_stats_events *e)
+			      const struct kvp_stats_events *e, const struct kvp_stats_snapshots *n)
 {
 	json_object *o = json_object_new_object(), *pc = json_object_new_object(),
 		    *ev = json_object_new_object(), *groups = json_object_new_array();
@@ -138,6 +154,7 @@ static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_s
 	json_object_object_add(o, "groups", groups);
 	json_object_object_add(o, "tier", tier_json(t));
 	json_object_object_add(o, "events", events_json(e));
+	json_object_object_add(o, "snapshots", snapshots_json(n));
 	return o;
 }
 
@@ -204,7 +221,8 @@ char *kvp_stats_json(const struct kvp_stats_view *s, bool clients_only)
 
 		KVP_STATS_FOR_EACH_POOL(s, p)
 			json_object_array_add(pools, pool_json(p, kvp_stats_tier_of(s, p),
-							      kvp_stats_events_of(s, p)));
+							      kvp_stats_events_of(s, p),
+							      kvp_stats_snapshots_of(s, p)));
 		json_object_object_add(root, "pools", pools);
 	}
 	json_object_object_add(root, "clients", clients);

@@ -99,6 +99,7 @@ static int validate(struct kvp_stats_view *s)
 {
 	const struct kvp_stats_page *pg = s->buf;
 	uint64_t pools_end, clients_end, ops_end, tenants_end, tiers_end, events_end, events_off;
+	uint64_t snapshots_end, snapshots_off;
 
 	if (s->bytes < sizeof(*pg) || pg->magic != KVP_STATS_MAGIC || pg->version != KVP_STATS_VERSION)
 		return -EPROTO;
@@ -111,9 +112,12 @@ static int validate(struct kvp_stats_view *s)
 	events_off = pg->pools_off >= offsetof(struct kvp_stats_page, events_off) + 8 ?
 			     pg->events_off : 0;
 	events_end = events_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_events);
+	snapshots_off = pg->pools_off >= offsetof(struct kvp_stats_page, snapshots_off) + 8 ?
+				pg->snapshots_off : 0;
+	snapshots_end = snapshots_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_snapshots);
 	if (pools_end > s->bytes || clients_end > s->bytes || ops_end > s->bytes ||
 	    tenants_end > s->bytes || (pg->tiers_off && tiers_end > s->bytes) ||
-	    (events_off && events_end > s->bytes) ||
+	    (events_off && events_end > s->bytes) || (snapshots_off && snapshots_end > s->bytes) ||
 	    pg->hist_buckets != KVP_HIST_BUCKETS)
 		return -EPROTO;
 	s->page = pg;
@@ -124,6 +128,7 @@ static int validate(struct kvp_stats_view *s)
 	s->max_tenants = pg->max_tenants;
 	s->tiers = pg->tiers_off ? (const void *)((const char *)s->buf + pg->tiers_off) : NULL;
 	s->events = events_off ? (const void *)((const char *)s->buf + events_off) : NULL;
+	s->snapshots = snapshots_off ? (const void *)((const char *)s->buf + snapshots_off) : NULL;
 	return 0;
 }
 

@@ -284,6 +284,9 @@ struct kvp_sqe {
 #define KVP_CQE_F_OVERFLOW (1u << 0) /* ALLOC succeeded but its id lists did not fit in out_len */
 #define KVP_CQE_F_TIER (1u << 1)     /* ALLOC: its hit waited for blocks coming up from the
 				      * pool's tier (its own promotions or another's) */
+#define KVP_CQE_F_SNAPSHOT (1u << 2) /* ALLOC: its hit's window snapshots were copied into its
+				      * cyclic rings first; COMMIT: it made window snapshots,
+				      * copied out of the rings first */
 
 /* One completion: 32 bytes, written by the daemon. */
 struct kvp_cqe {
@@ -697,6 +700,16 @@ struct kvp_stats_events {
 	__u32 queued;        /* batches waiting for the publisher now */
 };
 
+/* A pool's window snapshots (cyclic groups; docs/design.md), in blocks. */
+struct kvp_stats_snapshots {
+	__u32 in_use;        /* 0: the pool has no cyclic group, or caching off (all zero) */
+	__u32 held;          /* blocks carrying a snapshot's key now (cached) */
+	__u64 made;          /* snapshot blocks made (copied out of a ring and cached) */
+	__u64 hit;           /* snapshot blocks copied into a hitting sequence's ring */
+	__u64 evicted;       /* snapshot keys lost: block reused, EVICT, RESET */
+	__u64 skipped;       /* snapshot blocks not made: the free queue was empty */
+};
+
 /*
  * The page a client without KVP_FEAT_ADMIN maps is its uid's: client rows of
  * that uid only (the others counted in other_clients), and its uid's tenant
@@ -731,6 +744,9 @@ struct kvp_stats_page {
 			     * (zero from a daemon without tiers) */
 	__u64 events_off;   /* likewise: struct kvp_stats_events[max_pools]; a page whose
 			     * pools_off is under 144 has no such field (a daemon before KV events) */
+	__u64 snapshots_off; /* likewise: struct kvp_stats_snapshots[max_pools]; a page whose
+			      * pools_off is under 152 has no such field (a daemon before
+			      * window snapshots) */
 };
 
 /*
@@ -1043,7 +1059,6 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_client, blocks_held) == 88,
 	       "kvp_stats_client.blocks_held");
 _Static_assert(__builtin_offsetof(struct kvp_stats_client, ops) == 96, "kvp_stats_client.ops");
 
-_Static_assert(sizeof(struct kvp_stats_page) == 144, "kvp_stats_page");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, magic) == 0, "kvp_stats_page.magic");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, version) == 4, "kvp_stats_page.version");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, seq) == 8, "kvp_stats_page.seq");
@@ -1086,6 +1101,12 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_page, tiers_off) == 128,
 	       "kvp_stats_page.tiers_off");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, events_off) == 136,
 	       "kvp_stats_page.events_off");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, snapshots_off) == 144,
+	       "kvp_stats_page.snapshots_off");
+_Static_assert(sizeof(struct kvp_stats_page) == 152, "kvp_stats_page");
+_Static_assert(sizeof(struct kvp_stats_snapshots) == 40, "kvp_stats_snapshots");
+_Static_assert(__builtin_offsetof(struct kvp_stats_snapshots, made) == 8,
+	       "kvp_stats_snapshots.made");
 _Static_assert(sizeof(struct kvp_stats_events) == 96, "kvp_stats_events");
 _Static_assert(__builtin_offsetof(struct kvp_stats_events, kept) == 88, "kvp_stats_events.kept");
 _Static_assert(sizeof(struct kvp_stats_tenant) == 128, "kvp_stats_tenant");

@@ -98,6 +98,9 @@ struct kvpd_pool_spec {
 	uint32_t kv_events_buffer;  /* batches kept for replay, if kv_events_buffer_set */
 	bool kv_events_buffer_set;
 	uint32_t kv_events_format;  /* enum kvpd_events_form */
+	/* Cyclic groups' window snapshots: every this many tokens too (0: prompt ends only). */
+	uint32_t snapshot_every;    /* if snapshot_every_set, else KVC_SNAPSHOT_EVERY */
+	bool snapshot_every_set;
 };
 
 struct kvpd_config {

@@ -81,6 +81,7 @@ static const char *const events_forms[] = { [KVPD_EVENTS_FORM_MAP] = "map",
 enum {
 	P_TIER_HOST_BYTES = 16, P_TIER_POLICY, P_TIER_DISK_PATH, P_TIER_DISK_BYTES,
 	P_KV_EVENTS, P_KV_EVENTS_TOPIC, P_KV_EVENTS_REPLAY, P_KV_EVENTS_BUFFER, P_KV_EVENTS_FORMAT,
+	P_SNAPSHOT_EVERY,
 };
 
 /* Stored by libkvpool's kvp_pool_params_v2_set, as kvctl's; the ranges are pool_check.c's. */
@@ -114,6 +115,7 @@ static const struct cfg_key pool_keys[] = {
 				      "on, off, ipc://PATH or tcp://HOST:PORT"),
 	[P_KV_EVENTS_BUFFER] = NUMBER("kv_events_buffer", 0, KVPD_EVENTS_BUFFER_MAX),
 	[P_KV_EVENTS_FORMAT] = CHOICE("kv_events_format", events_forms),
+	[P_SNAPSHOT_EVERY] = NUMBER("snapshot_every", 0, KVC_MAX_TOKENS),
 };
 
 #define QUOTA_KEYS                                                                             \
@@ -428,6 +430,11 @@ int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *ob
 		}
 		if (idx == P_TIER_DISK_BYTES) {
 			((struct kvpd_pool_spec *)obj)->tier_disk_bytes = num;
+			return 0;
+		}
+		if (idx == P_SNAPSHOT_EVERY) {
+			((struct kvpd_pool_spec *)obj)->snapshot_every = (uint32_t)num;
+			((struct kvpd_pool_spec *)obj)->snapshot_every_set = true;
 			return 0;
 		}
 		if (idx >= P_KV_EVENTS)

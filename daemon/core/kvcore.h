@@ -82,7 +82,7 @@ struct kvc_hash {
  * The defaults of kvtrace's `pool` line: caching on, split, commit, max_len
  * 2^31-1, S 1, snapshots on, every KVC_SNAPSHOT_EVERY tokens.
  */
-#define KVC_SNAPSHOT_EVERY 2048u
+#define KVC_SNAPSHOT_EVERY 4096u
 void kvc_pool_config_init(struct kvc_pool_config *cfg, uint32_t num_blocks,
 			  uint32_t block_size);
 
@@ -216,6 +216,7 @@ struct kvc_block_state {
 	uint32_t ref;
 	bool hashed, queued;
 	bool shared;         /* hashed, and another block carries its key too */
+	bool snapshot;       /* hashed, its key a cyclic group's window snapshot's */
 };
 /* -EINVAL for an id out of range (0 included). */
 int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_state *st);

@@ -17,6 +17,16 @@
 /* 0 when the job is launched, else -errno (complete at once). */
 int kvpd_kv_io(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe);
 int kvpd_attend(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe);
+/*
+ * snapcopy.c: the window-snapshot copies the core asked for in the ALLOC or
+ * COMMIT @sqe just made (kvc_pool_copies), with @ret what the request returns
+ * so far (0, KVPD_LATER, or -errno: copies ended unmade). KVPD_LATER when a
+ * job copies them (its completion then waits for it), else @ret.
+ */
+int kvpd_snap_copies(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+		     struct kvp_cqe *cqe, int ret);
+/* Its job is back (kvpd_jobs_complete): the copies ended, the request completed when last. */
+void kvpd_snap_copies_done(struct kvpd *d, struct kvpd_job *job);
 /* The workers' finished jobs: unpinned, counted, their completions posted. */
 void kvpd_jobs_complete(struct kvpd *d);
 

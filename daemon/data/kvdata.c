@@ -47,6 +47,7 @@ struct seq_view {
 	const uint32_t *table;
 	uint32_t tlen;
 	uint32_t ring;   /* cyclic: ring tokens */
+	uint32_t floor;  /* cyclic, after a snapshot hit: the oldest position its copy brought */
 	struct kvpd_mask mask;
 };
 
@@ -56,6 +57,7 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 	const struct kvpd_pool *pool = c->pool;
 	const struct kvc_pool_config *cfg = kvc_pool_config(pool->core);
 	struct kvpd_seq_slot *slot = kvpd_seq_slot(c, handle);
+	uint32_t window;
 
 	if (!slot)
 		return -EBADF;
@@ -75,6 +77,9 @@ static int view_seq(struct kvpd_client *c, uint64_t handle, uint32_t group, uint
 	kvpd_seq_kv_rebase(slot->kv, cfg->num_groups, v->info.computed);
 	v->table = kvc_seq_table(slot->seq, group, &v->tlen);
 	v->ring = kvc_group_ring_blocks(pool->core, group) * cfg->block_size;
+	/* A hit's ring got the window before its boundary only: older slots hold nothing. */
+	window = cfg->groups[group].param - 1;
+	v->floor = v->ring && slot->snap_at ? slot->snap_at - (window < slot->snap_at ? window : slot->snap_at) : 0;
 	v->mask = (struct kvpd_mask){ cfg->groups[group].kind, cfg->groups[group].param,
 				      v->info.prefix };
 	return 0;
@@ -92,7 +97,7 @@ static bool present(const struct seq_view *v, uint32_t group, uint32_t layer, ui
 			uint32_t high = kvpd_seq_kv_high(v->slot->kv, group, layer);
 			uint32_t newest = computed > high ? computed : high;
 
-			if ((uint64_t)lo + v->ring < newest)
+			if ((uint64_t)lo + v->ring < newest || lo < v->floor)
 				return false;
 		}
 		for (uint32_t p = lo; p < end; p += bs - p % bs) {
@@ -523,6 +528,11 @@ void kvpd_jobs_complete(struct kvpd *d)
 		}
 		if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP) {
 			kvpd_tier_job_done(d, job);
+			job = next;
+			continue;
+		}
+		if (job->type == KVPD_JOB_COPY) {
+			kvpd_snap_copies_done(d, job);
 			job = next;
 			continue;
 		}

@@ -94,8 +94,8 @@ static inline size_t kvpd_block_chunk_off(const struct kvpd_kv_layout *l, uint32
 
 struct kvpd_job;
 
-/* Version of struct kvpd_backend_ops a plugin must be built against (4: the tier's jobs). */
-#define KVPD_BACKEND_ABI 4
+/* Version of struct kvpd_backend_ops a plugin must be built against (5: block copies). */
+#define KVPD_BACKEND_ABI 5
 
 struct kvpd_backend_ops {
 	const char *name;
@@ -122,7 +122,7 @@ struct kvpd_backend_ops {
 	 */
 	bool whole_attend;
 	/*
-	 * Runs task @task of @job (WRITE, READ, ATTEND, TIER_DOWN, TIER_UP);
+	 * Runs task @task of @job (WRITE, READ, ATTEND, TIER_DOWN, TIER_UP, COPY);
 	 * called on worker threads, tasks of a job in
 	 * parallel. Returns 0 when done, or KVPD_TASK_LATER when the work
 	 * finishes later (a kernel on a stream): the backend then calls

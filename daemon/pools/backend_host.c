@@ -327,12 +327,25 @@ static void copy_tier(struct kvpd_job *job, uint32_t task)
 	}
 }
 
+/* A window snapshot's task: one block into another, chunk by chunk (either layout). */
+static void copy_block(struct kvpd_job *job, uint32_t task)
+{
+	const struct kvpd_kv_layout *l = job->layout;
+	size_t chunk = kvpd_block_chunk_bytes(l);
+
+	for (uint32_t i = 0; i < 2 * l->layers; i++)
+		memcpy(job->mem + kvpd_block_chunk_off(l, job->dsts[task], i),
+		       job->mem + kvpd_block_chunk_off(l, job->blocks[task], i), chunk);
+}
+
 static int host_run_task(struct kvpd_job *job, uint32_t task)
 {
 	if (job->type == KVPD_JOB_ATTEND)
 		attend(job, task);
 	else if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP)
 		copy_tier(job, task);
+	else if (job->type == KVPD_JOB_COPY)
+		copy_block(job, task);
 	else
 		copy_kv(job, task);
 	return 0;

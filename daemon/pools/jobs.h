@@ -19,9 +19,11 @@
 /*
  * KVPD_JOB_POOL: a pool built off the event loop (its one task runs kvpd_pool_build).
  * KVPD_JOB_TIER_DOWN, _UP: blocks copied into a pool's tier, or out of it (the tier room).
+ * KVPD_JOB_COPY: blocks copied to other blocks of the pool (cyclic groups' window
+ * snapshots, data/snapcopy.c).
  */
 enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND, KVPD_JOB_POOL,
-		     KVPD_JOB_TIER_DOWN, KVPD_JOB_TIER_UP };
+		     KVPD_JOB_TIER_DOWN, KVPD_JOB_TIER_UP, KVPD_JOB_COPY };
 
 #define KVPD_JOB_WHY 128
 
@@ -168,6 +170,7 @@ struct kvpd_job {
 	 */
 	uint8_t *tier_mem;
 	const uint32_t *blocks, *slots;
+	const uint32_t *dsts;      /* KVPD_JOB_COPY: task i copies block blocks[i] into dsts[i] */
 	const uint8_t *swap;
 	uint32_t delay_us;
 	/* KVPD_JOB_POOL from POOL_CREATE: where its refusal's reason goes in the arena. */

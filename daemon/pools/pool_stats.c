@@ -23,6 +23,11 @@ void kvpd_stats_pool(struct kvpd *d, struct kvpd_pool *pool, uint32_t client)
 	e->evictions_reuse = now.evicted_reuse;
 	e->evictions_evict = now.evicted_admin;
 	e->evictions_reset = now.evicted_reset;
+	if (d->stats->snapshots[pool->stat_idx].in_use)
+		d->stats->snapshots[pool->stat_idx] = (struct kvp_stats_snapshots){
+			.in_use = 1, .held = now.snap_held, .made = now.snap_made, .hit = now.snap_hit,
+			.evicted = now.snap_evicted, .skipped = now.snap_skipped,
+		};
 	/* No block in use, so none in a sequence's table: the gauge is exactly zero, for free. */
 	pool->frag_dirty = st.used != 0;
 	for (uint32_t g = 0; g < groups; g++) {
@@ -63,6 +68,9 @@ void kvpd_stats_pool_add(struct kvpd *d, struct kvpd_pool *pool)
 	for (uint32_t g = 0; g < pool->params.num_groups; g++) {
 		e->groups[g].kind = pool->params.group_kind[g];
 		e->groups[g].param = pool->params.group_param[g];
+		/* Its cyclic groups hit by window snapshots: the row that counts them. */
+		if (pool->params.caching && pool->params.group_kind[g] == KVP_KIND_CYCLIC)
+			d->stats->snapshots[pool->stat_idx].in_use = 1;
 	}
 	kvpd_stats_pool(d, pool, 0);
 	kvpd_stats_end(d);
@@ -74,5 +82,6 @@ void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool)
 	memset(kvpd_stats_pool_entry(d, pool), 0, sizeof(struct kvp_stats_pool));
 	memset(&d->stats->tiers[pool->stat_idx], 0, sizeof(struct kvp_stats_tier));
 	memset(&d->stats->events[pool->stat_idx], 0, sizeof(struct kvp_stats_events));
+	memset(&d->stats->snapshots[pool->stat_idx], 0, sizeof(struct kvp_stats_snapshots));
 	kvpd_stats_end(d);
 }

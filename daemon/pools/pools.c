@@ -24,11 +24,6 @@ static void to_core_config(const struct kvp_pool_params *p, struct kvc_pool_conf
 	cfg->publish = p->publish ? KVC_PUBLISH_ALLOC : KVC_PUBLISH_COMMIT;
 	cfg->max_len = p->max_len;
 	cfg->max_step_tokens = p->max_step_tokens;
-	/*
-	 * Window snapshots need the daemon to copy KV between blocks, which it
-	 * does not yet (#55): until then a cyclic group hits nothing, as before.
-	 */
-	cfg->snapshots = false;
 	cfg->num_groups = p->num_groups;
 	for (unsigned g = 0; g < p->num_groups; g++)
 		cfg->groups[g] = (struct kvc_group_spec){ kinds[p->group_kind[g]], p->group_param[g] };
@@ -234,6 +229,8 @@ int kvpd_pool_build(struct kvpd_pool *pool, char *why, size_t why_len)
 	int ret;
 
 	to_core_config(&pool->params, &cfg);
+	if (pool->spec.snapshot_every_set)
+		cfg.snapshot_every = pool->spec.snapshot_every;
 	ret = kvc_pool_create(&cfg, &pool->core);
 	if (ret)
 		return kvpd_refuse(why, why_len, ret, "the block manager refused it: %s",

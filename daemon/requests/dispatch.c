@@ -275,12 +275,13 @@ static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	ret = alloc_out_valid(c, sqe);
 	if (ret)
 		return ret;
-	if (req.use_cache) /* the tokens offered to the cache: counted at admission only */
-		kvc_seq_info(seq, &before);
+	kvc_seq_info(seq, &before); /* the tokens offered to the cache: counted at admission only */
 	ret = kvc_alloc(seq, &req, &res);
 	alloc_accounting(d, c, seq, &req, sqe->handle, ret, &res, &before);
 	if (ret)
 		return ret;
+	if (!before.running) /* an admission: what its rings hold starts at its hit */
+		kvpd_seq_slot(c, sqe->handle)->snap_at = res.hit_tokens;
 	cqe->aux = res.hit_tokens;
 	if (sqe->out_len) {
 		for (uint32_t g = 0; g < ngroups(c); g++) {
@@ -293,8 +294,8 @@ static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 		if (write_lists(c, sqe, ids, counts, &needed))
 			cqe->flags |= KVP_CQE_F_OVERFLOW;
 	}
-	/* Blocks coming up from the pool's tier: the completion waits for their KV. */
-	return kvpd_tier_alloc_done(d, c, sqe, &res, cqe);
+	/* Blocks coming up from the pool's tier, snapshots into its rings: the completion waits for their KV. */
+	return kvpd_snap_copies(d, c, sqe, cqe, kvpd_tier_alloc_done(d, c, sqe, &res, cqe));
 }
 
 static int op_get_table(struct kvpd_client *c, struct kvc_seq *seq, const struct kvp_sqe *sqe,
@@ -335,8 +336,12 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 		return op_lookup(d, c, seq, sqe, cqe);
 	case KVP_OP_ALLOC:
 		return op_alloc(d, c, seq, sqe, cqe);
-	case KVP_OP_COMMIT:
-		return kvpd_kv_commit(c, sqe->handle, sqe->len);
+	case KVP_OP_COMMIT: {
+		int ret = kvpd_kv_commit(c, sqe->handle, sqe->len);
+
+		/* Its window snapshots: the copies out of the rings end before it completes. */
+		return ret ? ret : kvpd_snap_copies(d, c, sqe, cqe, 0);
+	}
 	case KVP_OP_FREE:
 		kvc_seq_info(seq, &info);
 		kvc_seq_free(seq);

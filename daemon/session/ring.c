@@ -53,6 +53,21 @@ static bool is_data_path(uint8_t opcode)
 	return opcode == KVP_OP_WRITE_KV || opcode == KVP_OP_READ_KV || opcode == KVP_OP_ATTEND;
 }
 
+/* An entry on a sequence whose COMMIT's window snapshots are still copied out of its rings. */
+static bool waits_for_copies(struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	const struct kvpd_seq_slot *slot;
+
+	switch (sqe->opcode) {
+	case KVP_OP_SEQ_CLOSE: case KVP_OP_APPEND_TOKENS: case KVP_OP_LOOKUP: case KVP_OP_ALLOC:
+	case KVP_OP_COMMIT: case KVP_OP_FREE: case KVP_OP_GET_TABLE: case KVP_OP_WRITE_KV:
+	case KVP_OP_READ_KV:
+		slot = c->pool ? kvpd_seq_slot(c, sqe->handle) : NULL;
+		return slot && slot->copying;
+	}
+	return false;
+}
+
 void kvpd_ring_set_sleeping(struct kvpd_client *c, bool sleeping)
 {
 	if (c->sleeping_flag_set == sleeping)
@@ -153,10 +168,14 @@ int kvpd_ring_process(struct kvpd *d, struct kvpd_client *c, unsigned budget,
 		 * requests on the workers, or KVPD_CLIENT_JOB_BYTES of their memory,
 		 * the next one waits in the SQ (and so does all that follows it)
 		 * until one comes back; meanwhile the client is not pending,
-		 * whatever it writes into its ring.
+		 * whatever it writes into its ring. So does an entry on a sequence
+		 * whose COMMIT's window snapshots are still being copied out of
+		 * its rings, until they are (a batch of COMMIT, APPEND, ALLOC goes
+		 * through as it is, later).
 		 */
-		if (is_data_path(sqe.opcode) && (c->inflight >= KVP_MAX_DATA_INFLIGHT ||
-						 c->job_bytes >= KVPD_CLIENT_JOB_BYTES)) {
+		if ((is_data_path(sqe.opcode) && (c->inflight >= KVP_MAX_DATA_INFLIGHT ||
+						  c->job_bytes >= KVPD_CLIENT_JOB_BYTES)) ||
+		    (c->commits_copying && waits_for_copies(c, &sqe))) {
 			c->data_blocked = true;
 			n = i;
 			break;

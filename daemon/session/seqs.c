@@ -104,6 +104,29 @@ static void release_slot(struct kvpd_client *c, uint32_t slot)
 	c->pool->sequences--;
 }
 
+void kvpd_seq_later(struct kvpd_seq_slot *slot)
+{
+	slot->busy = true;
+	slot->parts++;
+}
+
+bool kvpd_seq_later_back(struct kvpd_seq_slot *slot, struct kvp_cqe *cqe)
+{
+	slot->later_flags |= cqe->flags;
+	if (cqe->res < 0 && !slot->later_res)
+		slot->later_res = cqe->res;
+	if (--slot->parts)
+		return false;
+	if (slot->later_res)
+		*cqe = (struct kvp_cqe){ .user_data = cqe->user_data, .res = slot->later_res };
+	else
+		cqe->flags = slot->later_flags;
+	slot->later_flags = 0;
+	slot->later_res = 0;
+	slot->busy = false;
+	return true;
+}
+
 int kvpd_seq_close(struct kvpd_client *c, uint64_t handle)
 {
 	if (!kvpd_seq_get(c, handle))

@@ -33,8 +33,17 @@ struct kvpd_seq_slot {
 	struct kvc_seq *seq; /* NULL when free */
 	struct kvpd_seq_kv *kv; /* what WRITE_KV wrote past computed; NULL until first used */
 	uint32_t epoch;         /* bumped by FREE: a write from before lands in blocks now gone */
-	bool busy;              /* its ALLOC waits for blocks coming up from a tier: other
-				 * requests on it get -EBUSY meanwhile */
+	bool busy;              /* a request on it waits for jobs (blocks coming up from a
+				 * tier, a window snapshot's copies): other requests on it
+				 * get -EBUSY meanwhile */
+	uint8_t parts;          /* those jobs not back yet (kvpd_seq_later) */
+	uint8_t copying;        /* COMMITs whose window snapshots are still being copied out
+				 * of its rings: the client's next entry on it waits in the
+				 * SQ meanwhile (ring.c), so nothing writes a ring under a copy */
+	uint32_t snap_at;       /* its admission hit window snapshots at this boundary (0:
+				 * none): its rings hold nothing older than each window */
+	uint32_t later_flags;   /* their completions' flags, merged */
+	int32_t later_res;      /* the first error among them */
 	uint32_t gen;
 	uint32_t next_free;
 };
@@ -68,7 +77,9 @@ struct kvpd_client {
 	bool dead;           /* closed, kept only until its jobs come back */
 	uint32_t inflight;   /* jobs on the workers; their completions have CQ room reserved */
 	size_t job_bytes;    /* their memory (KVPD_CLIENT_JOB_BYTES) */
-	bool data_blocked;   /* KVP_MAX_DATA_INFLIGHT reached with a data-path entry next */
+	bool data_blocked;   /* KVP_MAX_DATA_INFLIGHT reached with a data-path entry next, or
+			      * an entry on a sequence whose snapshots are being copied */
+	uint32_t commits_copying; /* its COMMITs with window snapshots still being copied */
 	struct kvpd_tenant *tenant[2]; /* its uid's; its namespace's (NULL in the shared one) */
 	struct kvpd_statview *stat_view; /* the page it was given, when not the full one */
 	uint64_t arena_charged; /* arena bytes taken from its tenants' quotas */
@@ -172,6 +183,18 @@ int kvpd_seq_put(struct kvpd_client *c, struct kvc_seq *seq, __u64 *handle);
 struct kvc_seq *kvpd_seq_get(struct kvpd_client *c, uint64_t handle);
 struct kvpd_seq_slot *kvpd_seq_slot(struct kvpd_client *c, uint64_t handle);
 int kvpd_seq_close(struct kvpd_client *c, uint64_t handle);
+/*
+ * A request on @slot completes once one more job is back: the sequence is
+ * busy until the last is. An ALLOC may wait for two (a tier's promotions and
+ * a snapshot's copies), each holding a copy of its completion.
+ */
+void kvpd_seq_later(struct kvpd_seq_slot *slot);
+/*
+ * One of them is back with @cqe: its flags and error are merged in. True when
+ * it was the last: *cqe is then the completion to post (just the first error
+ * when there was one), and the sequence is no longer busy.
+ */
+bool kvpd_seq_later_back(struct kvpd_seq_slot *slot, struct kvp_cqe *cqe);
 void kvpd_seqs_close_all(struct kvpd_client *c);
 
 /* kvwritten.c: COMMIT of @n positions written past computed (a mapped pool: the client's word). */

@@ -183,7 +183,7 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 	tj->job.user_data = sqe->user_data;
 	t->st.hit_tokens += (uint64_t)(res->hit_tokens / bs - res->promoted_from) * bs;
 	t->dirty = true;
-	slot->busy = true;
+	kvpd_seq_later(slot);
 	kvpd_client_job_out(c, 0);
 	if (tj->n) {
 		/* The blocks stay allocated until filled, whatever the sequence does meanwhile. */
@@ -223,17 +223,19 @@ static void finish(struct kvpd *d, struct tier_job *tj)
 		struct kvpd_seq_slot *slot = kvpd_seq_slot(c, tj->handle);
 		struct kvp_cqe cqe = tj->cqe;
 
-		slot->busy = false;
 		if (tj->error) {
 			/* Blocks whose KV never came: the sequence holds none of them any more. */
 			kvc_seq_free(slot->seq);
 			slot->epoch++;
-			cqe = (struct kvp_cqe){ .user_data = tj->cqe.user_data, .res = tj->error };
+			cqe.res = tj->error;
 		}
 		KVPD_PROBE(tier_promote, c->gen, tj->handle, tj->n, ns);
-		kvpd_stats_op(d, c, KVP_OP_ALLOC, cqe.res, ns);
-		kvpd_stats_client(d, c);
-		kvpd_ring_post(c, &cqe);
+		/* The ALLOC's window snapshots may still be on their way (data/snapcopy.c). */
+		if (kvpd_seq_later_back(slot, &cqe)) {
+			kvpd_stats_op(d, c, KVP_OP_ALLOC, cqe.res, ns);
+			kvpd_stats_client(d, c);
+			kvpd_ring_post(c, &cqe);
+		}
 	} else if (!c->inflight) {
 		kvpd_client_free(d, c);
 	}

@@ -298,9 +298,11 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		{ "--engines", 1, 256 },        { "--kv-bytes-per-token", 8, 8192 },
 		{ "--block-size", 1, 1u << 16 }, { "--pool-tokens", 1, 1ull << 40 },
 		{ "--tier-host-tokens", 0, 1ull << 40 }, { "--tier-disk-tokens", 0, 1ull << 40 },
+		{ "--max-step-tokens", 1, 1u << 30 }, { "--snapshot-every", 0, 1u << 30 },
 	};
 	*o = (struct replay_opts){ .engines = 1, .decode = true, .kv_bytes_per_token = 16,
-				   .block_size = 16, .pool_tokens = 65536, .tier_policy = "lru" };
+				   .block_size = 16, .pool_tokens = 65536, .tier_policy = "lru",
+				   .groups = "full", .max_step = 2048, .snapshot_every = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint64_t num;
@@ -324,6 +326,13 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		if (!strcmp(a, "--daemon") || !strcmp(a, "--socket") || !strcmp(a, "--tier-disk-path")) {
 			*(a[2] == 'd' && a[3] == 'a' ? &o->daemon : a[2] == 's' ? &o->socket :
 			  &o->tier_disk_path) = v;
+			continue;
+		}
+		if (!strcmp(a, "--groups")) {
+			if (!*v || strlen(v) > 256 || strpbrk(v, "\n="))
+				return usage_error("bad --groups '%s': the pool's groups, as kvpool.conf's "
+						   "groups (\"full cyclic:1024\")", v);
+			o->groups = v;
 			continue;
 		}
 		if (!strcmp(a, "--tier-policy")) {
@@ -352,7 +361,9 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		case 2: o->block_size = (uint32_t)num; break;
 		case 3: o->pool_tokens = num; break;
 		case 4: o->tier_host_tokens = num; break;
-		default: o->tier_disk_tokens = num; break;
+		case 5: o->tier_disk_tokens = num; break;
+		case 6: o->max_step = (uint32_t)num; break;
+		default: o->snapshot_every = (int64_t)num; break;
 		}
 	}
 	if (!o->trace)
@@ -396,9 +407,21 @@ static double ratio(uint64_t a, uint64_t b)
 	return b ? (double)a / (double)b : 0.0;
 }
 
+/* Per group, the blocks it held while the engines ran: their mean, or their most. */
+static json_object *held_json(const struct replay_held *h, bool mean)
+{
+	json_object *a = json_object_new_array();
+
+	for (uint32_t g = 0; g < h->ngroups; g++)
+		json_object_array_add(a, mean ? bench_json_fixed(h->mean[g], 1) :
+					  json_object_new_int64((int64_t)h->max[g]));
+	return a;
+}
+
 static void report(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
 		   const struct replay_result *res, const struct replay_tier *tier,
-		   const struct replay_lat *lat, uint64_t ceiling, uint64_t lru, uint64_t elapsed_ns)
+		   const struct replay_lat *lat, const struct replay_held *held, uint64_t ceiling,
+		   uint64_t lru, uint64_t elapsed_ns)
 {
 	uint64_t prompt = 0, hit = 0, unoffered = 0;
 	uint64_t host_hit = tier->disk ? 0 : tier->hit_tokens, disk_hit = tier->disk ? tier->hit_tokens : 0;
@@ -436,6 +459,17 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "tier_disk_blocks",
 				       json_object_new_int64((int64_t)(tier->disk ? tier->slots : 0)));
 		json_object_object_add(row, "tier_policy", json_object_new_string(o->tier_policy));
+		json_object_object_add(row, "groups", json_object_new_string(o->groups));
+		json_object_object_add(row, "max_step_tokens", json_object_new_int64(o->max_step));
+		json_object_object_add(row, "snapshot_every", o->snapshot_every < 0 ? NULL :
+				       json_object_new_int64(o->snapshot_every));
+		json_object_object_add(row, "blocks_held_mean", held_json(held, true));
+		json_object_object_add(row, "blocks_held_max", held_json(held, false));
+		json_object_object_add(row, "snapshot_blocks_made", json_object_new_int64((int64_t)held->snap_made));
+		json_object_object_add(row, "snapshot_blocks_hit", json_object_new_int64((int64_t)held->snap_hit));
+		json_object_object_add(row, "snapshot_blocks_evicted",
+				       json_object_new_int64((int64_t)held->snap_evicted));
+		json_object_object_add(row, "snapshot_blocks_held", json_object_new_int64(held->snap_held));
 		json_object_object_add(row, "prompt_tokens", json_object_new_int64((int64_t)prompt));
 		json_object_object_add(row, "hit_tokens", json_object_new_int64((int64_t)hit));
 		json_object_object_add(row, "hit_rate_pool",
@@ -506,6 +540,14 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 	       plain.median / 1e3, plain.p99 / 1e3, npromoting,
 	       promoting.median / 1e3, promoting.p99 / 1e3, lat->decode.median / 1e3,
 	       lat->decode.p99 / 1e3, errors, elapsed_ns / 1e9);
+	printf("groups %s: blocks held, mean (most) each:", o->groups);
+	for (uint32_t g = 0; g < held->ngroups; g++)
+		printf(" %.1f (%llu)", held->mean[g], (unsigned long long)held->max[g]);
+	if (held->snapshots)
+		printf("; window snapshots: %llu blocks made, %llu hit, %llu evicted, %u held",
+		       (unsigned long long)held->snap_made, (unsigned long long)held->snap_hit,
+		       (unsigned long long)held->snap_evicted, held->snap_held);
+	printf("\n");
 	if (o->bystander)
 		printf("bystander: %llu NOPs on another pool, p50/p99 %.1f/%.1f us\n",
 		       (unsigned long long)lat->nop_n, lat->nop.median / 1e3, lat->nop.p99 / 1e3);
@@ -518,6 +560,7 @@ int bench_replay(int argc, char **argv)
 	struct replay_result *res = MAP_FAILED;
 	struct replay_tier tier = { 0 };
 	struct replay_lat lat = { 0 };
+	struct replay_held held = { 0 };
 	uint64_t ceiling = 0, lru = 0, elapsed = 0;
 	uint32_t n = 0;
 	int ret = parse_opts(argc, argv, &o);
@@ -534,10 +577,11 @@ int bench_replay(int argc, char **argv)
 		/* Shared: each engine process writes its requests' results. */
 		res = mmap(NULL, (size_t)n * sizeof(*res), PROT_READ | PROT_WRITE,
 			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		ret = res == MAP_FAILED ? -errno : replay_run(&o, reqs, n, res, &tier, &lat, &elapsed);
+		ret = res == MAP_FAILED ? -errno :
+		      replay_run(&o, reqs, n, res, &tier, &lat, &held, &elapsed);
 	}
 	if (!ret)
-		report(&o, reqs, n, res, &tier, &lat, ceiling, lru, elapsed);
+		report(&o, reqs, n, res, &tier, &lat, &held, ceiling, lru, elapsed);
 	if (res != MAP_FAILED)
 		munmap(res, (size_t)n * sizeof(*res));
 	for (uint32_t i = 0; i < n; i++)

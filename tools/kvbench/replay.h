@@ -34,6 +34,9 @@ struct replay_opts {
 	uint64_t pool_tokens, tier_host_tokens, tier_disk_tokens;
 	const char *tier_disk_path;
 	const char *tier_policy;     /* kvpool.conf's tier_policy: lru, second_sight */
+	const char *groups;          /* kvpool.conf's groups: "full", "full cyclic:1024", ... */
+	uint32_t max_step;           /* tokens one ALLOC adds (the pool's max_step_tokens) */
+	int64_t snapshot_every;      /* the pool's snapshot_every; -1: the daemon's default */
 };
 
 /* What one request saw (written by its engine into memory the parent shares). */
@@ -56,6 +59,17 @@ struct replay_tier {
 	uint64_t slots;          /* blocks it keeps */
 };
 
+/* Blocks each group held while the engines ran (sampled), and the pool's window snapshots. */
+struct replay_held {
+	uint32_t ngroups;
+	double mean[KVP_MAX_GROUPS];
+	uint64_t max[KVP_MAX_GROUPS];
+	uint64_t samples;
+	bool snapshots;
+	uint64_t snap_made, snap_hit, snap_evicted;
+	uint32_t snap_held;
+};
+
 /* Latencies measured beside the requests': decode ALLOCs, the bystander's NOPs. */
 struct replay_lat {
 	struct bench_pct decode, nop;
@@ -72,6 +86,6 @@ uint32_t replay_token(const uint64_t *ids, uint32_t j);
  */
 int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
 	       struct replay_result *res, struct replay_tier *tier, struct replay_lat *lat,
-	       uint64_t *elapsed_ns);
+	       struct replay_held *held, uint64_t *elapsed_ns);
 
 #endif

@@ -44,6 +44,7 @@ struct engine {
 	uint32_t *tokens;
 	uint64_t start_ns;
 	uint32_t decoded;         /* generated tokens so far: each one unique */
+	uint32_t ngroups;         /* the pool's: every group's KV is written */
 	struct samples *samples;
 	uint64_t sample_at;       /* this request's first decode sample */
 };
@@ -94,20 +95,40 @@ static int alloc_waiting(struct engine *e, uint64_t h, uint32_t n, bool cache, u
 
 static int write_kv(struct engine *e, uint64_t h, uint32_t first, uint32_t count)
 {
-	for (uint32_t at = first; at < first + count; at += CHUNK) {
-		uint32_t n = first + count - at < CHUNK ? first + count - at : CHUNK;
-		int ret = kvp_write_kv(e->c, h, 0, 0, at, n, e->zeros, e->zeros);
+	for (uint32_t g = 0; g < e->ngroups; g++)
+		for (uint32_t at = first; at < first + count; at += CHUNK) {
+			uint32_t n = first + count - at < CHUNK ? first + count - at : CHUNK;
+			int ret = kvp_write_kv(e->c, h, g, 0, at, n, e->zeros, e->zeros);
 
-		if (ret)
-			return ret;
-	}
+			if (ret)
+				return ret;
+		}
 	return 0;
+}
+
+/* The prompt from @computed on, in steps of at most max_step tokens (a cyclic ring's bound). */
+static int prefill(struct engine *e, uint64_t h, uint32_t computed, uint32_t allocated,
+		   uint32_t in_len)
+{
+	int ret = 0;
+
+	while (!ret && computed < in_len) {
+		uint32_t n = in_len - computed < e->o->max_step ? in_len - computed : e->o->max_step;
+
+		if (computed + n > allocated) {
+			ret = alloc_waiting(e, h, n, false, NULL, NULL, &(uint64_t){ 0 });
+			allocated = computed + n;
+		}
+		if (!ret)
+			ret = write_kv(e, h, computed, n) ?: kvp_commit(e->c, h, computed + n);
+		computed += n;
+	}
+	return ret;
 }
 
 static int serve(struct engine *e, const struct replay_req *r, struct replay_result *res)
 {
-	uint32_t hit = 0, want;
-	bool more;
+	uint32_t hit = 0, want, first;
 	bool tier = false;
 	uint64_t h;
 	int ret;
@@ -118,18 +139,16 @@ static int serve(struct engine *e, const struct replay_req *r, struct replay_res
 	if (ret)
 		return ret;
 	want = (uint32_t)kvp_lookup(e->c, h, NULL, 0);
-	ret = alloc_waiting(e, h, r->in_len - want, true, &hit, &tier, &res->alloc_ns);
-	/*
-	 * Another engine's ALLOC may have evicted some of the hit since the LOOKUP:
-	 * slots run to computed + new tokens, so the prompt's end needs another ALLOC.
-	 */
-	more = hit < want;
-	if (!ret && more)
-		ret = alloc_waiting(e, h, r->in_len - hit, false, NULL, NULL, &(uint64_t){ 0 });
+	first = r->in_len - want < e->o->max_step ? r->in_len - want : e->o->max_step;
+	ret = alloc_waiting(e, h, first, true, &hit, &tier, &res->alloc_ns);
 	res->hit_tokens = hit;
 	res->tier = tier;
+	/*
+	 * Another engine's ALLOC may have evicted some of the hit since the LOOKUP:
+	 * slots run to computed + new tokens, so the prompt's end needs more ALLOCs.
+	 */
 	if (!ret)
-		ret = write_kv(e, h, hit, r->in_len - hit) ?: kvp_commit(e->c, h, r->in_len);
+		ret = prefill(e, h, hit, hit + first, r->in_len);
 	for (uint32_t t = 0; !ret && e->o->decode && t < r->out_len; t++) {
 		/* High bit set: never a prompt token of the trace's (those are mixed ids). */
 		uint32_t tok = 0x80000000u | (uint32_t)(getpid() << 20) | (e->decoded++ & 0xfffff);
@@ -203,6 +222,7 @@ static int engine_process(const struct replay_opts *o, const char *sock, const c
 		fprintf(stderr, "kvbench replay: engine %u: connect to %s: %s\n", k, sock, strerror(-ret));
 		return 1;
 	}
+	e.ngroups = kvp_pool_info(e.c)->num_groups;
 	engine_main(&e, k, reqs, n, res);
 	kvp_close(e.c);
 	free(e.zeros);
@@ -321,13 +341,17 @@ static int make_pool(struct kvp_client *admin, const struct replay_opts *o, cons
 	int n, ret;
 
 	kvp_pool_params_v2_init(&p, name);
-	n = snprintf(keys, sizeof(keys), "blocks = %llu\nblock_size = %u\ngroups = full\n"
+	n = snprintf(keys, sizeof(keys), "blocks = %llu\nblock_size = %u\ngroups = %s\n"
+		     "max_step_tokens = %u\n"
 		     "kv_heads = 1\nhead_dim = %u\ndtype = f32\nlayers_per_group = 1\n"
 		     "tier_host_bytes = %llu\ntier_policy = %s\n",
 		     (unsigned long long)(o->pool_tokens / o->block_size + 1), o->block_size,
-		     o->kv_bytes_per_token / 8,
+		     o->groups, o->max_step, o->kv_bytes_per_token / 8,
 		     (unsigned long long)(o->tier_host_tokens / o->block_size * o->block_size *
 					  o->kv_bytes_per_token), o->tier_policy);
+	if (o->snapshot_every >= 0)
+		n += snprintf(keys + n, sizeof(keys) - (size_t)n, "snapshot_every = %lld\n",
+			      (long long)o->snapshot_every);
 	if (o->tier_disk_tokens)
 		snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_disk_bytes = %llu\n"
 			 "tier_disk_path = %s\n", (unsigned long long)disk_bytes(o), disk_dir);
@@ -335,6 +359,48 @@ static int make_pool(struct kvp_client *admin, const struct replay_opts *o, cons
 	if (ret)
 		fprintf(stderr, "kvbench replay: pool %s: %s\n", name, *why ? why : strerror(-ret));
 	return ret;
+}
+
+/* One sample of the blocks each of the pool's groups holds, into the running means. */
+static void sample_held(struct kvp_client *admin, const char *name, struct replay_held *h)
+{
+	struct kvp_stats_view v = { 0 };
+
+	if (kvp_stats_view_take(admin, &v))
+		return;
+	KVP_STATS_FOR_EACH_POOL(&v, p) {
+		if (strncmp(p->name, name, KVP_NAME_MAX))
+			continue;
+		h->ngroups = p->num_groups < KVP_MAX_GROUPS ? p->num_groups : KVP_MAX_GROUPS;
+		h->samples++;
+		for (uint32_t g = 0; g < h->ngroups; g++) {
+			uint64_t b = p->groups[g].blocks_held;
+
+			h->mean[g] += ((double)b - h->mean[g]) / (double)h->samples;
+			h->max[g] = b > h->max[g] ? b : h->max[g];
+		}
+	}
+	kvp_stats_view_release(&v);
+}
+
+static void snapshot_counters(struct kvp_client *admin, const char *name, struct replay_held *h)
+{
+	struct kvp_stats_view v = { 0 };
+
+	if (kvp_stats_view_take(admin, &v))
+		return;
+	KVP_STATS_FOR_EACH_POOL(&v, p) {
+		const struct kvp_stats_snapshots *s = kvp_stats_snapshots_of(&v, p);
+
+		if (strncmp(p->name, name, KVP_NAME_MAX) || !s)
+			continue;
+		h->snapshots = true;
+		h->snap_made = s->made;
+		h->snap_hit = s->hit;
+		h->snap_evicted = s->evicted;
+		h->snap_held = s->held;
+	}
+	kvp_stats_view_release(&v);
 }
 
 static void tier_counters(struct kvp_client *admin, const char *name, struct replay_tier *t)
@@ -366,7 +432,7 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 
 int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
 	       struct replay_result *res, struct replay_tier *tier, struct replay_lat *lat,
-	       uint64_t *elapsed_ns)
+	       struct replay_held *held, uint64_t *elapsed_ns)
 {
 	struct bench_daemon dmn = { .pid = -1 };
 	char bin[PATH_MAX], pool[KVP_NAME_MAX], by_pool[KVP_NAME_MAX];
@@ -430,12 +496,28 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 			_exit(dies_with(parent) ?:
 			      engine_process(o, sock, pool, k, reqs, n, res, t0, max_in, samples));
 	}
-	for (unsigned k = 0; k < o->engines; k++) {
-		int status = 0;
+	/* Meanwhile, every 20 ms, the blocks each group holds. */
+	for (unsigned left = o->engines; left;) {
+		left = 0;
+		for (unsigned k = 0; k < o->engines; k++) {
+			int status = 0;
+			pid_t got;
 
-		if (pids[k] > 0 && waitpid(pids[k], &status, 0) == pids[k] &&
-		    !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-			ret = -ECHILD;
+			if (pids[k] <= 0)
+				continue;
+			got = waitpid(pids[k], &status, WNOHANG);
+			if (got == 0) {
+				left++;
+				continue;
+			}
+			if (got == pids[k] && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+				ret = -ECHILD;
+			pids[k] = -1;
+		}
+		if (left) {
+			sample_held(admin, pool, held);
+			nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
+		}
 	}
 	*elapsed_ns = bench_now_ns() - t0;
 	__atomic_store_n(&samples->stop, 1, __ATOMIC_RELEASE);
@@ -449,6 +531,7 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	latencies(samples, o, reqs, n, lat);
 	kvp_pool_sync(admin, pool);
 	tier_counters(admin, pool, tier);
+	snapshot_counters(admin, pool, held);
 out_pools:
 	/* A disk tier's file is the run's own: it goes with the pool. */
 	if (bench_pool_drop(admin, pool) && o->tier_disk_tokens && !*own_dir)

@@ -43,6 +43,8 @@ static const char usage[] =
 	"                                  host-memory tier), tier_disk_bytes=N and\n"
 	"                                  tier_disk_path=DIR (a disk tier),\n"
 	"                                  tier_policy=lru|second_sight, kv_events=on|ENDPOINT\n"
+	"                                  snapshot_every=N (cyclic groups' window snapshots:\n"
+	"                                  every N tokens and at prompt ends; 0: ends only),\n"
 	"                                  (KV events for routers) and kv_events_*; a refusal\n"
 	"                                  says why\n"
 	"  pool destroy NAME [--drop-tier] destroy a pool nobody uses (admin); its disk\n"

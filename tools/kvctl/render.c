@@ -58,6 +58,7 @@ void print_stats_table(const struct kvp_stats_view *s)
 		}
 	}
 	print_tiers_table(s);
+	print_snapshots_table(s);
 	print_events_table(s);
 	printf("\n");
 	print_clients_table(s);

@@ -274,7 +274,7 @@ static int daemon_exec(struct trace_target *base, const struct trace_cmd *cmd,
 		return 0;
 	case TRACE_COPIES:
 	case TRACE_SNAPSHOTS:
-		fprintf(stderr, "kvtrace: %s: in process only (kvpoold does not make window snapshots yet)\n",
+		fprintf(stderr, "kvtrace: %s: in process only (kvpoold does the copies itself; kvctl stats counts its snapshots)\n",
 			cmd->name);
 		return -EOPNOTSUPP;
 	case TRACE_RESET:

@@ -49,7 +49,7 @@ static const char usage[] =
 	"P) may have any number of digits: one too large is refused like any value\n"
 	"out of the allocator's range.\n"
 	"Defaults: caching=on free_order=split publish=commit max_len=2147483647\n"
-	"max_step_tokens=1 snapshots=on snapshot_every=2048 (0: the prompt's end only).\n"
+	"max_step_tokens=1 snapshots=on snapshot_every=4096 (0: the prompt's end only).\n"
 	"A refused command prints '<command> ID invalid'.\n"
 	"\n"
 	"Exit status: 0 when the trace ran to its end, 1 when an expect line did not\n"

@@ -130,12 +130,15 @@ def _ordinal(device):
 
 
 def default_blocks(args, model):
-    """Enough for every request at its longest at once, the null block included."""
+    """Enough for every request at its longest at once, the null block included, and for
+    each request's window snapshot at its prompt's end (a cyclic group's, docs/design.md)."""
     per_group = -(-(args.prompt_tokens + args.max_new) // em.BLOCK_SIZE)
     total = 1
     for kind, param in model.groups:
         ring = em.ring_slots(param) // em.BLOCK_SIZE if kind == "cyclic" else per_group
         total += args.requests * min(per_group, ring)
+        if kind == "cyclic":
+            total += args.requests * -(-min(param - 1, args.prompt_tokens) // em.BLOCK_SIZE)
     return total
 
 
