@@ -485,8 +485,6 @@ int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t w
 		t->capacity = (uint32_t)t->disk->capacity;
 		t->pack = t->disk->pack;
 	}
-	for (uint32_t g = 0; g < pool->params.num_groups; g++)
-		t->idle |= pool->params.group_kind[g] == KVP_KIND_CYCLIC;
 	/* A pool its clients may map, or on a GPU, is written out of the daemon's sight. */
 	t->sees_writes = pool->spec.v2.backend == KVP_BACKEND_HOST && !*pool->namespace_;
 	t->queue_cap = clamp_u32((disk ? TIER_DISK_QUEUE_BYTES : TIER_QUEUE_BYTES) / t->slot_bytes,

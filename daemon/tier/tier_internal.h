@@ -152,7 +152,6 @@ struct kvpd_tier {
 	uint32_t held_up;            /* 0, or why the last walk stopped short
 				      * (KVP_TIER_UNOFFERED_*) */
 	uint32_t delay_us;           /* test builds: KVPOOL_TIER_DELAY_US */
-	bool idle;                   /* a cyclic group: the pool never hits, so nothing goes down */
 	bool write_logged;           /* a disk tier's failed write said in the log */
 	/*
 	 * second_sight: fingerprints of the blocks seen leaving the pool, direct

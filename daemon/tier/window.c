@@ -129,7 +129,7 @@ void kvpd_tier_walk(struct kvpd *d, struct kvpd_tier *t)
 
 	kvpd_tier_rescue(d, t);
 	kvc_pool_counters(core, &c);
-	if ((c.queue_ops == t->queue_ops && !t->held_up) || t->idle ||
+	if ((c.queue_ops == t->queue_ops && !t->held_up) ||
 	    kvpd_tier_disk_write_error(t))
 		return;
 	t->queue_ops = c.queue_ops;
@@ -227,8 +227,6 @@ void kvpd_tier_leaving(void *tier, uint32_t id, bool handed_out)
 		t->ahead--;
 	if (id == t->front)
 		t->front = KVC_NULL_BLOCK; /* the walk starts again from the head */
-	if (t->idle)
-		return;
 	if (st.hashed && !st.snapshot && handed_out && !st.shared) {
 		evicted(t, id, &st, looked);
 		return;

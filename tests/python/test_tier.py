@@ -360,11 +360,28 @@ def test_max_tier_bytes_holds_and_spares_other_tenants(daemon, rng):
             assert again.alloc(1, use_cache=True) == 16  # all 4 of ns2's blocks still there
 
 
-def test_a_pool_with_a_cyclic_group_sends_nothing_down(daemon, rng):
-    # A cyclic group makes every hit 0 (docs/design.md): nothing in the tier could be hit.
+def test_a_pool_with_a_cyclic_group_sends_its_full_blocks_down_never_a_snapshot(daemon, rng):
+    # The cyclic group hits by window snapshots, which a hit looks for in the pool only
+    # (docs/design.md): the tier takes the full group's blocks as any pool's, no snapshot.
     with daemon.client(pool="cyclic") as c, daemon.client(admin=True) as admin:
-        a, _ = written(c, list(range(300, 317)), rng, [0, 1])
+        a, _ = written(c, list(range(300, 317)), rng, [0, 1])  # its prompt's end: 1 block
         a.close()
         admin.pool_sync("cyclic")
+        # Another prompt takes all 16 blocks (11 full, a ring of 5), in steps of 17 tokens.
+        with c.open(list(range(5000, 5044))) as other:
+            done = 0
+            for n in (17, 17, 10):
+                assert other.alloc(n) == 0
+                admin.pool_sync("cyclic")
+                for g in (0, 1):
+                    for layer in range(LAYERS):
+                        other.write_kv(g, layer, done, rows(rng, n), rows(rng, n))
+                done += n
+                other.commit(done)
+        admin.pool_sync("cyclic")
         t = tier_of(admin, "cyclic")
-        assert (t["held"], t["stored"], t["queued"], t["slots"]) == (0, 0, 0, 64)
+        # Every full block either prompt cached (a's 4, the other's 11), ahead of eviction.
+        assert (t["held"], t["stored"], t["slots"]) == (15, 15, 64)
+        # a's snapshot went with its block; the other's found no free block.
+        snap = next(p for p in admin.stats()["pools"] if p["name"] == "cyclic")["snapshots"]
+        assert (snap["made"], snap["evicted"], snap["skipped"], snap["held"]) == (1, 1, 1, 0)
