@@ -19,7 +19,7 @@ mkdir -p .device/bin .device/gpu .device/lib .device/tests/integration .device/p
 cp build/bin/kvpoold build/bin/kvctl build/bin/kvbench .device/bin/
 cp build/gpu/libkvpool_cuda.so build/gpu/cuda_probe .device/gpu/
 for t in test_cuda_attend test_cuda_pool test_cuda_shared test_cuda_tier test_kv_masks \
-	test_pool_map_shared; do
+	test_pool_map_shared test_snapshots; do
 	cp build/tests/integration/$t .device/tests/integration/
 done
 mkdir .device/python/kvpool

@@ -48,6 +48,9 @@ step probe 30 "$D/gpu/cuda_probe"
 for t in test_cuda_pool test_cuda_shared test_cuda_attend test_cuda_tier; do
 	[ -x "$D/tests/integration/$t" ] && step "$t" 90 "$D/tests/integration/$t"
 done
+# Window snapshots' copies on the device (the plugin's cuMemcpyDtoDAsync, #55).
+[ -x "$D/tests/integration/test_snapshots" ] &&
+	step snapshots-cuda 60 env KVPOOL_TEST_BACKEND=cuda "$D/tests/integration/test_snapshots"
 
 dir=$(mktemp -d)
 printf '[namespace.bench]\nuids = %s\n[namespace.copies]\nuids = %s\n' "$(id -u)" "$(id -u)" \

@@ -13,11 +13,13 @@
  * on in lockstep to 32, writing the same KV: every ATTEND of b's queries,
  * every group and layer, equals a's bit for bit. A third sequence that hits
  * after a closed its blocks still finds the snapshots (cached blocks), and
- * every block is free at the end.
+ * every block is free at the end. KVPOOL_TEST_BACKEND=cuda makes the pools
+ * cuda pools, their copies the plugin's (tests/gpu/run.sh; 77 without a GPU).
  */
 #include <errno.h>
 #include <string.h>
 
+#include "cudatest.h"
 #include "kvref.h"
 
 #define BS 4
@@ -36,6 +38,7 @@ static const char GROUPS[] = "groups=full cyclic:1 cyclic:3 cyclic:4 cyclic:5 cy
 static const uint32_t window[NGROUPS] = { 0, 1, BS - 1, BS, BS + 1, 3 * BS + 5 };
 
 static struct daemon dmn;
+static const char *backend_key = "backend=host";
 
 struct seq {
 	uint64_t h;
@@ -152,7 +155,7 @@ static void run_pool(const char *name, uint32_t dtype)
 	const char *kv[] = { "blocks=256", "block_size=4", GROUPS, "kv_heads=2", "head_dim=16",
 			     dtype == KVP_DTYPE_F32 ? "dtype=f32" : dtype == KVP_DTYPE_F16 ? "dtype=f16"
 											  : "dtype=bf16",
-			     "layers_per_group=2", "max_step_tokens=4", NULL };
+			     "layers_per_group=2", "max_step_tokens=4", backend_key, NULL };
 	struct kvp_client *c;
 	struct kvp_pool_stats st;
 	struct seq a = { 0 }, b = { 0 }, d = { 0 };
@@ -168,7 +171,12 @@ static void run_pool(const char *name, uint32_t dtype)
 		a.computed += STEP;
 		CHECK_EQ(kvp_commit(c, a.h, a.computed), 0);
 	}
-	/* At 24, windows 1, 3, 4, 5, 17 keep 0, 2, 3, 4, 16 tokens: 0+1+1+1+4 = 7 blocks. */
+	/*
+	 * Its COMMIT of 24 completed before the copies: this LOOKUP on a waits
+	 * for them, and sees the snapshot. At 24, windows 1, 3, 4, 5, 17 keep 0,
+	 * 2, 3, 4, 16 tokens: 0+1+1+1+4 = 7 blocks.
+	 */
+	CHECK_EQ(kvp_lookup(c, a.h, NULL, 0), BOUNDARY);
 	check_counters(name, 7, 7, 0);
 	CHECK_EQ(kvp_seq_open(c, tokens, LEN, NULL, 0, -1, &b.h), 0);
 	CHECK_EQ(kvp_alloc(c, b.h, STEP, 0, true, &hit, NULL, 0), 0);
@@ -208,12 +216,18 @@ static void run_pool(const char *name, uint32_t dtype)
 	check_pool_or_die(&dmn, name, &st);
 	CHECK_EQ(st.blocks_used, 0);
 	CHECK_EQ(st.blocks_free, 255);
-	fprintf(stderr, "pool %s: hit at %u, windows 1..%u exact; %u blocks cached after\n", name,
-		BOUNDARY, 3 * BS + 5, st.blocks_cached);
+	fprintf(stderr, "pool %s (%s): hit at %u, windows 1..%u exact; %u blocks cached after\n",
+		name, backend_key, BOUNDARY, 3 * BS + 5, st.blocks_cached);
 }
 
 int main(void)
 {
+	const char *backend = getenv("KVPOOL_TEST_BACKEND");
+
+	if (backend && !strcmp(backend, "cuda")) {
+		cuda_need_gpu("test_snapshots");
+		backend_key = "backend=cuda";
+	}
 	watchdog_start("test_snapshots", 60);
 	CHECK_EQ(daemon_start(&dmn, NULL), 0);
 	watchdog_watch(&dmn);
