@@ -56,6 +56,12 @@ class Copies:
         return out
 
 
+def margin(logprobs):
+    """How far the chosen (greedy: the first) token's logprob is above the runner-up's."""
+    best = sorted((x.logprob for x in logprobs.values()), reverse=True)
+    return best[0] - best[1] if len(best) > 1 else float("inf")
+
+
 def connector_of(llm):
     """The scheduler side's and the worker's KvpoolConnector (one process: UniProcExecutor
     and the engine core in-process)."""
@@ -98,7 +104,8 @@ def main(result_fd, config):
         cmd = json.loads(line)
         try:
             if cmd["op"] == "generate":
-                sp = SamplingParams(temperature=0, max_tokens=cmd["max_tokens"], logprobs=0,
+                # Two logprobs a position: the chosen token's, and how near the runner-up came.
+                sp = SamplingParams(temperature=0, max_tokens=cmd["max_tokens"], logprobs=2,
                                     ignore_eos=True, detokenize=False)
                 outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in cmd["prompts"]],
                                     sp, use_tqdm=False)
@@ -106,6 +113,7 @@ def main(result_fd, config):
                     tokens=list(o.outputs[0].token_ids),
                     logprobs=[lp[t].logprob for lp, t in zip(o.outputs[0].logprobs,
                                                               o.outputs[0].token_ids)],
+                    margins=[margin(lp) for lp in o.outputs[0].logprobs],
                     num_cached_tokens=o.num_cached_tokens) for o in outs]}
                 answer.update(copies.take())
                 answer["preemptions"], preempted[:] = len(preempted), []

@@ -50,6 +50,25 @@ def reference(baseline, prompts, max_tokens=8):
     return _references[key]
 
 
+# A logprob margin below this between the baseline's first and second choice is a near tie:
+# bf16 matmuls batched otherwise (a preempted request recomputed, or loaded, in another
+# batch) may break it the other way, and everything after follows (seen at 102 and 143 of
+# 160 tokens on an AMD EPYC with avx512_bf16, the same before and after kvpool's changes).
+NEAR_TIE = 0.1
+
+
+def assert_same_tokens(got, want):
+    """@got's tokens are @want's, or part from them where @want's choice was a near tie (the
+    same tokens before it, so the same context): a wrong block of KV changes a token whose
+    choice was clear."""
+    for j, (g, w) in enumerate(zip(got["tokens"], want["tokens"])):
+        if g != w:
+            assert want["margins"][j] < NEAR_TIE, (
+                f"token {j}: {g} instead of {w}, the baseline's margin {want['margins'][j]}")
+            return
+    assert len(got["tokens"]) == len(want["tokens"])
+
+
 def hit_tokens(p):
     """What a prefix hit of p covers: its whole blocks but the one of its last token."""
     return (len(p) - 1) // BLOCK * BLOCK
@@ -153,7 +172,8 @@ def test_preempted_requests_keep_their_tokens(engines, kvpoold):
     before = b.generate([prompt(30, 40)], max_tokens=1)["counts"]
     got = b.generate(qs, max_tokens=160)
     assert got["preemptions"] > 0
-    assert [o["tokens"] for o in got["outputs"]] == [o["tokens"] for o in want]
+    for o, w in zip(got["outputs"], want):
+        assert_same_tokens(o, w)
     # Every block copied into the pool is published and counted, each request's whole:
     # 17 blocks each, and a block a preempted request computed again is saved again.
     full = [(len(q) + 160 - 1) // BLOCK * BLOCK for q in qs]
@@ -174,13 +194,16 @@ def test_kvpoold_killed_while_b_serves(engines, kvpoold):
     and B's counters say why; kvpoold back on its socket, B hits again."""
     base, b = engines["baseline"], engines["B"]
     qs = [prompt(40 + i, 300) for i in range(3)]
-    ref = reference(base, qs, max_tokens=32)
+    # Long enough to be under way at the kill (a fast machine served 32 tokens in 0.3 s): its
+    # decode steps' saves meet the dead daemon.
+    ref = reference(base, qs, max_tokens=128)
     away = b.generate([prompt(39, 40)], max_tokens=1)["counts"].get("daemon_away", 0)
-    b.send("generate", prompts=qs, max_tokens=32)
-    time.sleep(0.3)
+    b.send("generate", prompts=qs, max_tokens=128)
+    time.sleep(0.1)
     kvpoold.kill()
     got = b.receive()
-    assert [o["tokens"] for o in got["outputs"]] == [cold["tokens"] for cold, _ in ref]
+    for o, (cold, _) in zip(got["outputs"], ref):
+        assert_same_tokens(o, cold)
     assert got["counts"]["daemon_away"] > away
     kvpoold.start()
     for attempt in range(20):  # B reconnects when its back-off lets it
