@@ -98,6 +98,7 @@ def main():
             prompt = list(range(1, args.prompt + 1))
             a = c.open(prompt)
             prefill(a, 0, args.prompt, k, v, args.layers)
+            a.lookup()  # an entry on a waits for its last COMMIT's snapshot copies
             for r in range(args.rounds):
                 b = c.open(prompt + [7])
                 t = time.perf_counter()
