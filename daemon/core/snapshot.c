@@ -80,12 +80,6 @@ int kvc_copies_reserve(struct kvc_pool *pool, uint32_t more)
 	return 0;
 }
 
-static void pin_block(struct kvc_pool *pool, uint32_t id)
-{
-	pool->blocks[id].ref++;
-	pool->blocks[id].pins++;
-}
-
 /* One group's snapshot at @p: the blocks no one has cached yet, each a copy out of the ring. */
 static void make_one(struct kvc_seq *seq, uint32_t g, uint32_t p)
 {
@@ -107,8 +101,8 @@ static void make_one(struct kvc_seq *seq, uint32_t g, uint32_t p)
 		}
 		src = t->ids[pos];
 		dst = kvc_queue_pop(pool, g);
-		pool->blocks[dst].pins++;
-		pin_block(pool, src);
+		pool->blocks[dst].pins++; /* the pop's reference is the pin */
+		kvc_pin(pool, &src, 1);
 		pool->copies[pool->ncopies++] = (struct kvc_copy){
 			.group = g, .src = src, .dst = dst, .boundary = p, .make = true, .key = key,
 		};
@@ -120,13 +114,16 @@ void kvc_snap_make(struct kvc_seq *seq, uint32_t from, uint32_t to)
 {
 	struct kvc_pool *pool = seq->pool;
 	uint32_t bs = pool->cfg.block_size;
-	uint64_t prompt_end = seq->prompt_tokens / bs * bs;
-	uint64_t every = pool->cfg.snapshot_every ? (uint64_t)kvc_cdiv(pool->cfg.snapshot_every, bs) * bs : 0;
-	uint64_t next_every = every ? (from / every + 1) * every : UINT64_MAX;
-	bool want_prompt = prompt_end > from && prompt_end <= to;
+	uint64_t prompt_end, every, next_every;
+	bool want_prompt;
 
-	if (!pool->cfg.caching || !pool->cfg.snapshots || !pool->has_cyclic || to <= from)
+	/* Every COMMIT comes here: a pool without a cyclic group leaves at once. */
+	if (!pool->has_cyclic || !pool->cfg.caching || !pool->cfg.snapshots || to <= from)
 		return;
+	prompt_end = seq->prompt_tokens / bs * bs;
+	every = pool->cfg.snapshot_every ? (uint64_t)kvc_cdiv(pool->cfg.snapshot_every, bs) * bs : 0;
+	next_every = every ? (from / every + 1) * every : UINT64_MAX;
+	want_prompt = prompt_end > from && prompt_end <= to;
 	kvc_seq_hash_upto(seq, to / bs);
 	for (;;) {
 		uint64_t p;
@@ -155,7 +152,7 @@ void kvc_snap_take(struct kvc_seq *seq, uint32_t g, uint32_t p)
 
 	for (uint32_t j = 0; j < n; j++) {
 		kvc_touch(pool, pool->hit_ids[g][j]);
-		pool->blocks[pool->hit_ids[g][j]].pins++;
+		pool->blocks[pool->hit_ids[g][j]].pins++; /* the touch's reference is the pin */
 	}
 }
 
@@ -168,7 +165,7 @@ void kvc_snap_fill(struct kvc_seq *seq, uint32_t g, uint32_t p)
 	for (uint32_t j = 0; j < n; j++) {
 		uint32_t dst = seq->tables[g].ids[ring_pos(pool, &pool->groups[g], p, n, j)];
 
-		pin_block(pool, dst);
+		kvc_pin(pool, &dst, 1);
 		pool->copies[pool->ncopies++] = (struct kvc_copy){
 			.group = g, .src = pool->hit_ids[g][j], .dst = dst, .boundary = p,
 		};

@@ -65,9 +65,12 @@ int kvpd_snap_copies(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe
 		/* A made snapshot is only lost; a hit's ring would lack its KV. */
 		if (!hit)
 			return ret;
-		if (ret == KVPD_LATER) /* the tier's completion carries the error */
-			return ret;
-		return fail_hit(c, sqe->handle, -ENOMEM);
+		fail_hit(c, sqe->handle, -ENOMEM);
+		if (ret != KVPD_LATER)
+			return -ENOMEM;
+		/* The tier's completion, still to come, carries the error. */
+		kvpd_seq_slot(c, sqe->handle)->later_res = -ENOMEM;
+		return ret;
 	}
 	sj->n = n;
 	sj->copies = (struct kvc_copy *)(sj + 1);

@@ -275,7 +275,8 @@ static int op_alloc(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	ret = alloc_out_valid(c, sqe);
 	if (ret)
 		return ret;
-	kvc_seq_info(seq, &before); /* the tokens offered to the cache: counted at admission only */
+	/* Whether it is an admission, and the tokens it offers the cache (counted then only). */
+	kvc_seq_info(seq, &before);
 	ret = kvc_alloc(seq, &req, &res);
 	alloc_accounting(d, c, seq, &req, sqe->handle, ret, &res, &before);
 	if (ret)
@@ -339,7 +340,7 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 	case KVP_OP_COMMIT: {
 		int ret = kvpd_kv_commit(c, sqe->handle, sqe->len);
 
-		/* Its window snapshots: the copies out of the rings end before it completes. */
+		/* Its window snapshots: copied out of the rings before the sequence's next entry. */
 		return ret ? ret : kvpd_snap_copies(d, c, sqe, cqe, 0);
 	}
 	case KVP_OP_FREE:

@@ -361,16 +361,24 @@ static int make_pool(struct kvp_client *admin, const struct replay_opts *o, cons
 	return ret;
 }
 
+/* Pool @name's row in @v, or NULL. */
+static const struct kvp_stats_pool *pool_row(const struct kvp_stats_view *v, const char *name)
+{
+	KVP_STATS_FOR_EACH_POOL(v, p)
+		if (!strncmp(p->name, name, KVP_NAME_MAX))
+			return p;
+	return NULL;
+}
+
 /* One sample of the blocks each of the pool's groups holds, into the running means. */
 static void sample_held(struct kvp_client *admin, const char *name, struct replay_held *h)
 {
 	struct kvp_stats_view v = { 0 };
+	const struct kvp_stats_pool *p;
 
 	if (kvp_stats_view_take(admin, &v))
 		return;
-	KVP_STATS_FOR_EACH_POOL(&v, p) {
-		if (strncmp(p->name, name, KVP_NAME_MAX))
-			continue;
+	if ((p = pool_row(&v, name))) {
 		h->ngroups = p->num_groups < KVP_MAX_GROUPS ? p->num_groups : KVP_MAX_GROUPS;
 		h->samples++;
 		for (uint32_t g = 0; g < h->ngroups; g++) {
@@ -386,14 +394,12 @@ static void sample_held(struct kvp_client *admin, const char *name, struct repla
 static void snapshot_counters(struct kvp_client *admin, const char *name, struct replay_held *h)
 {
 	struct kvp_stats_view v = { 0 };
+	const struct kvp_stats_pool *p;
+	const struct kvp_stats_snapshots *s;
 
 	if (kvp_stats_view_take(admin, &v))
 		return;
-	KVP_STATS_FOR_EACH_POOL(&v, p) {
-		const struct kvp_stats_snapshots *s = kvp_stats_snapshots_of(&v, p);
-
-		if (strncmp(p->name, name, KVP_NAME_MAX) || !s)
-			continue;
+	if ((p = pool_row(&v, name)) && (s = kvp_stats_snapshots_of(&v, p))) {
 		h->snapshots = true;
 		h->snap_made = s->made;
 		h->snap_hit = s->hit;
