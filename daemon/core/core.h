@@ -186,13 +186,19 @@ uint32_t kvc_hit_left_to_right(struct kvc_seq *seq, const struct kvc_bundle *b,
 /* snapshot.c: cyclic groups' window snapshots */
 /* Blocks a snapshot at boundary @p holds: cdiv(min(W-1, p), bs). */
 uint32_t kvc_snap_blocks(const struct kvc_pool *pool, const struct kvc_group *g, uint32_t p);
-/* Whether every group of @b has @p's snapshot cached; writes its ids into pool->hit_ids. */
+/*
+ * Whether every group of @b has @p's snapshot cached, in the pool or its tier;
+ * writes its ids into pool->hit_ids (KVC_TIER_BLOCK: the tier's).
+ */
 bool kvc_snap_cached(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t p);
 /* Snapshots for the boundaries a commit from @from to @to crossed (copies to make). */
 void kvc_snap_make(struct kvc_seq *seq, uint32_t from, uint32_t to);
-/* A hit at @p: pins group @g's snapshot blocks before any pop, then copies them into the ring. */
+/*
+ * A hit at @p: pins group @g's snapshot blocks before any pop, then copies
+ * them into the ring, or lists the tier's as promotions into it in @res.
+ */
 void kvc_snap_take(struct kvc_seq *seq, uint32_t g, uint32_t p);
-void kvc_snap_fill(struct kvc_seq *seq, uint32_t g, uint32_t p);
+void kvc_snap_fill(struct kvc_seq *seq, uint32_t g, uint32_t p, struct kvc_alloc_res *res);
 int kvc_copies_reserve(struct kvc_pool *pool, uint32_t more);
 
 /* coordinator.c */

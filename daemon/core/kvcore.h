@@ -216,7 +216,6 @@ struct kvc_block_state {
 	uint32_t ref;
 	bool hashed, queued;
 	bool shared;         /* hashed, and another block carries its key too */
-	bool snapshot;       /* hashed, its key a cyclic group's window snapshot's */
 };
 /* -EINVAL for an id out of range (0 included). */
 int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_state *st);
@@ -277,10 +276,16 @@ struct kvc_alloc_req {
 	bool use_cache;      /* look the prefix cache up first; only when not running */
 };
 
-/* A tier position of an allocation's hit and the block it was given. */
+/*
+ * A tier position of an allocation's hit and the block it was given, cached
+ * under @key; or, @ring, a cyclic group's window snapshot block the tier
+ * holds, promoted straight into ring block @block, which the pool does not
+ * cache (the tier keeps the key). @pos: the block's index in the sequence.
+ */
 struct kvc_promotion {
 	uint32_t group, pos, block;
 	struct kvc_hash key;
+	bool ring;
 };
 
 struct kvc_alloc_res {

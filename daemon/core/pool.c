@@ -186,8 +186,7 @@ int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_s
 	*st = (struct kvc_block_state){ .key = b->hash, .group = b->group, .gen = b->gen,
 					.uses = b->uses, .ref = b->ref, .hashed = b->hashed,
 					.queued = b->queued,
-					.shared = b->hashed && b->dup_next != id,
-					.snapshot = b->hashed && pool->groups[b->group].kind == KVC_CYCLIC };
+					.shared = b->hashed && b->dup_next != id };
 	return 0;
 }
 

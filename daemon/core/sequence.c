@@ -184,6 +184,7 @@ struct alloc_plan {
 	uint32_t skipped[KVC_MAX_GROUPS];  /* new sequence: hit positions that become null */
 	uint32_t take_new[KVC_MAX_GROUPS]; /* blocks popped from the queue */
 	uint32_t promote;    /* new sequence: hit positions in the tier, popped too */
+	uint32_t promote_ring; /* new sequence: snapshot blocks in the tier, promoted into rings */
 	uint32_t copies;     /* new sequence: snapshot blocks to copy into cyclic rings */
 	uint64_t take;       /* blocks leaving the queue: popped + touched hit blocks */
 };
@@ -227,9 +228,16 @@ static int plan_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req,
 			uint32_t n = plan->hit_blocks ? kvc_snap_blocks(pool, grp, plan->hit_blocks * bs) : 0;
 
 			have = 0;
-			for (uint32_t j = 0; j < n; j++)
-				plan->take += pool->blocks[pool->hit_ids[g][j]].ref == 0;
-			plan->copies += n;
+			for (uint32_t j = 0; j < n; j++) {
+				uint32_t id = pool->hit_ids[g][j];
+
+				if (id == KVC_TIER_BLOCK) {
+					plan->promote_ring++;
+				} else {
+					plan->take += pool->blocks[id].ref == 0;
+					plan->copies++;
+				}
+			}
 		} else {
 			uint32_t sb = kvc_kind(grp->kind)->skipped(grp, plan->total) / bs;
 
@@ -282,14 +290,15 @@ static const struct kvc_admit *admit_of(const struct kvc_seq *seq, const struct 
 static int reserve_tables(struct kvc_seq *seq, const struct alloc_plan *plan)
 {
 	struct kvc_pool *pool = seq->pool;
+	uint32_t promotions = plan->promote + plan->promote_ring;
 
-	if (plan->promote > pool->promotions_cap) {
-		struct kvc_promotion *p = realloc(pool->promotions, plan->promote * sizeof(*p));
+	if (promotions > pool->promotions_cap) {
+		struct kvc_promotion *p = realloc(pool->promotions, promotions * sizeof(*p));
 
 		if (!p)
 			return -ENOMEM;
 		pool->promotions = p;
-		pool->promotions_cap = plan->promote;
+		pool->promotions_cap = promotions;
 	}
 	if (kvc_copies_reserve(pool, plan->copies))
 		return -ENOMEM;
@@ -330,7 +339,7 @@ static void promote_hit(struct kvc_seq *seq, const struct alloc_plan *plan,
 			held(seq, id, true);
 			kvc_cache_insert(pool, seq, g, p, id);
 			pool->promotions[res->promoted++] =
-				(struct kvc_promotion){ g, p, id, seq->hashes[p] };
+				(struct kvc_promotion){ g, p, id, seq->hashes[p], false };
 			if (p < res->promoted_from)
 				res->promoted_from = p;
 		}
@@ -409,9 +418,9 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 			held(seq, t->ids[t->len++], true);
 		}
 	}
-	for (uint32_t g = 0; g < pool->cfg.num_groups && plan.copies; g++)
+	for (uint32_t g = 0; g < pool->cfg.num_groups && plan.copies + plan.promote_ring; g++)
 		if (pool->groups[g].kind == KVC_CYCLIC)
-			kvc_snap_fill(seq, g, plan.hit_blocks * pool->cfg.block_size);
+			kvc_snap_fill(seq, g, plan.hit_blocks * pool->cfg.block_size, res);
 	res->hit_tokens = plan.hit_blocks * pool->cfg.block_size;
 	res->taken = (uint32_t)plan.take;
 	seq->running = true;

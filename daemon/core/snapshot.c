@@ -54,8 +54,11 @@ bool kvc_snap_cached(struct kvc_seq *seq, const struct kvc_bundle *b, uint32_t p
 			struct kvc_hash key = snap_key(seq, p, j);
 			uint32_t id = kvc_cache_get(pool, g, &key);
 
-			if (id == KVC_NULL_BLOCK)
-				return false;
+			if (id == KVC_NULL_BLOCK) {
+				if (!pool->tier_ops || !pool->tier_ops->has(pool->tier, g, &key))
+					return false;
+				id = KVC_TIER_BLOCK;
+			}
 			pool->hit_ids[g][j] = id;
 		}
 	}
@@ -151,20 +154,39 @@ void kvc_snap_take(struct kvc_seq *seq, uint32_t g, uint32_t p)
 	uint32_t n = kvc_snap_blocks(pool, &pool->groups[g], p);
 
 	for (uint32_t j = 0; j < n; j++) {
+		if (pool->hit_ids[g][j] == KVC_TIER_BLOCK)
+			continue;
 		kvc_touch(pool, pool->hit_ids[g][j]);
 		pool->blocks[pool->hit_ids[g][j]].pins++; /* the touch's reference is the pin */
 	}
 }
 
-/* After the ring's blocks are popped: each taken snapshot block copied to its place. */
-void kvc_snap_fill(struct kvc_seq *seq, uint32_t g, uint32_t p)
+/*
+ * After the ring's blocks are popped: each taken snapshot block copied to its
+ * place. One the tier holds is promoted straight into its ring block, not
+ * into a block of its own cached under its key: one copy instead of two, and
+ * no second copy to order after the first. Its key stays the tier's.
+ */
+void kvc_snap_fill(struct kvc_seq *seq, uint32_t g, uint32_t p, struct kvc_alloc_res *res)
 {
 	struct kvc_pool *pool = seq->pool;
+	uint32_t bs = pool->cfg.block_size;
 	uint32_t n = kvc_snap_blocks(pool, &pool->groups[g], p);
 
 	for (uint32_t j = 0; j < n; j++) {
 		uint32_t dst = seq->tables[g].ids[ring_pos(pool, &pool->groups[g], p, n, j)];
 
+		if (pool->hit_ids[g][j] == KVC_TIER_BLOCK) {
+			uint32_t pos = p / bs - n + j;
+
+			pool->promotions[res->promoted++] = (struct kvc_promotion){
+				.group = g, .pos = pos, .block = dst, .key = snap_key(seq, p, j),
+				.ring = true,
+			};
+			if (pos < res->promoted_from)
+				res->promoted_from = pos;
+			continue;
+		}
 		kvc_pin(pool, &dst, 1);
 		pool->copies[pool->ncopies++] = (struct kvc_copy){
 			.group = g, .src = pool->hit_ids[g][j], .dst = dst, .boundary = p,

@@ -16,6 +16,7 @@
 
 #include "data/data.h"
 #include "observe/probes.h"
+#include "tier/tier.h"
 
 struct snap_job {
 	struct kvpd_job job;
@@ -97,6 +98,7 @@ int kvpd_snap_copies(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe
 	d->jobs_inflight++;
 	kvpd_workers_submit(d->workers, &sj->job);
 	if (!hit) {
+		kvpd_tier_owned_by(c->pool, c, sj->dst, n);
 		kvpd_seq_slot(c, sqe->handle)->copying++;
 		c->commits_copying++;
 		return ret;

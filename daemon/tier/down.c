@@ -16,7 +16,8 @@
 struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type, uint32_t n)
 {
 	size_t disk = t->disk ? n * (sizeof(uint64_t) + 2) : 0;
-	struct tier_job *tj = calloc(1, sizeof(*tj) + 5 * (size_t)n * sizeof(uint32_t) + disk);
+	size_t up = type == KVPD_JOB_TIER_UP ? n : 0;
+	struct tier_job *tj = calloc(1, sizeof(*tj) + 5 * (size_t)n * sizeof(uint32_t) + disk + up);
 
 	if (!tj)
 		return NULL;
@@ -30,6 +31,7 @@ struct tier_job *kvpd_tier_job_new(struct kvpd_tier *t, enum kvpd_job_type type,
 	tj->writes = tj->gens + n;
 	tj->failed = t->disk ? (uint8_t *)(tj->writes + n) : NULL;
 	tj->rmw = t->pages && type == KVPD_JOB_TIER_DOWN ? tj->failed + n : NULL;
+	tj->ring = up ? (uint8_t *)(tj->writes + n) + (t->disk ? 2 * (size_t)n : 0) : NULL;
 	tj->cap = n;
 	tj->job.type = type;
 	tj->job.pool = t->pool;

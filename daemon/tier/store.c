@@ -170,6 +170,19 @@ void kvpd_tier_block_owner(struct kvpd_tier *t, uint32_t block, uint32_t owner)
 	unname(t, old);
 }
 
+void kvpd_tier_owned_by(struct kvpd_pool *pool, const struct kvpd_client *c, const uint32_t *ids,
+			uint32_t n)
+{
+	struct kvpd_tier *t = pool->tier;
+	uint32_t owner;
+
+	if (!t || !n)
+		return;
+	owner = kvpd_tier_owner_of(t, c);
+	for (uint32_t i = 0; i < n; i++)
+		kvpd_tier_block_owner(t, ids[i], owner);
+}
+
 void kvpd_tier_drop(struct kvpd_tier *t, uint32_t i)
 {
 	struct tier_entry *x = &t->e[i];

@@ -77,6 +77,13 @@ int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp
  */
 void kvpd_tier_writing(struct kvpd_pool *pool, const uint32_t *ids, uint32_t n);
 
+/*
+ * Blocks @ids of @pool were taken for @c's window snapshots (its COMMIT's):
+ * its tenant's, as an ALLOC's new blocks are, when the tier keeps them.
+ */
+void kvpd_tier_owned_by(struct kvpd_pool *pool, const struct kvpd_client *c, const uint32_t *ids,
+			uint32_t n);
+
 /* KVPD_JOB_TIER_DOWN and _UP back from the workers (kvpd_jobs_complete). */
 void kvpd_tier_job_done(struct kvpd *d, struct kvpd_job *job);
 

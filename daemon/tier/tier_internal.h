@@ -100,6 +100,9 @@ struct tier_job {
 	uint8_t *origins;            /* ...and their origins, origin_stride each (NULL: none) */
 	bool commit;                 /* that pass (its tasks' data is on disk) */
 	bool rescue;                 /* DOWN: copies of blocks handed out already (rescue.c) */
+	uint8_t *ring;               /* UP: the task fills a cyclic ring's block from a window
+				      * snapshot's entry, which the tier keeps (the pool does not
+				      * cache the key) */
 	/* UP: the blocks whose old KV its tasks swap into the slots they empty (block 0: none) */
 	struct tier_rescue *swaps;
 	/* UP: the ALLOC it completes */

@@ -140,6 +140,7 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 	uint32_t bs = kvc_pool_config(c->pool->core)->block_size;
 	struct tier_job *loaders[MAX_LOADERS], *tj;
 	uint32_t nloaders;
+	bool ring = false;
 
 	owner_blocks(t, c, slot->seq, ngroups, res);
 	if (!res->hit_tokens)
@@ -165,8 +166,14 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 		uint32_t e = kvpd_tier_find(t, p->group, &p->key);
 
 		kvpd_tier_pin(t, e);
-		going_up(t, e, p->block);
-		swap_in(t, tj, res->promoted, p->block, e);
+		/* Into a ring, the key stays the tier's: the entry neither goes up nor takes a swap. */
+		if (p->ring) {
+			tj->ring[tj->n] = 1;
+			ring = true;
+		} else {
+			going_up(t, e, p->block);
+			swap_in(t, tj, res->promoted, p->block, e);
+		}
 		kvpd_tier_written(t, p->block); /* what it held is gone once this copy starts */
 		if (tj->sums)
 			tj->sums[tj->n] = t->e[e].sum;
@@ -178,7 +185,7 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 	tj->handle = sqe->handle;
 	tj->cqe = *cqe;
 	tj->cqe.user_data = sqe->user_data;
-	tj->cqe.flags |= KVP_CQE_F_TIER;
+	tj->cqe.flags |= KVP_CQE_F_TIER | (ring ? KVP_CQE_F_SNAPSHOT : 0);
 	tj->job.client = c;
 	tj->job.user_data = sqe->user_data;
 	t->st.hit_tokens += (uint64_t)(res->hit_tokens / bs - res->promoted_from) * bs;
@@ -285,7 +292,11 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 		 */
 		if (sw && (err || e->pins)) /* not swapped */
 			kvpd_events_tier_gone(t->pool->events, sw->group, &sw->key);
-		if (sw && !err && !e->pins)
+		if (tj->ring[i]) {
+			/* A snapshot copied into a ring: the tier's still, most recently used. */
+			if (bad && !e->pins)
+				kvpd_tier_drop(t, tj->slots[i]);
+		} else if (sw && !err && !e->pins)
 			swapped(t, tj->slots[i], sw);
 		else if ((bad || !err || sw) && !e->pins)
 			kvpd_tier_drop(t, tj->slots[i]);

@@ -139,12 +139,8 @@ void kvpd_tier_walk(struct kvpd *d, struct kvpd_tier *t)
 
 		if (kvc_block_state(core, id, &st))
 			break;
-		/*
-		 * Unhashed: nothing to keep; a window snapshot neither (its hits
-		 * look in the pool only). Looked at: the walk started again from
-		 * the head.
-		 */
-		if (st.hashed && !st.snapshot && t->blk[id].uses1 != st.uses + 1) {
+		/* Unhashed: nothing to keep. Looked at: the walk started again from the head. */
+		if (st.hashed && t->blk[id].uses1 != st.uses + 1) {
 			t->held_up = look(d, t, &tj, id, &st);
 			if (t->held_up)
 				break;
@@ -227,7 +223,7 @@ void kvpd_tier_leaving(void *tier, uint32_t id, bool handed_out)
 		t->ahead--;
 	if (id == t->front)
 		t->front = KVC_NULL_BLOCK; /* the walk starts again from the head */
-	if (st.hashed && !st.snapshot && handed_out && !st.shared) {
+	if (st.hashed && handed_out && !st.shared) {
 		evicted(t, id, &st, looked);
 		return;
 	}

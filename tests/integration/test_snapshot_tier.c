@@ -10,8 +10,12 @@
  *     blocks) and partly a snapshot (the cyclic group's) completes once both
  *     copies are back, with KVP_CQE_F_TIER and KVP_CQE_F_SNAPSHOT; entries on
  *     its sequence taken meanwhile get -EBUSY; its rows are A's, bit for bit.
- * The tier keeps no snapshot block: evicting the full group's blocks leaves
- * the snapshot in the pool and their keys in the tier.
+ *   - a snapshot the pool lost is hit from the tier like any block: an
+ *     ALLOC whose whole hit is there gets the full group's blocks promoted
+ *     and the snapshot promoted straight into its ring (KVP_CQE_F_TIER and
+ *     KVP_CQE_F_SNAPSHOT), rows A's bit for bit; the tier keeps the
+ *     snapshot's entry (the pool never caches it from a ring), so a next
+ *     sequence finds it there again.
  */
 #include <errno.h>
 #include <string.h>
@@ -159,10 +163,10 @@ int main(void)
 	commit_then_wait(c, a);
 	CHECK_EQ(kvp_seq_close(c, a), 0);
 	/*
-	 * Another prompt takes the whole pool: A's full blocks go to the tier
-	 * ahead of their eviction, its snapshot goes for good (no tier slot for
-	 * it). X computes A's prompt again, leaving a snapshot in the pool; its
-	 * full blocks are evicted by hand, their keys still in the tier.
+	 * Another prompt takes the whole pool: A's blocks, its snapshot's too, go
+	 * to the tier ahead of their eviction. X computes A's prompt again,
+	 * leaving a snapshot in the pool; its full blocks are evicted by hand,
+	 * their keys still in the tier.
 	 */
 	CHECK_EQ(kvp_pool_sync(admin, "st"), 0);
 	other = open_seq(c, 5000, 84);
@@ -208,12 +212,39 @@ int main(void)
 	CHECK_EQ(kvp_read_kv(c, b, 1, 0, 16 - WINDOW, 1, buf, buf + HD * 4), -ENODATA);
 	CHECK_EQ(kvp_seq_close(c, b), 0);
 
+	/* Another flush: now the tier alone holds A's prefix, its snapshot too. */
+	other = open_seq(c, 9000, 84);
+	compute(c, other, 0, 84);
+	CHECK_EQ(kvp_seq_close(c, other), 0);
+	CHECK_EQ(kvp_pool_sync(admin, "st"), 0);
+	for (unsigned round = 0; round < 2; round++) {
+		b = open_seq(c, 100, PROMPT + 1);
+		CHECK_EQ(kvp_lookup(c, b, lists, sizeof(buf)), 16);
+		CHECK_EQ(lists->counts[1], 1);
+		/* The second time the full group's blocks are the pool's again, promoted. */
+		for (unsigned i = 0; i < 4; i++)
+			CHECK_EQ(lists->ids[i] == KVP_BLOCK_TIER, round == 0);
+		CHECK_EQ(lists->ids[4], KVP_BLOCK_TIER);
+		sqe = kvp_get_sqe(c);
+		kvp_prep_alloc(sqe, b, 1, 0, true);
+		sqe->user_data = 0;
+		run_batch(c, 1, res, flags, aux, order);
+		CHECK_EQ(res[0], 0);
+		CHECK_EQ(aux[0], 16);
+		CHECK_EQ(flags[0], KVP_CQE_F_TIER | KVP_CQE_F_SNAPSHOT);
+		check_rows(c, b, 0, 0, 16);
+		check_rows(c, b, 1, 16 - (WINDOW - 1), WINDOW - 1);
+		CHECK_EQ(kvp_read_kv(c, b, 1, 0, 16 - WINDOW, 1, buf, buf + HD * 4), -ENODATA);
+		CHECK_EQ(kvp_seq_close(c, b), 0);
+	}
+
 	kvp_close(pool_admin);
 	kvp_close(c);
 	kvp_close(admin);
 	watchdog_watch(NULL);
 	CHECK_EQ(daemon_stop(&dmn), 0);
 	printf("ok: a COMMIT's snapshot copy holds its sequence's next entries back; an ALLOC "
-	       "waits for the tier's and the snapshot's copies both\n");
+	       "waits for the tier's and the snapshot's copies both; a snapshot only the tier "
+	       "holds is promoted into the ring, twice\n");
 	return 0;
 }

@@ -360,11 +360,12 @@ def test_max_tier_bytes_holds_and_spares_other_tenants(daemon, rng):
             assert again.alloc(1, use_cache=True) == 16  # all 4 of ns2's blocks still there
 
 
-def test_a_pool_with_a_cyclic_group_sends_its_full_blocks_down_never_a_snapshot(daemon, rng):
-    # The cyclic group hits by window snapshots, which a hit looks for in the pool only
-    # (docs/design.md): the tier takes the full group's blocks as any pool's, no snapshot.
+def test_a_pool_with_a_cyclic_group_sends_its_snapshots_down_and_hits_them(daemon, rng):
+    # The tier takes window snapshots like any block (docs/design.md); a hit promotes the
+    # full group's blocks into the pool and the snapshot straight into the new ring.
+    prompt = list(range(300, 317))
     with daemon.client(pool="cyclic") as c, daemon.client(admin=True) as admin:
-        a, _ = written(c, list(range(300, 317)), rng, [0, 1])  # its prompt's end: 1 block
+        a, data = written(c, prompt, rng, [0, 1])  # its prompt's end: 1 snapshot block
         a.close()
         admin.pool_sync("cyclic")
         # Another prompt takes all 16 blocks (11 full, a ring of 5), in steps of 17 tokens.
@@ -380,8 +381,21 @@ def test_a_pool_with_a_cyclic_group_sends_its_full_blocks_down_never_a_snapshot(
                 other.commit(done)
         admin.pool_sync("cyclic")
         t = tier_of(admin, "cyclic")
-        # Every full block either prompt cached (a's 4, the other's 11), ahead of eviction.
-        assert (t["held"], t["stored"], t["slots"]) == (15, 15, 64)
+        # Every full block either prompt cached (a's 4, the other's 11) and a's snapshot.
+        assert (t["held"], t["stored"], t["slots"]) == (16, 16, 64)
         # a's snapshot went with its block; the other's found no free block.
         snap = next(p for p in admin.stats()["pools"] if p["name"] == "cyclic")["snapshots"]
         assert (snap["made"], snap["evicted"], snap["skipped"], snap["held"]) == (1, 1, 1, 0)
+        with c.open(prompt + [1]) as b:
+            assert b.alloc(1, use_cache=True) == 16
+            for layer in range(LAYERS):
+                k, v = b.read_kv(1, layer, 13, 3)  # the window before 16: W-1 = 3 tokens
+                assert np.array_equal(k, data[1, layer][0][13:16])
+                assert np.array_equal(v, data[1, layer][1][13:16])
+                k, v = b.read_kv(0, layer, 0, 16)
+                assert np.array_equal(k, data[0, layer][0][:16])
+            t = tier_of(admin, "cyclic")
+            # 4 full blocks up into the pool (their entries gone), the snapshot's entry kept.
+            assert (t["promoted"], t["held"]) == (5, 12)
+        snap = next(p for p in admin.stats()["pools"] if p["name"] == "cyclic")["snapshots"]
+        assert snap["hit"] == 1

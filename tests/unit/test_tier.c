@@ -54,13 +54,15 @@ static void tier_store(uint32_t id)
 	tier.key[tier.n++] = st.key;
 }
 
-static struct kvc_pool *tier_pool(uint32_t n, uint32_t bs, const char *groups)
+static struct kvc_pool *tier_pool_ex(uint32_t n, uint32_t bs, const char *groups,
+				     const char *opts)
 {
 	memset(&tier, 0, sizeof(tier));
-	pool_new(n, bs, groups);
+	pool_new_ex(n, bs, groups, opts);
 	kvc_pool_set_tier(P, &tier_ops, &tier);
 	return P;
 }
+#define tier_pool(n, bs, groups) tier_pool_ex(n, bs, groups, NULL)
 
 /* "g:pos->block" for each promotion of the last EXPECT_ALLOC, and its keys checked. */
 static void expect_promoted_at(const char *exp, uint32_t from, const char *file, int line)
@@ -72,12 +74,18 @@ static void expect_promoted_at(const char *exp, uint32_t from, const char *file,
 		struct kvc_block_state st;
 		size_t o = strlen(got);
 
-		snprintf(got + o, sizeof(got) - o, "%s%u:%u->%u", i ? " " : "", p->group, p->pos,
-			 p->block);
-		/* Cached at once under the key the tier holds, in use by the sequence. */
+		snprintf(got + o, sizeof(got) - o, "%s%u:%u->%u%s", i ? " " : "", p->group, p->pos,
+			 p->block, p->ring ? "r" : "");
 		_assert_int_equal(kvc_block_state(P, p->block, &st), 0, file, line);
-		_assert_true(st.hashed && st.ref == 1 && !st.queued, "promoted block", file, line);
 		_assert_true(tier_has(&tier, p->group, &p->key), "key in the tier", file, line);
+		if (p->ring) {
+			/* A ring's block, in use by the sequence: never cached. */
+			_assert_true(!st.hashed && st.ref == 1 && !st.queued, "ring block", file,
+				     line);
+			continue;
+		}
+		/* Cached at once under the key the tier holds, in use by the sequence. */
+		_assert_true(st.hashed && st.ref == 1 && !st.queued, "promoted block", file, line);
 		_assert_true(st.key.lo == p->key.lo && st.key.hi == p->key.hi, "key", file, line);
 	}
 	_assert_string_equal(got, exp, file, line);
@@ -349,6 +357,53 @@ static void test_tier_leaving_shared_key(void **state)
 	assert_string_equal(tier.left, "4h 2h 5h 1h#+");
 }
 
+/*
+ * A window snapshot the pool lost but the tier holds still hits: its blocks
+ * are promoted straight into the new ring's blocks at their ring positions,
+ * not cached in the pool; a hit partly in the pool copies that part.
+ */
+static void test_tier_snapshot_into_ring(void **state)
+{
+	struct kvc_seq *a, *b, *c;
+
+	(void)state;
+	/* cyclic:4, bs 2, S 4: a ring of 4 blocks; the snapshot at 8 is blocks 2 and 3. */
+	tier_pool_ex(16, 2, "full cyclic:4", "max_step_tokens=4");
+	a = seq_new("1 2 3 4 5 6 7 8");
+	EXPECT_ALLOC(a, 4, 0, false, "ok [1,2] [3,4]");
+	COMPUTED(a, 4);
+	EXPECT_ALLOC(a, 4, 0, false, "ok [5,6] [7,8]");
+	COMPUTED(a, 8);
+	EXPECT_COPIES("made [7>9,8>10] hit []");
+	tier_store(9);
+	tier_store(10);
+	SEQ_FREE(a);
+	/* The pool loses the snapshot's second block; the tier still has it. */
+	EXPECT_EVICT(1, 10);
+	b = seq_new("1 2 3 4 5 6 7 8 9");
+	EXPECT_HIT(b, "8 [1,2,5,6] [9,4294967295]");
+	/* 4 + 1 touched, 1 new full block, a ring of 4: the promotion pops nothing of its own. */
+	EXPECT_COST(b, 1, 0, true, 10);
+	EXPECT_ALLOC(b, 1, 0, true, "ok [8] [7,4,3,11]");
+	EXPECT_COPIES("made [] hit [9>3]"); /* ring positions 2 and 3 */
+	EXPECT_PROMOTED("1:3->11r", 3);
+	assert_int_equal(last_res.hit_tokens, 8);
+	EXPECT_SNAPSHOTS("held=1 made=2 hit=2 evicted=1 skipped=0");
+	/* Now the tier alone has the snapshot; its key stays the tier's, never the pool's. */
+	EXPECT_EVICT(1, 9);
+	c = seq_new("1 2 3 4 5 6 7 8 9");
+	EXPECT_HIT(c, "8 [1,2,5,6] [4294967295,4294967295]");
+	EXPECT_ALLOC(c, 1, 0, true, "ok [12] [13,14,15,10]");
+	EXPECT_COPIES("made [] hit []");
+	EXPECT_PROMOTED("1:2->15r 1:3->10r", 2);
+	EXPECT_SNAPSHOTS("held=0 made=2 hit=4 evicted=2 skipped=0");
+	SEQ_FREE(b);
+	SEQ_FREE(c);
+	EXPECT_STATS("free=15 used=0 cached=4"); /* the full group's 4: rings are never cached */
+	c = seq_new("1 2 3 4 5 6 7 8 9");
+	EXPECT_HIT(c, "8 [1,2,5,6] [4294967295,4294967295]");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -361,6 +416,7 @@ int main(void)
 		T(test_tier_pop_spares_hit_blocks),
 		T(test_tier_admission_counts_promotions),
 		T(test_tier_block_state),
+		T(test_tier_snapshot_into_ring),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
