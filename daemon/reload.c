@@ -103,6 +103,12 @@ static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvp
 		return "tier_policy";
 	if (sa->tier_disk_bytes != sb->tier_disk_bytes)
 		return "tier_disk_bytes";
+	if (strcmp(sa->tier_remote, sb->tier_remote))
+		return "tier_remote";
+	if (strcmp(sa->tier_remote_prefix, sb->tier_remote_prefix))
+		return "tier_remote_prefix";
+	if (sa->tier_remote_timeout_ms != sb->tier_remote_timeout_ms)
+		return "tier_remote_timeout_ms";
 	if (strcmp(sa->tier_disk_path, sb->tier_disk_path))
 		return "tier_disk_path";
 	if (strcmp(sa->kv_events, sb->kv_events))

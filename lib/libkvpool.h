@@ -323,6 +323,8 @@ struct kvp_stats_view {
 						 * without them */
 	const struct kvp_stats_snapshots *snapshots; /* likewise, window snapshots; NULL
 						      * from a daemon without them */
+	const struct kvp_stats_remote *remote;  /* likewise, cluster tiers; NULL from a
+						 * daemon without them */
 	uint64_t taken_ns;                      /* CLOCK_MONOTONIC when copied */
 };
 
@@ -356,6 +358,14 @@ kvp_stats_snapshots_of(const struct kvp_stats_view *v, const struct kvp_stats_po
 	const struct kvp_stats_snapshots *n = v->snapshots ? &v->snapshots[p - v->pools] : NULL;
 
 	return n && n->in_use ? n : NULL;
+}
+/* Pool @p's cluster tier row in view @v, or NULL when it has none (tier_remote). */
+static inline const struct kvp_stats_remote *kvp_stats_remote_of(const struct kvp_stats_view *v,
+								 const struct kvp_stats_pool *p)
+{
+	const struct kvp_stats_remote *r = v->remote ? &v->remote[p - v->pools] : NULL;
+
+	return r && r->in_use ? r : NULL;
 }
 #define KVP_STATS_FOR_EACH_CLIENT(v, c)                                                      \
 	for (const struct kvp_stats_client *c = (v)->clients;                                \

@@ -87,6 +87,40 @@ static json_object *snapshots_json(const struct kvp_stats_snapshots *n)
 	return o;
 }
 
+/* A pool's cluster tier, or null: kvctl's TIERS remote row in JSON. */
+static json_object *remote_json(const struct kvp_stats_remote *r)
+{
+	static const char *const refused[] = { "header", "geometry", "checksum", "missing",
+					       "late" };
+	json_object *o, *by = json_object_new_object();
+
+	if (!r) {
+		json_object_put(by);
+		return NULL;
+	}
+	o = json_object_new_object();
+	json_object_object_add(o, "cluster", json_object_new_boolean(r->cluster));
+	json_object_object_add(o, "nodes_known", ju64(r->nodes_known));
+	json_object_object_add(o, "nodes_answering", ju64(r->nodes_answering));
+	json_object_object_add(o, "queued", ju64(r->queued));
+	json_object_object_add(o, "sent", ju64(r->sent));
+	json_object_object_add(o, "skipped", ju64(r->skipped));
+	json_object_object_add(o, "deduplicated", ju64(r->deduplicated));
+	json_object_object_add(o, "hit_tokens", ju64(r->hit_tokens));
+	json_object_object_add(o, "promoted", ju64(r->promoted));
+	json_object_object_add(o, "bytes_out", ju64(r->bytes_out));
+	json_object_object_add(o, "bytes_in", ju64(r->bytes_in));
+	json_object_object_add(o, "rounds", ju64(r->rounds));
+	json_object_object_add(o, "timeouts", ju64(r->timeouts));
+	json_object_object_add(o, "round_p50_us", json_object_new_double(r->round_p50_ns / 1e3));
+	json_object_object_add(o, "round_p99_us", json_object_new_double(r->round_p99_ns / 1e3));
+	json_object_object_add(o, "moved", ju64(r->moved));
+	for (unsigned k = 0; k < sizeof(refused) / sizeof(refused[0]); k++)
+		json_object_object_add(by, refused[k], ju64(r->refused[k]));
+	json_object_object_add(o, "refused", by);
+	return o;
+}
+
 /* A pool's KV events publisher, or null: kvctl's KV EVENTS table in JSON. */
 static json_object *events_json(const struct kvp_stats_events *e)
 {
@@ -113,7 +147,8 @@ static json_object *events_json(const struct kvp_stats_events *e)
 }
 
 static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_stats_tier *t,
-			      const struct kvp_stats_events *e, const struct kvp_stats_snapshots *n)
+			      const struct kvp_stats_events *e, const struct kvp_stats_snapshots *n,
+			      const struct kvp_stats_remote *r)
 {
 	json_object *o = json_object_new_object(), *pc = json_object_new_object(),
 		    *ev = json_object_new_object(), *groups = json_object_new_array();
@@ -153,6 +188,7 @@ static json_object *pool_json(const struct kvp_stats_pool *p, const struct kvp_s
 	}
 	json_object_object_add(o, "groups", groups);
 	json_object_object_add(o, "tier", tier_json(t));
+	json_object_object_add(o, "tier_remote", remote_json(r));
 	json_object_object_add(o, "events", events_json(e));
 	json_object_object_add(o, "snapshots", snapshots_json(n));
 	return o;
@@ -222,7 +258,8 @@ char *kvp_stats_json(const struct kvp_stats_view *s, bool clients_only)
 		KVP_STATS_FOR_EACH_POOL(s, p)
 			json_object_array_add(pools, pool_json(p, kvp_stats_tier_of(s, p),
 							      kvp_stats_events_of(s, p),
-							      kvp_stats_snapshots_of(s, p)));
+							      kvp_stats_snapshots_of(s, p),
+							      kvp_stats_remote_of(s, p)));
 		json_object_object_add(root, "pools", pools);
 	}
 	json_object_object_add(root, "clients", clients);

@@ -99,7 +99,7 @@ static int validate(struct kvp_stats_view *s)
 {
 	const struct kvp_stats_page *pg = s->buf;
 	uint64_t pools_end, clients_end, ops_end, tenants_end, tiers_end, events_end, events_off;
-	uint64_t snapshots_end, snapshots_off;
+	uint64_t snapshots_end, snapshots_off, remote_end, remote_off;
 
 	if (s->bytes < sizeof(*pg) || pg->magic != KVP_STATS_MAGIC || pg->version != KVP_STATS_VERSION)
 		return -EPROTO;
@@ -115,9 +115,13 @@ static int validate(struct kvp_stats_view *s)
 	snapshots_off = pg->pools_off >= offsetof(struct kvp_stats_page, snapshots_off) + 8 ?
 				pg->snapshots_off : 0;
 	snapshots_end = snapshots_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_snapshots);
+	remote_off = pg->pools_off >= offsetof(struct kvp_stats_page, remote_off) + 8 ?
+			     pg->remote_off : 0;
+	remote_end = remote_off + (uint64_t)pg->max_pools * sizeof(struct kvp_stats_remote);
 	if (pools_end > s->bytes || clients_end > s->bytes || ops_end > s->bytes ||
 	    tenants_end > s->bytes || (pg->tiers_off && tiers_end > s->bytes) ||
 	    (events_off && events_end > s->bytes) || (snapshots_off && snapshots_end > s->bytes) ||
+	    (remote_off && remote_end > s->bytes) ||
 	    pg->hist_buckets != KVP_HIST_BUCKETS)
 		return -EPROTO;
 	s->page = pg;
@@ -129,6 +133,7 @@ static int validate(struct kvp_stats_view *s)
 	s->tiers = pg->tiers_off ? (const void *)((const char *)s->buf + pg->tiers_off) : NULL;
 	s->events = events_off ? (const void *)((const char *)s->buf + events_off) : NULL;
 	s->snapshots = snapshots_off ? (const void *)((const char *)s->buf + snapshots_off) : NULL;
+	s->remote = remote_off ? (const void *)((const char *)s->buf + remote_off) : NULL;
 	return 0;
 }
 

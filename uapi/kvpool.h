@@ -60,8 +60,11 @@
  */
 #define KVP_FEAT_MONITOR (1ull << 4)
 #define KVP_FEAT_POOL_KEYS (1ull << 5)   /* POOL_CREATE v3: v2 and a text of pool keys */
+#define KVP_FEAT_TIER_REMOTE (1ull << 6) /* cluster tiers (tier_remote): the stats page's
+					  * remote_off rows */
 #define KVP_FEATURES_SUPPORTED (KVP_FEAT_SPIN_WAKEUP | KVP_FEAT_ADMIN | KVP_FEAT_STATS_PAGE | \
-				KVP_FEAT_POOL_MAP | KVP_FEAT_MONITOR | KVP_FEAT_POOL_KEYS)
+				KVP_FEAT_POOL_MAP | KVP_FEAT_MONITOR | KVP_FEAT_POOL_KEYS | \
+				KVP_FEAT_TIER_REMOTE)
 
 /*
  * Client -> daemon, the first message on the socket, exactly this size. A bad
@@ -711,6 +714,40 @@ struct kvp_stats_snapshots {
 };
 
 /*
+ * A pool's cluster tier (tier_remote; docs/tiers.md, "The cluster tier"):
+ * entry i of the page's remote rows is pools[i]'s, in_use 0 for a pool
+ * without one. refused[] counts values read back and not served, by
+ * KVP_REMOTE_REFUSED_*.
+ */
+#define KVP_REMOTE_REFUSED_HEADER 0   /* not a value of this format (magic, version, length) */
+#define KVP_REMOTE_REFUSED_GEOMETRY 1 /* another pool geometry's */
+#define KVP_REMOTE_REFUSED_CHECKSUM 2 /* its data failed its checksum */
+#define KVP_REMOTE_REFUSED_MISSING 3  /* gone between the existence round and its read */
+#define KVP_REMOTE_REFUSED_LATE 4     /* not read by its deadline */
+#define KVP_REMOTE_REFUSED_MAX 8      /* the array's entries: those past the kinds zero */
+struct kvp_stats_remote {
+	__u32 in_use;         /* 0: an unused entry (all zero) */
+	__u32 cluster;        /* 1: a Redis Cluster (slots route keys), 0: one server */
+	__u32 nodes_known;    /* seeds and masters the tier knows */
+	__u32 nodes_answering; /* those whose last round answered in time */
+	__u32 queued;         /* blocks in sends now */
+	__u32 resv0;          /* zero */
+	__u64 sent;           /* blocks written to the cluster (write-through at commit) */
+	__u64 skipped;        /* blocks not written: the send queue full, or a node down, late
+			       * or refusing */
+	__u64 deduplicated;   /* blocks not sent: the cluster holds them (written or read lately) */
+	__u64 hit_tokens;     /* ALLOC's hit tokens the cluster gave */
+	__u64 promoted;       /* blocks read from the cluster into the pool */
+	__u64 bytes_out, bytes_in;
+	__u64 rounds;         /* existence rounds (LOOKUP, ALLOC with the cache) */
+	__u64 timeouts;       /* rounds past tier_remote_timeout_ms */
+	__u64 round_p50_ns, round_p99_ns; /* rounds' latency */
+	__u64 moved;          /* MOVED replies: the slot map read again */
+	__u64 refused[KVP_REMOTE_REFUSED_MAX];
+	__u64 resv[4];        /* zero */
+};
+
+/*
  * The page a client without KVP_FEAT_ADMIN maps is its uid's: client rows of
  * that uid only (the others counted in other_clients), and its uid's tenant
  * row; pools and operations are the daemon's.
@@ -747,6 +784,9 @@ struct kvp_stats_page {
 	__u64 snapshots_off; /* likewise: struct kvp_stats_snapshots[max_pools]; a page whose
 			      * pools_off is under 152 has no such field (a daemon before
 			      * window snapshots) */
+	__u64 remote_off;    /* likewise: struct kvp_stats_remote[max_pools]
+			      * (KVP_FEAT_TIER_REMOTE); a page whose pools_off is under 160 has
+			      * no such field */
 };
 
 /*
@@ -1103,8 +1143,14 @@ _Static_assert(__builtin_offsetof(struct kvp_stats_page, events_off) == 136,
 	       "kvp_stats_page.events_off");
 _Static_assert(__builtin_offsetof(struct kvp_stats_page, snapshots_off) == 144,
 	       "kvp_stats_page.snapshots_off");
-_Static_assert(sizeof(struct kvp_stats_page) == 152, "kvp_stats_page");
+_Static_assert(__builtin_offsetof(struct kvp_stats_page, remote_off) == 152,
+	       "kvp_stats_page.remote_off");
+_Static_assert(sizeof(struct kvp_stats_page) == 160, "kvp_stats_page");
 _Static_assert(sizeof(struct kvp_stats_snapshots) == 40, "kvp_stats_snapshots");
+_Static_assert(sizeof(struct kvp_stats_remote) == 216, "kvp_stats_remote");
+_Static_assert(__builtin_offsetof(struct kvp_stats_remote, sent) == 24, "kvp_stats_remote.sent");
+_Static_assert(__builtin_offsetof(struct kvp_stats_remote, refused) == 120,
+	       "kvp_stats_remote.refused");
 _Static_assert(__builtin_offsetof(struct kvp_stats_snapshots, made) == 8,
 	       "kvp_stats_snapshots.made");
 _Static_assert(sizeof(struct kvp_stats_events) == 96, "kvp_stats_events");

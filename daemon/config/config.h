@@ -80,6 +80,26 @@ enum kvpd_tier_policy {
 #define KVPD_EVENTS_BUFFER_MAX 1000000u
 enum kvpd_events_form { KVPD_EVENTS_FORM_MAP, KVPD_EVENTS_FORM_ARRAY };
 
+#define KVPD_REMOTE_URL_MAX 512
+#define KVPD_REMOTE_PREFIX_MAX 48
+#define KVPD_REMOTE_PREFIX "kvpool"
+#define KVPD_REMOTE_TIMEOUT_MS 5u
+#define KVPD_REMOTE_HOST_MAX 64
+#define KVPD_REMOTE_MAX_SEEDS 8 /* HOST:PORT entries a tier_remote URL may list */
+
+/* A node of tier_remote's URL. */
+struct kvpd_remote_addr {
+	char host[KVPD_REMOTE_HOST_MAX];
+	uint16_t port;
+};
+
+/*
+ * Parses `redis://HOST:PORT[,HOST:PORT...]` into @out (KVPD_REMOTE_MAX_SEEDS
+ * at most): their count, or -EINVAL with the reason in @why (remote_url.c).
+ */
+int kvpd_remote_url_parse(const char *url, struct kvpd_remote_addr *out, char *why,
+			  size_t why_len);
+
 /*
  * A pool as the config file's [pool.NAME] or POOL_CREATE v3's keys describe it:
  * v2's fields, and the keys that only the text sets (no struct of the ABI has
@@ -101,6 +121,10 @@ struct kvpd_pool_spec {
 	/* Cyclic groups' window snapshots: every this many tokens too (0: prompt ends only). */
 	uint32_t snapshot_every;    /* if snapshot_every_set, else KVC_SNAPSHOT_EVERY */
 	bool snapshot_every_set;
+	/* The cluster tier (docs/tiers.md): a Redis Cluster's seeds, or one server; "": none */
+	char tier_remote[KVPD_REMOTE_URL_MAX];
+	char tier_remote_prefix[KVPD_REMOTE_PREFIX_MAX]; /* its keys' first part; "": "kvpool" */
+	uint32_t tier_remote_timeout_ms; /* an existence round's deadline; 0: not set, 5 */
 };
 
 struct kvpd_config {

@@ -81,7 +81,7 @@ static const char *const events_forms[] = { [KVPD_EVENTS_FORM_MAP] = "map",
 enum {
 	P_TIER_HOST_BYTES = 16, P_TIER_POLICY, P_TIER_DISK_PATH, P_TIER_DISK_BYTES,
 	P_KV_EVENTS, P_KV_EVENTS_TOPIC, P_KV_EVENTS_REPLAY, P_KV_EVENTS_BUFFER, P_KV_EVENTS_FORMAT,
-	P_SNAPSHOT_EVERY,
+	P_SNAPSHOT_EVERY, P_TIER_REMOTE, P_TIER_REMOTE_PREFIX, P_TIER_REMOTE_TIMEOUT_MS,
 };
 
 /* Stored by libkvpool's kvp_pool_params_v2_set, as kvctl's; the ranges are pool_check.c's. */
@@ -116,6 +116,11 @@ static const struct cfg_key pool_keys[] = {
 	[P_KV_EVENTS_BUFFER] = NUMBER("kv_events_buffer", 0, KVPD_EVENTS_BUFFER_MAX),
 	[P_KV_EVENTS_FORMAT] = CHOICE("kv_events_format", events_forms),
 	[P_SNAPSHOT_EVERY] = NUMBER("snapshot_every", 0, KVC_MAX_TOKENS),
+	[P_TIER_REMOTE] = STRING("tier_remote", KVPD_REMOTE_URL_MAX - 1,
+				 "redis://HOST:PORT[,HOST:PORT...]"),
+	[P_TIER_REMOTE_PREFIX] = STRING("tier_remote_prefix", KVPD_REMOTE_PREFIX_MAX - 1,
+					"the cluster tier's key prefix"),
+	[P_TIER_REMOTE_TIMEOUT_MS] = NUMBER("tier_remote_timeout_ms", 1, 60000),
 };
 
 #define QUOTA_KEYS                                                                             \
@@ -435,6 +440,18 @@ int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *ob
 		if (idx == P_SNAPSHOT_EVERY) {
 			((struct kvpd_pool_spec *)obj)->snapshot_every = (uint32_t)num;
 			((struct kvpd_pool_spec *)obj)->snapshot_every_set = true;
+			return 0;
+		}
+		if (idx == P_TIER_REMOTE) {
+			strcpy(((struct kvpd_pool_spec *)obj)->tier_remote, value);
+			return 0;
+		}
+		if (idx == P_TIER_REMOTE_PREFIX) {
+			strcpy(((struct kvpd_pool_spec *)obj)->tier_remote_prefix, value);
+			return 0;
+		}
+		if (idx == P_TIER_REMOTE_TIMEOUT_MS) {
+			((struct kvpd_pool_spec *)obj)->tier_remote_timeout_ms = (uint32_t)num;
 			return 0;
 		}
 		if (idx >= P_KV_EVENTS)

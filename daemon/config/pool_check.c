@@ -5,6 +5,7 @@
  * the client reads in its output buffer. The core checks the same limits
  * again (it trusts no caller); these are the ones a person reads.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 
@@ -104,11 +105,50 @@ static int events_check(const struct kvpd_pool_spec *spec, char *why, size_t len
 	return 0;
 }
 
+/* The cluster tier's keys: where, under which prefix, and what the pool must be. */
+static int remote_check(const struct kvpd_pool_spec *spec, char *why, size_t len)
+{
+	const struct kvp_pool_params *p = &spec->v2.v1;
+	struct kvpd_remote_addr seeds[KVPD_REMOTE_MAX_SEEDS];
+	char bad[KVP_REASON_MAX];
+	bool all_cyclic = true;
+
+	if (!*spec->tier_remote) {
+		if (*spec->tier_remote_prefix || spec->tier_remote_timeout_ms)
+			return kvpd_refuse(why, len, -EINVAL, "%s: set without tier_remote",
+					   *spec->tier_remote_prefix ? "tier_remote_prefix" :
+					   "tier_remote_timeout_ms");
+		return 0;
+	}
+	if (kvpd_remote_url_parse(spec->tier_remote, seeds, bad, sizeof(bad)) < 0)
+		return kvpd_refuse(why, len, -EINVAL, "tier_remote: %s", bad);
+	for (const char *c = spec->tier_remote_prefix; *c; c++)
+		if (!isalnum((unsigned char)*c) && !strchr("_-.", *c))
+			return kvpd_refuse(why, len, -EINVAL, "tier_remote_prefix '%s': letters, "
+					   "digits, '_', '-' and '.' only", spec->tier_remote_prefix);
+	for (uint32_t g = 0; g < p->num_groups && g < KVP_MAX_GROUPS; g++)
+		all_cyclic &= p->group_kind[g] == KVP_KIND_CYCLIC;
+	if (!p->kv_heads)
+		return kvpd_refuse(why, len, -EINVAL, "tier_remote: the pool holds no KV (kv_heads, "
+				   "head_dim, layers_per_group) for a tier to keep");
+	if (!p->caching)
+		return kvpd_refuse(why, len, -EINVAL, "tier_remote: caching is off, so no block is "
+				   "ever hit from a tier");
+	if (all_cyclic)
+		return kvpd_refuse(why, len, -EINVAL, "tier_remote: a pool of cyclic groups only "
+				   "has no block to share (its windows' snapshots stay here)");
+	if (spec->v2.backend == KVP_BACKEND_CUDA)
+		return kvpd_refuse(why, len, -EINVAL, "tier_remote: a cuda pool's cluster tier is "
+				   "not built yet (its GPU path has not run)");
+	return 0;
+}
+
 int kvpd_pool_spec_check(const struct kvpd_pool_spec *spec, char *why, size_t len)
 {
 	const struct kvp_pool_params *p = &spec->v2.v1;
 	const char *key = spec->tier_disk_bytes ? "tier_disk_bytes" : "tier_host_bytes";
-	int ret = kvpd_pool_params_check(&spec->v2, why, len) ?: events_check(spec, why, len);
+	int ret = kvpd_pool_params_check(&spec->v2, why, len) ?: events_check(spec, why, len) ?:
+		  remote_check(spec, why, len);
 
 	if (!ret && *spec->tier_disk_path && !spec->tier_disk_bytes)
 		return kvpd_refuse(why, len, -EINVAL, "tier_disk_path: set without tier_disk_bytes "

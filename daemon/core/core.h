@@ -76,6 +76,8 @@ struct kvc_pool {
 	void *events_ctx;
 	kvc_hold_fn hold;
 	kvc_admit_fn admit;
+	kvc_committed_fn committed;
+	void *committed_ctx;
 };
 
 struct kvc_table {

@@ -182,6 +182,18 @@ struct kvc_tier_ops {
 void kvc_pool_set_tier(struct kvc_pool *pool, const struct kvc_tier_ops *ops, void *tier);
 
 /*
+ * Told of each hashed block a commit completed (kvc_seq_computed, from the
+ * previous count to the new one), group by group in position order, before
+ * the windows drop any: its group, position, block and key, the block in use
+ * by the sequence. It may pin the block (kvc_pin) and must not change the
+ * pool otherwise. Cyclic groups' ring blocks are never hashed: never told.
+ * The cluster tier sends these. NULL: none.
+ */
+typedef void (*kvc_committed_fn)(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
+				 const struct kvc_hash *key);
+void kvc_pool_set_committed_hook(struct kvc_pool *pool, kvc_committed_fn fn, void *ctx);
+
+/*
  * The block after @id in the free queue (KVC_NULL_BLOCK for @id: its head);
  * KVC_NULL_BLOCK at its end, or when @id is not in the queue.
  */

@@ -170,6 +170,12 @@ void kvc_pool_set_tier(struct kvc_pool *pool, const struct kvc_tier_ops *ops, vo
 	pool->tier = tier;
 }
 
+void kvc_pool_set_committed_hook(struct kvc_pool *pool, kvc_committed_fn fn, void *ctx)
+{
+	pool->committed = fn;
+	pool->committed_ctx = ctx;
+}
+
 void kvc_pool_set_events(struct kvc_pool *pool, const struct kvc_event_ops *ops, void *ctx)
 {
 	pool->events = ops;

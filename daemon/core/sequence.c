@@ -432,6 +432,28 @@ int kvc_alloc(struct kvc_seq *seq, const struct kvc_alloc_req *req, struct kvc_a
 	return 0;
 }
 
+/* The committed hook told of the hashed blocks whose last token lies in [@from, @to). */
+static void tell_committed(struct kvc_seq *seq, uint32_t from, uint32_t to)
+{
+	struct kvc_pool *pool = seq->pool;
+	uint32_t bs = pool->cfg.block_size;
+
+	if (!pool->committed || to / bs <= from / bs)
+		return;
+	kvc_seq_hash_upto(seq, to / bs);
+	for (uint32_t g = 0; g < pool->cfg.num_groups; g++) {
+		const struct kvc_table *t = &seq->tables[g];
+
+		for (uint32_t p = from / bs; p < to / bs && p < t->len; p++) {
+			const struct kvc_block *b = &pool->blocks[t->ids[p]];
+
+			if (t->ids[p] != KVC_NULL_BLOCK && b->hashed &&
+			    !memcmp(&b->hash, &seq->hashes[p], sizeof(b->hash)))
+				pool->committed(pool->committed_ctx, g, p, t->ids[p], &seq->hashes[p]);
+		}
+	}
+}
+
 int kvc_seq_computed(struct kvc_seq *seq, uint32_t n)
 {
 	uint32_t from = seq->computed;
@@ -442,10 +464,11 @@ int kvc_seq_computed(struct kvc_seq *seq, uint32_t n)
 	seq->computed = n;
 	/* While the ring still holds them: the next alloc may overwrite them. */
 	kvc_snap_make(seq, from, n);
-	if (seq->pool->cfg.publish == KVC_PUBLISH_COMMIT) {
+	if (seq->pool->cfg.publish == KVC_PUBLISH_COMMIT)
 		publish_upto(seq, n);
+	tell_committed(seq, from, n);
+	if (seq->pool->cfg.publish == KVC_PUBLISH_COMMIT)
 		drop_for(seq, n);
-	}
 	kvc_debug_check(seq->pool);
 	return 0;
 }

@@ -526,7 +526,8 @@ void kvpd_jobs_complete(struct kvpd *d)
 			job = next;
 			continue;
 		}
-		if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP) {
+		if (job->type == KVPD_JOB_TIER_DOWN || job->type == KVPD_JOB_TIER_UP ||
+		    job->type == KVPD_JOB_REMOTE) {
 			kvpd_tier_job_done(d, job);
 			job = next;
 			continue;

@@ -39,7 +39,9 @@ int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *nam
 
 	size_t snapshots_off = events_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_events);
 
-	sp->bytes = (snapshots_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_snapshots) + 4095) &
+	size_t remote_off = snapshots_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_snapshots);
+
+	sp->bytes = (remote_off + KVPD_MAX_POOLS * sizeof(struct kvp_stats_remote) + 4095) &
 		    ~(size_t)4095;
 	sp->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (sp->fd < 0)
@@ -62,6 +64,7 @@ int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *nam
 	sp->tiers = (struct kvp_stats_tier *)(m + tiers_off);
 	sp->events = (struct kvp_stats_events *)(m + events_off);
 	sp->snapshots = (struct kvp_stats_snapshots *)(m + snapshots_off);
+	sp->remote = (struct kvp_stats_remote *)(m + remote_off);
 	clock_gettime(CLOCK_REALTIME, &rt);
 	*sp->page = (struct kvp_stats_page){
 		.magic = KVP_STATS_MAGIC,
@@ -77,6 +80,7 @@ int kvpd_statpage_make(struct kvpd *d, struct kvpd_statpage *sp, const char *nam
 		.tiers_off = tiers_off,
 		.events_off = events_off,
 		.snapshots_off = snapshots_off,
+		.remote_off = remote_off,
 		.max_tenants = max_tenants(d),
 		.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec,
 		.daemon_pid = getpid(),

@@ -44,6 +44,7 @@ struct kvpd_statpage {
 	struct kvp_stats_tier *tiers;  /* parallel to pools */
 	struct kvp_stats_events *events; /* likewise */
 	struct kvp_stats_snapshots *snapshots; /* likewise */
+	struct kvp_stats_remote *remote;       /* likewise */
 	unsigned depth;            /* nested writers: the seqlock moves at the outermost */
 	/* The full page's entries written since its views were last brought up to date. */
 	uint64_t ops_dirty[KVPD_STATS_OPS_WORDS];

@@ -43,6 +43,7 @@ static void view_fill(struct kvpd *d, struct kvpd_statview *v)
 	memcpy(v->pg.tiers, full->tiers, KVPD_MAX_POOLS * sizeof(*v->pg.tiers));
 	memcpy(v->pg.events, full->events, KVPD_MAX_POOLS * sizeof(*v->pg.events));
 	memcpy(v->pg.snapshots, full->snapshots, KVPD_MAX_POOLS * sizeof(*v->pg.snapshots));
+	memcpy(v->pg.remote, full->remote, KVPD_MAX_POOLS * sizeof(*v->pg.remote));
 	memcpy(v->pg.ops, full->ops, KVP_STATS_OPS * sizeof(*v->pg.ops));
 	for (unsigned i = 0; i < d->cfg.max_clients; i++) {
 		if (!full->clients[i].in_use || full->clients[i].uid != v->uid)
@@ -115,6 +116,7 @@ void kvpd_statviews_sync(struct kvpd *d)
 			v->pg.tiers[p] = full->tiers[p];
 			v->pg.events[p] = full->events[p];
 			v->pg.snapshots[p] = full->snapshots[p];
+			v->pg.remote[p] = full->remote[p];
 		}
 	}
 	memset(full->ops_dirty, 0, sizeof(full->ops_dirty));

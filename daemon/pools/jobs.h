@@ -19,11 +19,12 @@
 /*
  * KVPD_JOB_POOL: a pool built off the event loop (its one task runs kvpd_pool_build).
  * KVPD_JOB_TIER_DOWN, _UP: blocks copied into a pool's tier, or out of it (the tier room).
+ * KVPD_JOB_REMOTE: a cluster tier's round on its own thread (the tier room).
  * KVPD_JOB_COPY: blocks copied to other blocks of the pool (cyclic groups' window
  * snapshots, data/snapcopy.c).
  */
 enum kvpd_job_type { KVPD_JOB_WRITE, KVPD_JOB_READ, KVPD_JOB_ATTEND, KVPD_JOB_POOL,
-		     KVPD_JOB_TIER_DOWN, KVPD_JOB_TIER_UP, KVPD_JOB_COPY };
+		     KVPD_JOB_TIER_DOWN, KVPD_JOB_TIER_UP, KVPD_JOB_COPY, KVPD_JOB_REMOTE };
 
 #define KVPD_JOB_WHY 128
 

@@ -83,5 +83,6 @@ void kvpd_stats_pool_remove(struct kvpd *d, struct kvpd_pool *pool)
 	memset(&d->stats->tiers[pool->stat_idx], 0, sizeof(struct kvp_stats_tier));
 	memset(&d->stats->events[pool->stat_idx], 0, sizeof(struct kvp_stats_events));
 	memset(&d->stats->snapshots[pool->stat_idx], 0, sizeof(struct kvp_stats_snapshots));
+	memset(&d->stats->remote[pool->stat_idx], 0, sizeof(struct kvp_stats_remote));
 	kvpd_stats_end(d);
 }

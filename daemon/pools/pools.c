@@ -155,6 +155,8 @@ struct kvpd_pool *kvpd_pool_find(struct kvpd *d, const char *name)
 
 static void pool_free(struct kvpd_pool *pool, bool drop_tier)
 {
+	if (pool->remote)
+		pool->remote_free(pool->remote);
 	if (pool->tier)
 		pool->tier_free(pool->tier, drop_tier);
 	if (pool->events)

@@ -57,6 +57,9 @@ struct kvpd_pool {
 	 */
 	struct kvpd_tier *tier;
 	void (*tier_free)(struct kvpd_tier *tier, bool drop);
+	/* Its cluster tier (the tier room's; NULL: none), freed likewise, before the tier. */
+	struct kvpd_remote *remote;
+	void (*remote_free)(struct kvpd_remote *remote);
 	/* Its KV events publisher (the events room's; NULL: none), freed likewise, after the tier. */
 	struct kvpd_events *events;
 	void (*events_free)(struct kvpd_events *events);

@@ -25,7 +25,7 @@ static uint64_t round_up(uint64_t v, uint64_t to)
 	return (v + to - 1) / to * to;
 }
 
-static void geometry_of(const struct kvpd_pool *pool, struct kvtier_geometry *g)
+void kvpd_tier_geometry(const struct kvpd_pool *pool, struct kvtier_geometry *g)
 {
 	const struct kvp_pool_params *p = &pool->spec.v2.v1;
 
@@ -261,7 +261,7 @@ int kvpd_tier_disk_open(struct kvpd_tier *t, char *why, size_t len)
 	dk->asked = spec->tier_disk_bytes;
 	dk->slot_bytes = t->slot_bytes;
 	dk->capacity = spec->tier_disk_bytes / (t->slot_bytes ? t->slot_bytes : 1);
-	geometry_of(t->pool, &dk->geo);
+	kvpd_tier_geometry(t->pool, &dk->geo);
 	dk->geometry = XXH3_64bits(&dk->geo, sizeof(dk->geo));
 	if (!dk->capacity || dk->capacity > KVC_MAX_BLOCKS)
 		return kvpd_refuse(why, len, -EINVAL, "tier_disk_bytes %llu: holds %llu blocks of "

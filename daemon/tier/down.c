@@ -109,11 +109,15 @@ static void syncs_done(struct kvpd *d, struct kvpd_tier *t)
 		/* Its client reads the stats next: the tier's as of now, not of the turn's end. */
 		if (t->dirty)
 			kvpd_tier_publish(d, t);
-		kvpd_client_job_back(s->client, 0);
-		if (!s->client->dead)
-			kvpd_ring_post(s->client, &(struct kvp_cqe){ .user_data = s->user_data });
-		else if (!s->client->inflight)
-			kvpd_client_free(d, s->client);
+		/* Then the cluster tier's sends queued before it, if any: it posts the completion. */
+		if (kvpd_remote_sync(d, s->client, t->pool, s->user_data, true) < 0) {
+			kvpd_client_job_back(s->client, 0);
+			if (!s->client->dead)
+				kvpd_ring_post(s->client, &(struct kvp_cqe){
+						       .user_data = s->user_data, .res = -ENOMEM });
+			else if (!s->client->inflight)
+				kvpd_client_free(d, s->client);
+		}
 		free(s);
 	}
 }
@@ -141,6 +145,8 @@ void kvpd_tier_turn(struct kvpd *d)
 	for (unsigned i = 0; i < d->npools; i++) {
 		struct kvpd_tier *t = d->pools[i]->tier;
 
+		if (d->pools[i]->remote)
+			kvpd_remote_turn(d, d->pools[i]->remote);
 		if (!t)
 			continue;
 		if (!d->stopping)
@@ -303,7 +309,9 @@ void kvpd_tier_job_done(struct kvpd *d, struct kvpd_job *job)
 {
 	struct tier_job *tj = (struct tier_job *)job;
 
-	if (job->type == KVPD_JOB_TIER_DOWN)
+	if (job->type == KVPD_JOB_REMOTE)
+		kvpd_remote_job_done(d, job);
+	else if (job->type == KVPD_JOB_TIER_DOWN)
 		down_done(d, tj);
 	else
 		kvpd_tier_up_done(d, tj);
@@ -316,13 +324,13 @@ int kvpd_tier_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool
 	struct tier_sync *s;
 
 	if (!t)
-		return 0;
+		return kvpd_remote_sync(d, c, pool, user_data, false);
 	/* What the queue's head holds now goes first: the sync waits for it too. */
 	kvpd_tier_walk(d, t);
 	if (!t->inflight) {
 		if (t->dirty)
 			kvpd_tier_publish(d, t);
-		return 0;
+		return kvpd_remote_sync(d, c, pool, user_data, false);
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s)

@@ -476,7 +476,7 @@ static int tier_start(struct kvpd_tier *t, char *why, size_t why_len)
 				 strerror(-ret)) : 0;
 }
 
-int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
+static int local_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
 {
 	const struct kvpd_kv_layout *l = &pool->layout;
 	bool disk = pool->spec.tier_disk_bytes != 0;
@@ -566,4 +566,10 @@ bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st)
 		return false;
 	*st = pool->tier->st;
 	return true;
+}
+
+int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
+{
+	/* The cluster tier last: below the local one. */
+	return local_attach(d, pool, why, why_len) ?: kvpd_remote_attach(d, pool, why, why_len);
 }

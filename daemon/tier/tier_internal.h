@@ -8,6 +8,7 @@
 #include "pools/pools.h"
 #include "tenants/tenants.h"
 #include "tier/disk_format.h"
+#include "tier/remote.h"
 
 #define TIER_END UINT32_MAX
 
@@ -236,6 +237,8 @@ void kvpd_tier_slot_free(struct kvpd_tier *t, uint32_t i);
 
 /* store.c: the index, the slots, the LRU. */
 uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
+/* @pool's geometry as a tier keeps it (what must match for a block's KV to be read back). */
+void kvpd_tier_geometry(const struct kvpd_pool *pool, struct kvtier_geometry *g);
 /*
  * A slot for a new entry (COPYING) of @owner's, evicting the least recently
  * used (first @owner's own, when it would go past its max_tier_bytes); a

@@ -89,3 +89,17 @@ def filled(client, tokens, rng, groups=(0, 1), layers=(0, 1), commit=False):
     if commit:
         seq.commit(n)
     return seq, data
+
+
+def written(client, tokens, rng, groups=(0,)):
+    """A sequence with KV at every position of tokens, committed; {(g, layer): (k, v)}."""
+    seq = client.open(tokens)
+    assert seq.alloc(len(tokens)) == 0
+    data = {}
+    for g in groups:
+        for layer in range(LAYERS):
+            k, v = rows(rng, len(tokens)), rows(rng, len(tokens))
+            seq.write_kv(g, layer, 0, k, v)
+            data[g, layer] = (k, v)
+    seq.commit(len(tokens))
+    return seq, data

@@ -15,7 +15,7 @@ import pytest
 import kvpool
 from conftest import DAEMON, ROOT
 from daemon_proc import Daemon
-from kv_helpers import D, KVH, LAYERS, SCALE, assert_close, bits32, rows
+from kv_helpers import D, KVH, LAYERS, SCALE, assert_close, bits32, rows, written
 
 SLOT = 2 * LAYERS * 4 * KVH * D * 4  # K and V of every layer of one block, f32
 POOL = """
@@ -76,20 +76,6 @@ def rng():
 def tier_of(client, pool):
     """The pool's TIERS row of `kvctl stats --json`."""
     return next(p["tier"] for p in client.stats()["pools"] if p["name"] == pool)
-
-
-def written(client, tokens, rng, groups):
-    """A sequence with KV at every position of tokens, committed; {(g, layer): (k, v)}."""
-    seq = client.open(tokens)
-    assert seq.alloc(len(tokens)) == 0
-    data = {}
-    for g in groups:
-        for layer in range(LAYERS):
-            k, v = rows(rng, len(tokens)), rows(rng, len(tokens))
-            seq.write_kv(g, layer, 0, k, v)
-            data[g, layer] = (k, v)
-    seq.commit(len(tokens))
-    return seq, data
 
 
 def flush(client, admin, pool, groups):

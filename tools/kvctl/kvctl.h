@@ -25,6 +25,7 @@ void prom_label(FILE *out, const char *key, const char *value, size_t max, bool 
 /* tiers.c: the pools' tiers; nothing for a daemon whose pools have none. */
 void print_tiers_table(const struct kvp_stats_view *s);
 void print_tiers_prometheus(FILE *out, const struct kvp_stats_view *s);
+void print_remote_prometheus(FILE *out, const struct kvp_stats_view *s);
 /* snapshots.c: the pools' window snapshots; nothing where no pool has a cyclic group. */
 void print_snapshots_table(const struct kvp_stats_view *s);
 void print_snapshots_prometheus(FILE *out, const struct kvp_stats_view *s);

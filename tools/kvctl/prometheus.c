@@ -164,6 +164,7 @@ void print_prometheus(FILE *out, const struct kvp_stats_view *s)
 	print_histograms(out, s);
 	print_tenants_prometheus(out, s);
 	print_tiers_prometheus(out, s);
+	print_remote_prometheus(out, s);
 	print_snapshots_prometheus(out, s);
 	print_events_prometheus(out, s);
 }

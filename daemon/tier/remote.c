@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cluster tier, going out: every hashed block a COMMIT completes is
+ * written through to the cluster (SET, one key a block) so that another
+ * machine can hit it once it is computed, not once this machine evicts it.
+ * The blocks are pinned on the loop and copied into their commands on the
+ * tier's thread, off the loop and the workers; nothing local waits for a send.
+ * A block the cluster is known to hold (written or read lately) is not sent
+ * again; a full send queue, or a node down, late or refusing, skips a block,
+ * counted. docs/tiers.md, "The cluster tier".
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include <hiredis/hiredis.h>
+
+#include "observe/probes.h"
+#include "tier/tier_internal.h"
+#include "tier/remote.h"
+
+/* Blocks in flight at most (a few seconds of a loopback link) and a send's blocks. */
+#define SEND_QUEUE_BYTES (256ull << 20)
+#define SEND_JOB_BYTES (32ull << 20)
+#define SEND_JOB_MIN 4u
+/* A send's deadline: a floor, and its bytes at this rate (MB/s) on top. */
+#define SEND_FLOOR_MS 1000u
+#define SEND_MB_PER_S 100u
+#define KNOWN_PER_BLOCK 4u
+
+struct remote_send {
+	struct kvpd_job job;
+	struct kvpd_remote *r;
+	struct remote_send *next_inflight;
+	uint64_t seq;
+	uint32_t n, cap;
+	uint32_t *blocks, *groups;
+	struct kvc_hash *keys;
+	uint8_t *sent;               /* the thread's answer: the node said OK */
+	uint64_t bytes_out;          /* the thread's: what went out... */
+	uint32_t nodes_known, nodes_answering; /* ...and the link's nodes after */
+	uint64_t moved;
+	bool cluster;
+};
+
+/* A POOL_SYNC waiting for the sends queued before it. */
+struct remote_sync {
+	struct remote_sync *next;
+	struct kvpd_client *client;
+	uint64_t user_data;
+	uint64_t upto;
+};
+
+static uint64_t fingerprint(uint32_t group, const struct kvc_hash *key)
+{
+	return (key->lo ^ key->hi * 0x9e3779b97f4a7c15ull) + group + 1; /* never 0: an empty one */
+}
+
+static bool known(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
+{
+	uint64_t f = fingerprint(group, key);
+
+	return r->known[f & r->known_mask] == f;
+}
+
+static void know(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
+{
+	uint64_t f = fingerprint(group, key);
+
+	r->known[f & r->known_mask] = f;
+}
+
+/* A block's key: PREFIX:GEOMETRY:GROUP:HASH, all hex (readable by SCAN and redis-cli). */
+static int key_of(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
+		  char *buf, size_t len)
+{
+	return snprintf(buf, len, "%s:%016llx:%u:%016llx%016llx", r->prefix,
+			(unsigned long long)r->geometry, group, (unsigned long long)h->hi,
+			(unsigned long long)h->lo);
+}
+
+static struct remote_send *send_new(struct kvpd_remote *r)
+{
+	uint32_t cap = (uint32_t)(SEND_JOB_BYTES / r->data_bytes);
+	struct remote_send *s;
+
+	if (cap < SEND_JOB_MIN)
+		cap = SEND_JOB_MIN;
+	s = calloc(1, sizeof(*s) + cap * (3 * sizeof(uint32_t) + sizeof(struct kvc_hash)));
+	if (!s)
+		return NULL;
+	s->r = r;
+	s->cap = cap;
+	s->keys = (struct kvc_hash *)(s + 1);
+	s->blocks = (uint32_t *)(s->keys + cap);
+	s->groups = s->blocks + cap;
+	s->sent = (uint8_t *)(s->groups + cap);
+	s->job.type = KVPD_JOB_REMOTE;
+	s->job.pool = r->pool;
+	s->job.layout = &r->pool->layout;
+	s->job.mem = r->pool->mem;
+	s->job.ntasks = 1;
+	return s;
+}
+
+static void send_submit(struct kvpd *d, struct kvpd_remote *r)
+{
+	struct remote_send *s = r->filling;
+
+	if (!s)
+		return;
+	r->filling = NULL;
+	s->seq = ++r->next_seq;
+	s->next_inflight = r->inflight;
+	r->inflight = s;
+	s->job.start_ns = kvpd_now_ns();
+	r->pool->inflight++;
+	d->jobs_inflight++;
+	kvpd_workers_adopt(d->workers, &s->job);
+	kvpd_tier_copier_push(r->thread, &s->job, false);
+}
+
+/* The core's committed hook: a block to send, pinned until its send is back. */
+static void committed(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
+		      const struct kvc_hash *key)
+{
+	struct kvpd_remote *r = ctx;
+	struct remote_send *s = r->filling;
+
+	(void)pos;
+	r->dirty = true;
+	if (known(r, group, key)) {
+		r->st.deduplicated++;
+		return;
+	}
+	if (r->st.queued >= r->queue_cap || (!s && !(s = r->filling = send_new(r))) ||
+	    kvc_pin(r->pool->core, &block, 1)) {
+		r->st.skipped++;
+		return;
+	}
+	s->blocks[s->n] = block;
+	s->groups[s->n] = group;
+	s->keys[s->n++] = *key;
+	r->st.queued++;
+	if (s->n == s->cap)
+		send_submit(r->d, r);
+}
+
+/* The value of block @block: the header, then its chunks, copied out of the pool. */
+static void value_of(const struct kvpd_remote *r, const struct kvpd_kv_layout *l,
+		     const uint8_t *mem, uint32_t block, uint8_t *out)
+{
+	struct remote_value_head *h = (struct remote_value_head *)out;
+	size_t chunk = kvpd_block_chunk_bytes(l);
+	uint8_t *data = out + sizeof(*h);
+
+	for (uint32_t i = 0; i < 2 * l->layers; i++)
+		memcpy(data + i * chunk, mem + kvpd_block_chunk_off(l, block, i), chunk);
+	memcpy(h->magic, REMOTE_VALUE_MAGIC, sizeof(h->magic));
+	h->version = REMOTE_VALUE_VERSION;
+	h->geometry = r->geometry;
+	h->bytes = r->data_bytes;
+	h->sum = XXH3_64bits(data, r->data_bytes);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The tier's thread: a send's SETs, pipelined over the nodes, in one round. */
+static void run_send(struct kvpd_remote *r, struct remote_send *s)
+{
+	size_t value_len = sizeof(struct remote_value_head) + r->data_bytes;
+	struct remote_cmd *cmds = calloc(s->n, sizeof(*cmds));
+	uint8_t *value = malloc(value_len);
+	uint64_t bytes = 0;
+
+	for (uint32_t i = 0; cmds && value && i < s->n; i++) {
+		char key[128];
+		int klen = key_of(r, s->groups[i], &s->keys[i], key, sizeof(key));
+		const char *argv[] = { "SET", key, (const char *)value };
+		size_t lens[] = { 3, (size_t)klen, value_len };
+		int len;
+
+		value_of(r, s->job.layout, s->job.mem, s->blocks[i], value);
+		len = redisFormatCommandArgv(&cmds[i].buf, 3, argv, lens);
+		cmds[i].len = len > 0 ? (size_t)len : 0;
+		cmds[i].slot = remote_key_slot(key, (size_t)klen);
+		bytes += cmds[i].len;
+	}
+	free(value);
+	if (cmds) {
+		/* Commands not formatted (no memory) go to no node: their blocks count skipped. */
+		for (uint32_t i = 0; i < s->n; i++)
+			if (!cmds[i].buf)
+				cmds[i].slot = 0, cmds[i].len = 0;
+		remote_round(&r->link, cmds, s->n, mono_ns() + (SEND_FLOOR_MS + bytes /
+			     (SEND_MB_PER_S * 1000ull)) * 1000000ull);
+		for (uint32_t i = 0; i < s->n; i++) {
+			const redisReply *rep = cmds[i].reply;
+
+			s->sent[i] = cmds[i].buf && rep && rep->type == REDIS_REPLY_STATUS &&
+				     !strcmp(rep->str, "OK");
+			s->bytes_out += s->sent[i] ? cmds[i].len : 0;
+			if (rep)
+				freeReplyObject(cmds[i].reply);
+			redisFreeCommand(cmds[i].buf);
+		}
+	}
+	free(cmds);
+	remote_link_nodes(&r->link, &s->nodes_known, &s->nodes_answering);
+	s->moved = r->link.moved;
+	s->cluster = r->link.cluster;
+	s->job.task_done(&s->job);
+}
+
+static void remote_run(void *arg, struct kvpd_job *job)
+{
+	run_send(arg, (struct remote_send *)job);
+}
+
+static void sync_post(struct kvpd *d, struct remote_sync *s)
+{
+	kvpd_client_job_back(s->client, 0);
+	if (!s->client->dead)
+		kvpd_ring_post(s->client, &(struct kvp_cqe){ .user_data = s->user_data });
+	else if (!s->client->inflight)
+		kvpd_client_free(d, s->client);
+}
+
+/* The syncs no send queued before them holds any more. */
+static void syncs_done(struct kvpd *d, struct kvpd_remote *r)
+{
+	uint64_t oldest = UINT64_MAX;
+
+	for (struct remote_send *j = r->inflight; j; j = j->next_inflight)
+		if (j->seq < oldest)
+			oldest = j->seq;
+	for (struct remote_sync **p = &r->syncs; *p;) {
+		struct remote_sync *s = *p;
+
+		if (s->upto >= oldest) {
+			p = &s->next;
+			continue;
+		}
+		*p = s->next;
+		kvpd_remote_publish(d, r);
+		sync_post(d, s);
+		free(s);
+	}
+}
+
+void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job)
+{
+	struct remote_send *s = (struct remote_send *)job, **p;
+	struct kvpd_remote *r = s->r;
+
+	for (uint32_t i = 0; i < s->n; i++) {
+		if (s->sent[i]) {
+			know(r, s->groups[i], &s->keys[i]);
+			KVPD_PROBE(remote_send, r->pool->name, s->groups[i], s->keys[i].lo);
+		}
+		r->st.sent += s->sent[i];
+		r->st.skipped += !s->sent[i];
+	}
+	r->st.bytes_out += s->bytes_out;
+	r->st.queued -= s->n;
+	r->st.nodes_known = s->nodes_known;
+	r->st.nodes_answering = s->nodes_answering;
+	r->st.moved = s->moved;
+	r->st.cluster = s->cluster;
+	kvc_unpin(r->pool->core, s->blocks, s->n);
+	for (p = &r->inflight; *p != s; p = &(*p)->next_inflight)
+		;
+	*p = s->next_inflight;
+	r->pool->inflight--;
+	d->jobs_inflight--;
+	r->dirty = true;
+	free(s);
+	syncs_done(d, r);
+}
+
+int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
+		     uint64_t user_data, bool post)
+{
+	struct kvpd_remote *r = pool->remote;
+	struct remote_sync *s;
+
+	if (r)
+		send_submit(d, r);
+	if (!r || !r->inflight) {
+		if (r)
+			kvpd_remote_publish(d, r);
+		if (post)
+			sync_post(d, &(struct remote_sync){ .client = c, .user_data = user_data });
+		return 0;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	*s = (struct remote_sync){ .next = r->syncs, .client = c, .user_data = user_data,
+				   .upto = r->next_seq };
+	r->syncs = s;
+	if (!post)
+		kvpd_client_job_out(c, 0);
+	return KVPD_LATER;
+}
+
+void kvpd_remote_publish(struct kvpd *d, struct kvpd_remote *r)
+{
+	const struct kvpd_remote_stats *st = &r->st;
+
+	kvpd_stats_begin(d);
+	kvpd_stats_dirty(&d->stats->pools_dirty, r->pool->stat_idx);
+	d->stats->remote[r->pool->stat_idx] = (struct kvp_stats_remote){
+		.in_use = 1, .cluster = st->cluster, .nodes_known = st->nodes_known,
+		.nodes_answering = st->nodes_answering, .queued = st->queued, .sent = st->sent,
+		.skipped = st->skipped, .deduplicated = st->deduplicated,
+		.bytes_out = st->bytes_out, .bytes_in = st->bytes_in, .moved = st->moved,
+	};
+	kvpd_stats_end(d);
+	r->dirty = false;
+}
+
+void kvpd_remote_turn(struct kvpd *d, struct kvpd_remote *r)
+{
+	send_submit(d, r);
+	if (r->dirty)
+		kvpd_remote_publish(d, r);
+}
+
+static void remote_free(struct kvpd_remote *r)
+{
+	if (r->thread)
+		kvpd_tier_copier_stop(r->thread);
+	remote_link_close(&r->link);
+	free(r->filling);
+	free(r->known);
+	free(r);
+}
+
+int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
+{
+	const struct kvpd_pool_spec *spec = &pool->spec;
+	const struct kvpd_kv_layout *l = &pool->layout;
+	struct kvpd_remote_addr seeds[KVPD_REMOTE_MAX_SEEDS];
+	struct kvtier_geometry geo;
+	struct kvpd_remote *r;
+	uint64_t known_n;
+	int n, ret;
+
+	if (!*spec->tier_remote)
+		return 0;
+	n = kvpd_remote_url_parse(spec->tier_remote, seeds, why, why_len);
+	if (n < 0)
+		return n;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->d = d;
+	r->pool = pool;
+	strcpy(r->prefix, *spec->tier_remote_prefix ? spec->tier_remote_prefix : KVPD_REMOTE_PREFIX);
+	kvpd_tier_geometry(pool, &geo);
+	r->geometry = XXH3_64bits(&geo, sizeof(geo));
+	r->data_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
+	r->queue_cap = (uint32_t)(SEND_QUEUE_BYTES / r->data_bytes);
+	if (r->queue_cap < SEND_JOB_MIN)
+		r->queue_cap = SEND_JOB_MIN;
+	for (known_n = 1; known_n < (uint64_t)l->num_blocks * KNOWN_PER_BLOCK; known_n *= 2)
+		;
+	r->known = calloc(known_n, sizeof(*r->known));
+	r->known_mask = (uint32_t)(known_n - 1);
+	remote_link_init(&r->link, seeds, (uint32_t)n, spec->tier_remote_timeout_ms ?
+			 spec->tier_remote_timeout_ms : KVPD_REMOTE_TIMEOUT_MS);
+	ret = r->known ? kvpd_tier_copier_start(&r->thread, "kvpool-remote", true, remote_run, r) :
+			 -ENOMEM;
+	if (ret) {
+		remote_free(r);
+		return kvpd_refuse(why, why_len, ret, "tier_remote: its thread could not start");
+	}
+	pool->remote = r;
+	pool->remote_free = remote_free;
+	kvc_pool_set_committed_hook(pool->core, committed, r);
+	r->dirty = true;
+	kvpd_log(d, KVPD_LOG_INFO, "pool %s: cluster tier %s, keys %s:%016llx:*", pool->name,
+		 spec->tier_remote, r->prefix, (unsigned long long)r->geometry);
+	return 0;
+}

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal to the tier room: the cluster tier (tier_remote), a pool's last
+ * tier, on a Redis Cluster or one standalone Redis. remote_link.c talks to
+ * the nodes; remote.c is the pool's side: what goes out, and when.
+ * docs/tiers.md, "The cluster tier", has the rules.
+ */
+#ifndef KVPOOLD_TIER_REMOTE_H
+#define KVPOOLD_TIER_REMOTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+#define REMOTE_SLOTS 16384        /* Redis Cluster's hash slots */
+#define REMOTE_NO_NODE UINT16_MAX
+#define REMOTE_MAX_NODES 64       /* nodes one link knows: seeds and masters */
+/* The hash slot of a key, as Redis Cluster computes it (CRC16 of its {hash tag}, mod 16384). */
+uint16_t remote_key_slot(const char *key, size_t len);
+
+struct redisReader;
+struct redisReply;
+
+struct remote_node {
+	struct kvpd_remote_addr addr;
+	int fd;                      /* -1: not connected */
+	struct redisReader *reader;
+	bool answering;              /* its last round answered in time */
+	/* This round's: its commands in order, how far they are written and answered */
+	uint32_t *cmds, ncmds, cmds_cap;
+	uint32_t written;            /* commands written whole */
+	size_t off;                  /* bytes of the next one written */
+	uint32_t answered;
+};
+
+/* One single-key command of a round: @buf is the whole RESP request (redisFormatCommandArgv). */
+struct remote_cmd {
+	char *buf;
+	size_t len;
+	uint16_t slot;
+	struct redisReply *reply;    /* the answer (the caller frees it), NULL: none in time */
+};
+
+struct remote_link {
+	struct remote_node nodes[REMOTE_MAX_NODES]; /* the seeds first */
+	uint32_t nnodes, nseeds;
+	bool cluster;                /* CLUSTER INFO answered: slots route keys */
+	bool mapped;                 /* the slot map was read (or a standalone server found) */
+	bool stale;                  /* a MOVED came back: read the map again */
+	uint16_t slot_node[REMOTE_SLOTS];
+	uint32_t timeout_ms;         /* a connection's and the map's deadline */
+	uint64_t moved;              /* MOVED replies seen */
+	char *rbuf;                  /* what a read takes off a socket at once */
+};
+
+/* @l knows its seeds only; nothing is connected before the first round. */
+void remote_link_init(struct remote_link *l, const struct kvpd_remote_addr *seeds, uint32_t n,
+		      uint32_t timeout_ms);
+void remote_link_close(struct remote_link *l);
+
+/*
+ * Runs @n commands, each sent to its slot's node, pipelined per node and all
+ * nodes at once, until each is answered or @deadline_ns (CLOCK_MONOTONIC)
+ * passes: a node late or failing is disconnected (its commands stay
+ * unanswered) and connected again by a later round. Reads the slot map first
+ * when it is missing or stale. Returns the commands answered.
+ */
+uint32_t remote_round(struct remote_link *l, struct remote_cmd *cmds, uint32_t n,
+		      uint64_t deadline_ns);
+
+/* Nodes known, and those whose last round answered (the stats). */
+void remote_link_nodes(const struct remote_link *l, uint32_t *known, uint32_t *answering);
+
+
+/*
+ * A value: this header, then the block's KV as a tier keeps it (its chunks
+ * back to back), little-endian. A value is served only if every field matches
+ * what the reading pool expects and its data's checksum holds.
+ */
+#define REMOTE_VALUE_MAGIC "KVPR"
+#define REMOTE_VALUE_VERSION 1u
+struct remote_value_head {
+	char magic[4];
+	uint32_t version;
+	uint64_t geometry;           /* XXH3-64 of the pool's struct kvtier_geometry */
+	uint64_t sum;                /* XXH3-64 of the data */
+	uint64_t bytes;              /* the data's length */
+};
+
+/* What the cluster tier counts (kvctl stats' TIERS, its remote row). */
+struct kvpd_remote_stats {
+	uint64_t sent;               /* blocks written to the cluster */
+	uint64_t skipped;            /* blocks not written: the send queue full, or the node down,
+				      * late or refusing */
+	uint64_t deduplicated;       /* blocks not sent: the cluster holds them (written or read
+				      * lately) */
+	uint64_t bytes_out, bytes_in;
+	uint32_t queued;             /* blocks in sends not back yet */
+	uint32_t nodes_known, nodes_answering;
+	uint32_t cluster;            /* the link found a cluster (1), or one server (0) */
+	uint64_t moved;              /* MOVED replies: the slot map read again */
+};
+
+struct tier_copier;
+
+/* A pool's cluster tier. */
+struct kvpd_remote {
+	struct kvpd *d;
+	struct kvpd_pool *pool;
+	char prefix[KVPD_REMOTE_PREFIX_MAX];
+	uint64_t geometry;
+	size_t data_bytes;           /* a block's KV, as a value holds it */
+	struct remote_link link;     /* the thread's alone */
+	struct tier_copier *thread;
+	/* The loop's */
+	struct remote_send *filling; /* this turn's blocks, sent at its end */
+	struct remote_send *inflight;
+	uint64_t next_seq;
+	uint32_t queue_cap;          /* blocks in flight at most */
+	uint64_t *known;             /* fingerprints of (group, key) the cluster holds, direct
+				      * mapped: a collision forgets one, sent again at worst */
+	uint32_t known_mask;
+	struct remote_sync *syncs;
+	struct kvpd_remote_stats st;
+	bool dirty;
+};
+
+struct kvpd;
+struct kvpd_pool;
+struct kvpd_client;
+struct kvpd_job;
+
+/* remote.c: @pool's cluster tier, if its spec has tier_remote: 0, or -errno with @why. */
+int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len);
+/* The loop's turn: this turn's blocks sent, the stats row written if it moved. */
+void kvpd_remote_turn(struct kvpd *d, struct kvpd_remote *r);
+void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job);
+void kvpd_remote_publish(struct kvpd *d, struct kvpd_remote *r);
+/*
+ * POOL_SYNC's part for the cluster tier: 0 when no send queued before it is
+ * in flight (@post: its completion posted now), KVPD_LATER when they are (the
+ * completion posted then), -ENOMEM.
+ */
+int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
+		     uint64_t user_data, bool post);
+
+#endif

@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: MIT
+"""The cluster tier (tier_remote), going out: a pool writes every hashed block a COMMIT
+completes through to a real Redis Cluster (3 masters of the test's own), one key a block,
+its value a header and the block's KV; a block the cluster holds is not sent again; a
+stopped cluster costs skipped sends, never a client error. docs/tiers.md, "The cluster
+tier"."""
+
+import errno
+import os
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+import xxhash
+
+import kvpool
+from conftest import DAEMON, ROOT
+from daemon_proc import Daemon
+from kv_helpers import D, KVH, LAYERS, written
+from redis_cluster import Cluster
+
+BS = 4
+SLOT = 2 * LAYERS * BS * KVH * D * 4  # K and V of every layer of one block, f32
+POOL = """
+[pool.{name}]
+blocks = 17
+block_size = 4
+groups = {groups}
+kv_heads = 2
+head_dim = 8
+dtype = f32
+layers_per_group = 2
+tier_remote = {url}
+{extra}
+"""
+HEAD = struct.Struct("<4sIQQQ")  # magic, version, geometry, sum, bytes
+KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
+
+
+def kvctl(daemon, *args):
+    return subprocess.run([KVCTL, "--socket", daemon.socket, *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.stop()
+
+
+def daemon_with(tmp_path, cluster, pools):
+    text = "".join(POOL.format(name=n, groups=g, url=cluster.url, extra=x) for n, g, x in pools)
+    return Daemon(tmp_path, text, DAEMON)
+
+
+def remote_of(client, pool):
+    return next(p["tier_remote"] for p in client.stats()["pools"] if p["name"] == pool)
+
+
+def test_committed_blocks_go_to_the_cluster_with_their_kv(tmp_path, cluster):
+    d = daemon_with(tmp_path, cluster, [("full", "full", "")])
+    rng = np.random.default_rng(56)
+    try:
+        with d.client(pool="full") as c, d.client(admin=True) as admin:
+            a, data = written(c, list(range(100, 117)), rng)  # 17 tokens: 4 full blocks
+            admin.pool_sync("full")
+            r = remote_of(admin, "full")
+            assert (r["sent"], r["skipped"], r["deduplicated"], r["queued"]) == (4, 0, 0, 0)
+            assert r["cluster"] is True and r["nodes_known"] == 3
+            assert r["bytes_out"] > 4 * SLOT
+            keys = sorted(cluster.keys())
+            assert len(keys) == 4
+            geometry = {k.split(b":")[1] for k in keys}
+            assert len(geometry) == 1 and all(k.startswith(b"kvpool:") for k in keys)
+            geometry = geometry.pop()
+            # Each value: the header, then the block's chunks (layer by layer, K then V, each
+            # [kv_heads][block_size][head_dim]), as the pool holds them.
+            values = {}
+            for k in keys:
+                v = cluster.get(k)
+                magic, version, geo, total, n = HEAD.unpack_from(v)
+                assert (magic, version, n, len(v)) == (b"KVPR", 1, SLOT, HEAD.size + SLOT)
+                assert b"%016x" % geo == geometry
+                assert xxhash.xxh3_64_intdigest(v[HEAD.size:]) == total
+                values[bytes(v[HEAD.size:])] = k
+            chunk = BS * KVH * D * 4
+            for b in range(4):
+                want = b"".join(
+                    np.ascontiguousarray(data[0, layer][kv][b * BS:(b + 1) * BS]
+                                         .transpose(1, 0, 2)).tobytes()
+                    for layer in range(LAYERS) for kv in (0, 1))
+                assert len(want) == 2 * LAYERS * chunk
+                assert want in values, "block %d's KV is a value in the cluster" % b
+            # The same prompt computed again: its blocks are known held, none is sent.
+            b, _ = written(c, list(range(100, 117)), rng)
+            admin.pool_sync("full")
+            r = remote_of(admin, "full")
+            assert (r["sent"], r["deduplicated"]) == (4, 4)
+            assert len(cluster.keys()) == 4
+            # kvctl stats: a remote row in TIERS; Prometheus: tier="remote".
+            lines = kvctl(d, "stats").splitlines()
+            at = next(i for i, line in enumerate(lines) if line.startswith("TIERS"))
+            row = next(line for line in lines[at:] if line.startswith("full "))
+            cols = dict(zip(lines[at].split(), row.split()))
+            assert (cols["KIND"], cols["STORED"], cols["SKIPPED"]) == ("remote", "4", "0")
+            prom = kvctl(d, "stats", "--prometheus").splitlines()
+            assert 'kvpool_tier_stored_blocks_total{pool="full",tier="remote"} 4' in prom
+            assert ('kvpool_tier_remote_deduplicated_blocks_total{pool="full",tier="remote"} 4'
+                    in prom)
+            assert 'kvpool_tier_remote_nodes{pool="full",state="known"} 3' in prom
+    finally:
+        d.stop()
+
+
+def test_a_hybrid_pool_sends_every_group_and_pools_of_other_geometry_other_keys(tmp_path,
+                                                                                cluster):
+    d = daemon_with(tmp_path, cluster, [("hybrid", "full swa:8", ""),
+                                        ("other", "full", "tier_remote_prefix = team2")])
+    rng = np.random.default_rng(57)
+    try:
+        with d.client(pool="hybrid") as c, d.client(pool="other") as o, \
+                d.client(admin=True) as admin:
+            written(c, list(range(100, 117)), rng, groups=(0, 1))
+            written(o, list(range(100, 117)), rng)
+            admin.pool_sync("hybrid")
+            admin.pool_sync("other")
+            # full: 4 blocks; swa: the 4 its commit completed, before the window drops them.
+            assert remote_of(admin, "hybrid")["sent"] == 8
+            assert remote_of(admin, "other")["sent"] == 4
+            keys = cluster.keys()
+            assert sum(k.startswith(b"team2:") for k in keys) == 4
+            hybrid = [k for k in keys if k.startswith(b"kvpool:")]
+            assert sorted(k.split(b":")[2] for k in hybrid) == [b"0"] * 4 + [b"1"] * 4
+    finally:
+        d.stop()
+
+
+def test_a_stopped_cluster_skips_sends_and_no_client_sees_an_error(tmp_path, cluster):
+    d = daemon_with(tmp_path, cluster, [("full", "full", "tier_remote_timeout_ms = 50")])
+    rng = np.random.default_rng(58)
+    try:
+        with d.client(pool="full") as c, d.client(admin=True) as admin:
+            cluster.stop()
+            a, _ = written(c, list(range(100, 117)), rng)
+            admin.pool_sync("full")
+            r = remote_of(admin, "full")
+            assert (r["sent"], r["skipped"]) == (0, 4)
+            # Local hits as ever.
+            with c.open(list(range(100, 117))) as b:
+                assert b.alloc(1, use_cache=True) == 16
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("keys,reason", [
+    ("tier_remote = http://x:1", "tier_remote: not redis://HOST:PORT[,HOST:PORT...]"),
+    ("tier_remote = redis://h:0", "tier_remote: '0': a port is 1..65535"),
+    ("tier_remote = redis://:6379", "tier_remote: ':6379': not HOST:PORT"),
+    ("tier_remote_prefix = x", "tier_remote_prefix: set without tier_remote"),
+    ("tier_remote = redis://127.0.0.1:1\ntier_remote_prefix = a:b",
+     "tier_remote_prefix 'a:b': letters, digits, '_', '-' and '.' only"),
+    ("tier_remote = redis://127.0.0.1:1\ncaching = off",
+     "tier_remote: caching is off, so no block is ever hit from a tier"),
+    ("tier_remote = redis://127.0.0.1:1\ngroups = cyclic:8\nmax_step_tokens = 8",
+     "tier_remote: a pool of cyclic groups only has no block to share (its windows' snapshots "
+     "stay here)"),
+])
+def test_refused_keys_name_their_cause(tmp_path, keys, reason):
+    d = Daemon(tmp_path, "", DAEMON)
+    try:
+        with d.client(admin=True) as a:
+            with pytest.raises(kvpool.Error) as ei:
+                a.create_pool("r", 16, 4, [("full", 0)], kv_heads=2, head_dim=8, dtype="f32",
+                              keys=keys + "\n")
+            assert (ei.value.errno, ei.value.reason) == (errno.EINVAL, reason)
+            with pytest.raises(kvpool.Error) as ei:
+                a.create_pool("r", 16, 4, [("full", 0)], keys="tier_remote = redis://h:1\n")
+            assert ei.value.reason == ("tier_remote: the pool holds no KV (kv_heads, head_dim, "
+                                       "layers_per_group) for a tier to keep")
+    finally:
+        d.stop()
