@@ -81,6 +81,7 @@ TEST_TIMEOUT=${TEST_TIMEOUT:-900} run "python/vllm-engines" env KVPOOLD=build/bi
 # exit code 66.
 run "tsan/test_workers" build/tsan/tests/test_workers
 for t in test_kv_split test_kv_tasks test_kv_inflight test_kv_prefill test_fair_attend test_courier test_snapshots \
+	test_tier_remote \
 	test_pool_map_shared; do
 	[ -x "build/tsan/tests/integration/$t" ] &&
 		run "tsan/$t" env KVPOOLD=build/tsan/bin/kvpoold KVCTL=build/tsan/bin/kvctl \

@@ -171,6 +171,12 @@ enum { KVP_FD_MEM, KVP_FD_DOORBELL, KVP_FD_STATS, KVP_NUM_FDS };
 
 /* LOOKUP's id for a hit position the pool's tier holds (ALLOC copies it up into a block). */
 #define KVP_BLOCK_TIER 0xffffffffu
+/*
+ * LOOKUP's id for a hit position only the pool's cluster tier holds
+ * (tier_remote; ALLOC reads it into a block). A LOOKUP that asked the
+ * cluster completes after its round.
+ */
+#define KVP_BLOCK_REMOTE 0xfffffffeu
 
 enum kvp_opcode {
 	KVP_OP_NOP = 0,
@@ -180,7 +186,8 @@ enum kvp_opcode {
 	KVP_OP_APPEND_TOKENS, /* handle, addr: tokens (__u32[len]) */
 	KVP_OP_LOOKUP,        /* handle; out (optional): struct kvp_block_lists, cqe.aux: its bytes.
 			       * res: hit tokens, or -EOVERFLOW if out_len is short. A position
-			       * the pool's tier holds is KVP_BLOCK_TIER in the lists */
+			       * the pool's tier holds is KVP_BLOCK_TIER in the lists, one only
+			       * its cluster tier holds KVP_BLOCK_REMOTE */
 	KVP_OP_ALLOC,         /* handle, len: new tokens, arg1: lookahead, KVP_ALLOC_USE_CACHE;
 			       * out (optional): the new blocks as struct kvp_block_lists; out_len
 			       * is 0 or >= its 68-byte head (else -EINVAL, nothing changes).

@@ -61,3 +61,10 @@ void kvc_seq_hash_upto(struct kvc_seq *seq, uint32_t nblocks)
 	if (nblocks > seq->nhashes)
 		seq->nhashes = nblocks;
 }
+
+const struct kvc_hash *kvc_seq_hashes(struct kvc_seq *seq, uint32_t *n)
+{
+	*n = seq->ntokens ? (seq->ntokens - 1) / seq->pool->cfg.block_size : 0;
+	kvc_seq_hash_upto(seq, *n);
+	return seq->hashes;
+}

@@ -265,6 +265,12 @@ void kvc_seq_set_owner(struct kvc_seq *seq, void *owner);
 /* Frees the sequence's blocks (as kvc_seq_free) and forgets it. */
 void kvc_seq_destroy(struct kvc_seq *seq);
 
+/*
+ * The chained hashes of the blocks a hit of @seq may cover (its full blocks
+ * but for its last token), *@n of them; valid until its tokens change.
+ */
+const struct kvc_hash *kvc_seq_hashes(struct kvc_seq *seq, uint32_t *n);
+
 /* Adds generated tokens. -E2BIG past KVC_MAX_TOKENS, -ENOMEM. */
 int kvc_seq_append(struct kvc_seq *seq, const uint32_t *tokens, uint32_t n);
 

@@ -16,7 +16,8 @@
 	X(alloc) X(prefix_admit) X(lookup) X(window_drop) X(cache_evict) X(nospace) \
 	X(write_kv) X(read_kv) X(attend) X(op) X(op_batch) X(blocks_held) X(ring_sleep)  \
 	X(ring_wake) X(tier_store) X(tier_load) X(tier_evict) X(tier_promote) \
-	X(snapshot_copy) X(remote_send)
+	X(snapshot_copy) X(remote_send) \
+	X(remote_round) X(remote_fill)
 
 #define KVPD_DECLARE_SEMAPHORE(name) extern unsigned short kvpool_##name##_semaphore;
 KVPD_PROBES(KVPD_DECLARE_SEMAPHORE)

@@ -205,9 +205,22 @@ static int op_lookup(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 	kvpd_stats_end(d);
 	KVPD_PROBE(lookup, c->gen, info.tokens, hit.tokens);
 	if (sqe->out_len) {
-		for (uint32_t g = 0; g < ngroups(c); g++)
+		const uint32_t *ids[KVC_MAX_GROUPS];
+		uint32_t *marked = NULL;
+		size_t n = 0;
+
+		for (uint32_t g = 0; g < ngroups(c); g++) {
 			counts[g] = hit.nids[g];
-		ret = write_lists(c, sqe, hit.ids, counts, &cqe->aux);
+			ids[g] = hit.ids[g];
+			n += hit.nids[g];
+		}
+		/* Positions only the cluster tier holds: KVP_BLOCK_REMOTE. */
+		if (c->pool->remote && n && !(marked = malloc(n * sizeof(*marked))))
+			return -ENOMEM;
+		if (marked)
+			kvpd_remote_mark(c->pool, seq, &hit, ids, marked);
+		ret = write_lists(c, sqe, ids, counts, &cqe->aux);
+		free(marked);
 		if (ret)
 			return ret;
 	}
@@ -310,6 +323,22 @@ static int op_get_table(struct kvpd_client *c, struct kvc_seq *seq, const struct
 	return write_lists(c, sqe, ids, counts, &cqe->aux) ?: (int)cqe->aux;
 }
 
+/* A LOOKUP or an ALLOC again, once the pool's cluster tier answered (kvpd_remote_ask). */
+static int seq_op_again(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			struct kvp_cqe *cqe)
+{
+	struct kvc_seq *seq = kvpd_seq_get(c, sqe->handle);
+	int ret;
+
+	if (!seq)
+		return -EBADF;
+	ret = sqe->opcode == KVP_OP_LOOKUP ? op_lookup(d, c, seq, sqe, cqe) :
+					     op_alloc(d, c, seq, sqe, cqe);
+	if (c->pool->events)
+		kvpd_events_cut(c->pool->events);
+	return ret;
+}
+
 /* Operations on one of the client's sequences. */
 static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 		  struct kvp_cqe *cqe)
@@ -334,9 +363,9 @@ static int seq_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *s
 	case KVP_OP_APPEND_TOKENS:
 		return op_append(c, seq, sqe);
 	case KVP_OP_LOOKUP:
-		return op_lookup(d, c, seq, sqe, cqe);
+		return kvpd_remote_ask(d, c, seq, sqe, seq_op_again) ?: op_lookup(d, c, seq, sqe, cqe);
 	case KVP_OP_ALLOC:
-		return op_alloc(d, c, seq, sqe, cqe);
+		return kvpd_remote_ask(d, c, seq, sqe, seq_op_again) ?: op_alloc(d, c, seq, sqe, cqe);
 	case KVP_OP_COMMIT: {
 		int ret = kvpd_kv_commit(c, sqe->handle, sqe->len);
 

@@ -32,7 +32,7 @@
 #define KNOWN_PER_BLOCK 4u
 
 struct remote_send {
-	struct kvpd_job job;
+	struct remote_head head;     /* REMOTE_SEND */
 	struct kvpd_remote *r;
 	struct remote_send *next_inflight;
 	uint64_t seq;
@@ -40,10 +40,7 @@ struct remote_send {
 	uint32_t *blocks, *groups;
 	struct kvc_hash *keys;
 	uint8_t *sent;               /* the thread's answer: the node said OK */
-	uint64_t bytes_out;          /* the thread's: what went out... */
-	uint32_t nodes_known, nodes_answering; /* ...and the link's nodes after */
-	uint64_t moved;
-	bool cluster;
+	uint64_t bytes_out;          /* the thread's: what went out */
 };
 
 /* A POOL_SYNC waiting for the sends queued before it. */
@@ -66,16 +63,24 @@ static bool known(const struct kvpd_remote *r, uint32_t group, const struct kvc_
 	return r->known[f & r->known_mask] == f;
 }
 
-static void know(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
+void kvpd_remote_know(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
 {
 	uint64_t f = fingerprint(group, key);
 
 	r->known[f & r->known_mask] = f;
 }
 
+void kvpd_remote_forget(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
+{
+	uint64_t f = fingerprint(group, key);
+
+	if (r->known[f & r->known_mask] == f)
+		r->known[f & r->known_mask] = 0;
+}
+
 /* A block's key: PREFIX:GEOMETRY:GROUP:HASH, all hex (readable by SCAN and redis-cli). */
-static int key_of(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
-		  char *buf, size_t len)
+int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
+		    char *buf, size_t len)
 {
 	return snprintf(buf, len, "%s:%016llx:%u:%016llx%016llx", r->prefix,
 			(unsigned long long)r->geometry, group, (unsigned long long)h->hi,
@@ -98,11 +103,12 @@ static struct remote_send *send_new(struct kvpd_remote *r)
 	s->blocks = (uint32_t *)(s->keys + cap);
 	s->groups = s->blocks + cap;
 	s->sent = (uint8_t *)(s->groups + cap);
-	s->job.type = KVPD_JOB_REMOTE;
-	s->job.pool = r->pool;
-	s->job.layout = &r->pool->layout;
-	s->job.mem = r->pool->mem;
-	s->job.ntasks = 1;
+	s->head.kind = REMOTE_SEND;
+	s->head.job.type = KVPD_JOB_REMOTE;
+	s->head.job.pool = r->pool;
+	s->head.job.layout = &r->pool->layout;
+	s->head.job.mem = r->pool->mem;
+	s->head.job.ntasks = 1;
 	return s;
 }
 
@@ -116,11 +122,11 @@ static void send_submit(struct kvpd *d, struct kvpd_remote *r)
 	s->seq = ++r->next_seq;
 	s->next_inflight = r->inflight;
 	r->inflight = s;
-	s->job.start_ns = kvpd_now_ns();
+	s->head.job.start_ns = kvpd_now_ns();
 	r->pool->inflight++;
 	d->jobs_inflight++;
-	kvpd_workers_adopt(d->workers, &s->job);
-	kvpd_tier_copier_push(r->thread, &s->job, false);
+	kvpd_workers_adopt(d->workers, &s->head.job);
+	kvpd_tier_copier_push(r->thread, &s->head.job, false);
 }
 
 /* The core's committed hook: a block to send, pinned until its send is back. */
@@ -183,13 +189,13 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 	uint64_t bytes = 0;
 
 	for (uint32_t i = 0; cmds && value && i < s->n; i++) {
-		char key[128];
-		int klen = key_of(r, s->groups[i], &s->keys[i], key, sizeof(key));
+		char key[REMOTE_KEY_MAX];
+		int klen = kvpd_remote_key(r, s->groups[i], &s->keys[i], key, sizeof(key));
 		const char *argv[] = { "SET", key, (const char *)value };
 		size_t lens[] = { 3, (size_t)klen, value_len };
 		int len;
 
-		value_of(r, s->job.layout, s->job.mem, s->blocks[i], value);
+		value_of(r, s->head.job.layout, s->head.job.mem, s->blocks[i], value);
 		len = redisFormatCommandArgv(&cmds[i].buf, 3, argv, lens);
 		cmds[i].len = len > 0 ? (size_t)len : 0;
 		cmds[i].slot = remote_key_slot(key, (size_t)klen);
@@ -215,15 +221,45 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 		}
 	}
 	free(cmds);
-	remote_link_nodes(&r->link, &s->nodes_known, &s->nodes_answering);
-	s->moved = r->link.moved;
-	s->cluster = r->link.cluster;
-	s->job.task_done(&s->job);
+	remote_link_nodes(&r->link, &s->head.nodes_known, &s->head.nodes_answering);
+	s->head.moved = r->link.moved;
+	s->head.cluster = r->link.cluster;
+	s->head.job.task_done(&s->head.job);
 }
 
 static void remote_run(void *arg, struct kvpd_job *job)
 {
-	run_send(arg, (struct remote_send *)job);
+	if (((struct remote_head *)job)->kind == REMOTE_ASK)
+		kvpd_remote_run_ask(job);
+	else
+		run_send(arg, (struct remote_send *)job);
+}
+
+void kvpd_remote_head_done(struct kvpd_remote *r, const struct remote_head *h)
+{
+	r->st.nodes_known = h->nodes_known;
+	r->st.nodes_answering = h->nodes_answering;
+	r->st.moved = h->moved;
+	r->st.cluster = h->cluster;
+	r->dirty = true;
+}
+
+void kvpd_remote_round_time(struct kvpd_remote *r, uint64_t ns)
+{
+	r->round_hist[ns ? 63 - __builtin_clzll(ns) : 0]++;
+}
+
+/* The upper bound of the bucket holding the @q quantile of the rounds' times, ns. */
+static uint64_t round_quantile(const struct kvpd_remote *r, double q)
+{
+	uint64_t seen = 0, want = (uint64_t)(q * (double)r->st.rounds + 0.999999);
+
+	for (unsigned b = 0; b < REMOTE_ROUND_BUCKETS && r->st.rounds; b++) {
+		seen += r->round_hist[b];
+		if (seen >= want)
+			return b < 63 ? 2ull << b : UINT64_MAX;
+	}
+	return 0;
 }
 
 static void sync_post(struct kvpd *d, struct remote_sync *s)
@@ -262,9 +298,12 @@ void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job)
 	struct remote_send *s = (struct remote_send *)job, **p;
 	struct kvpd_remote *r = s->r;
 
+	if (((struct remote_head *)job)->kind == REMOTE_ASK)
+		return kvpd_remote_ask_done(d, job);
+
 	for (uint32_t i = 0; i < s->n; i++) {
 		if (s->sent[i]) {
-			know(r, s->groups[i], &s->keys[i]);
+			kvpd_remote_know(r, s->groups[i], &s->keys[i]);
 			KVPD_PROBE(remote_send, r->pool->name, s->groups[i], s->keys[i].lo);
 		}
 		r->st.sent += s->sent[i];
@@ -272,10 +311,7 @@ void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job)
 	}
 	r->st.bytes_out += s->bytes_out;
 	r->st.queued -= s->n;
-	r->st.nodes_known = s->nodes_known;
-	r->st.nodes_answering = s->nodes_answering;
-	r->st.moved = s->moved;
-	r->st.cluster = s->cluster;
+	kvpd_remote_head_done(r, &s->head);
 	kvc_unpin(r->pool->core, s->blocks, s->n);
 	for (p = &r->inflight; *p != s; p = &(*p)->next_inflight)
 		;
@@ -323,8 +359,13 @@ void kvpd_remote_publish(struct kvpd *d, struct kvpd_remote *r)
 		.in_use = 1, .cluster = st->cluster, .nodes_known = st->nodes_known,
 		.nodes_answering = st->nodes_answering, .queued = st->queued, .sent = st->sent,
 		.skipped = st->skipped, .deduplicated = st->deduplicated,
-		.bytes_out = st->bytes_out, .bytes_in = st->bytes_in, .moved = st->moved,
+		.hit_tokens = st->hit_tokens, .promoted = st->promoted,
+		.bytes_out = st->bytes_out, .bytes_in = st->bytes_in, .rounds = st->rounds,
+		.timeouts = st->timeouts, .round_p50_ns = round_quantile(r, 0.5),
+		.round_p99_ns = round_quantile(r, 0.99), .moved = st->moved,
 	};
+	_Static_assert(sizeof(st->refused) == sizeof(d->stats->remote[0].refused), "refused");
+	memcpy(d->stats->remote[r->pool->stat_idx].refused, st->refused, sizeof(st->refused));
 	kvpd_stats_end(d);
 	r->dirty = false;
 }

@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "core/kvcore.h"
+#include "pools/jobs.h"
 
 #define REMOTE_SLOTS 16384        /* Redis Cluster's hash slots */
 #define REMOTE_NO_NODE UINT16_MAX
@@ -91,6 +93,9 @@ struct remote_value_head {
 
 /* What the cluster tier counts (kvctl stats' TIERS, its remote row). */
 struct kvpd_remote_stats {
+	uint64_t hit_tokens, promoted;
+	uint64_t rounds, timeouts;
+	uint64_t refused[8];
 	uint64_t sent;               /* blocks written to the cluster */
 	uint64_t skipped;            /* blocks not written: the send queue full, or the node down,
 				      * late or refusing */
@@ -104,6 +109,20 @@ struct kvpd_remote_stats {
 };
 
 struct tier_copier;
+struct remote_ask;
+
+/* Every job of the tier's thread starts so: what it is, and the link as it left it. */
+enum remote_kind { REMOTE_SEND, REMOTE_ASK };
+struct remote_head {
+	struct kvpd_job job;         /* type KVPD_JOB_REMOTE */
+	enum remote_kind kind;
+	uint32_t nodes_known, nodes_answering;
+	uint64_t moved;
+	bool cluster;
+};
+
+#define REMOTE_KEY_MAX 128
+#define REMOTE_ROUND_BUCKETS 64      /* rounds' latency, log2 ns */
 
 /* A pool's cluster tier. */
 struct kvpd_remote {
@@ -123,6 +142,10 @@ struct kvpd_remote {
 				      * mapped: a collision forgets one, sent again at worst */
 	uint32_t known_mask;
 	struct remote_sync *syncs;
+	/* The ask whose answer the request running again sees (kvc_tier_ops.has); NULL: none */
+	struct remote_ask *answer;
+	uint64_t quiet_until;        /* CLOCK_MONOTONIC: no node answered the last round */
+	uint64_t round_hist[REMOTE_ROUND_BUCKETS];
 	struct kvpd_remote_stats st;
 	bool dirty;
 };
@@ -145,5 +168,26 @@ void kvpd_remote_publish(struct kvpd *d, struct kvpd_remote *r);
  */
 int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
 		     uint64_t user_data, bool post);
+/* Block (group, @h)'s key into @buf: its length. */
+int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
+		    char *buf, size_t len);
+/* The cluster holds (group, key), as far as this daemon knows: not sent again; or no more. */
+void kvpd_remote_know(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key);
+void kvpd_remote_forget(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key);
+/* A round's time, into the p50/p99 the stats row shows. */
+void kvpd_remote_round_time(struct kvpd_remote *r, uint64_t ns);
+/* A job back from the thread: the link's state it saw, into the stats. */
+void kvpd_remote_head_done(struct kvpd_remote *r, const struct remote_head *h);
+
+/* remote_fetch.c: coming in (its comment says how). */
+bool kvpd_remote_answered(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key);
+/*
+ * ALLOC's tail, after the local tier's part returned @ret (0 or KVPD_LATER):
+ * the blocks of its hit the cluster gave are filled before it completes.
+ */
+int kvpd_remote_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			   const struct kvc_alloc_res *res, const struct kvp_cqe *cqe, int ret);
+void kvpd_remote_run_ask(struct kvpd_job *job);
+void kvpd_remote_ask_done(struct kvpd *d, struct kvpd_job *job);
 
 #endif

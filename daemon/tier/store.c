@@ -42,15 +42,31 @@ uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct 
 	return i;
 }
 
-static bool tier_has(void *tier, uint32_t group, const struct kvc_hash *key)
+bool kvpd_tier_holds(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
 {
-	const struct kvpd_tier *t = tier;
-	uint32_t i = kvpd_tier_find(t, group, key);
+	uint32_t i = t ? kvpd_tier_find(t, group, key) : TIER_END;
 
 	return i != TIER_END && t->e[i].state == TIER_VALID;
 }
 
-static const struct kvc_tier_ops tier_ops = { .has = tier_has, .leaving = kvpd_tier_leaving };
+/* The core's view of a pool's tiers: the local one's entries, then what the cluster answered. */
+static bool tiers_have(void *ctx, uint32_t group, const struct kvc_hash *key)
+{
+	const struct kvpd_pool *pool = ctx;
+
+	return kvpd_tier_holds(pool->tier, group, key) ||
+	       (pool->remote && kvpd_remote_answered(pool->remote, group, key));
+}
+
+static void tiers_leaving(void *ctx, uint32_t id, bool handed_out)
+{
+	const struct kvpd_pool *pool = ctx;
+
+	if (pool->tier)
+		kvpd_tier_leaving(pool->tier, id, handed_out);
+}
+
+static const struct kvc_tier_ops tier_ops = { .has = tiers_have, .leaving = tiers_leaving };
 
 static void lru_unlink(struct kvpd_tier *t, uint32_t i)
 {
@@ -523,7 +539,6 @@ static int local_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_
 	t->dirty = true; /* its row is written at the loop's next turn, once the pool is in */
 	pool->tier = t;
 	pool->tier_free = tier_free;
-	kvc_pool_set_tier(pool->core, &tier_ops, t);
 	kvpd_events_tier_announce(pool->events); /* a disk tier's blocks, before anything else */
 	if (disk)
 		kvpd_log(d, KVPD_LOG_INFO, "pool %s: disk tier %s: %u blocks, %llu found and "
@@ -571,5 +586,9 @@ bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st)
 int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
 {
 	/* The cluster tier last: below the local one. */
-	return local_attach(d, pool, why, why_len) ?: kvpd_remote_attach(d, pool, why, why_len);
+	int ret = local_attach(d, pool, why, why_len) ?: kvpd_remote_attach(d, pool, why, why_len);
+
+	if (!ret && (pool->tier || pool->remote))
+		kvc_pool_set_tier(pool->core, &tier_ops, pool);
+	return ret;
 }

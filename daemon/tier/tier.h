@@ -94,6 +94,29 @@ void kvpd_tier_job_done(struct kvpd *d, struct kvpd_job *job);
 int kvpd_tier_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
 		   uint64_t user_data);
 
+/*
+ * The cluster tier (tier_remote), coming in: a LOOKUP, or an ALLOC with the
+ * cache, of @seq by @c whose local hit ends before the prompt's last full
+ * block asks the cluster first. KVPD_LATER: it does (its sequence is busy);
+ * once answered, @again runs the request with the answer in place (the core
+ * sees the cluster's keys as a tier's, kvpd_remote_mark says which) and its
+ * completion is posted, unless @again returned KVPD_LATER. 0: the request
+ * goes on now (no cluster tier, nothing to ask, the answer already in place,
+ * or the cluster quiet: misses).
+ */
+typedef int kvpd_again_fn(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			  struct kvp_cqe *cqe);
+int kvpd_remote_ask(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
+		    const struct kvp_sqe *sqe, kvpd_again_fn *again);
+/*
+ * LOOKUP's lists with the answer in place: a position whose id is
+ * KVC_TIER_BLOCK and only the cluster holds becomes KVP_BLOCK_REMOTE. @ids
+ * are replaced by copies in @buf (n entries: the hit's ids of every group)
+ * where one changes; false when nothing did.
+ */
+bool kvpd_remote_mark(struct kvpd_pool *pool, struct kvc_seq *seq, const struct kvc_hit *hit,
+		      const uint32_t **ids, uint32_t *buf);
+
 /* @pool's tier's counters; false when it has none. */
 bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st);
 

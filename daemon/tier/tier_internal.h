@@ -237,6 +237,8 @@ void kvpd_tier_slot_free(struct kvpd_tier *t, uint32_t i);
 
 /* store.c: the index, the slots, the LRU. */
 uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
+/* Whether @t (NULL: none) holds (group, key), hittable. */
+bool kvpd_tier_holds(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
 /* @pool's geometry as a tier keeps it (what must match for a block's KV to be read back). */
 void kvpd_tier_geometry(const struct kvpd_pool *pool, struct kvtier_geometry *g);
 /*

@@ -139,14 +139,21 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 	uint32_t ngroups = kvc_pool_config(c->pool->core)->num_groups;
 	uint32_t bs = kvc_pool_config(c->pool->core)->block_size;
 	struct tier_job *loaders[MAX_LOADERS], *tj;
-	uint32_t nloaders;
+	uint32_t nloaders, local = 0, local_from = UINT32_MAX;
 	bool ring = false;
 
 	owner_blocks(t, c, slot->seq, ngroups, res);
 	if (!res->hit_tokens)
 		return 0;
+	/* Promotions of keys this tier lacks are the cluster tier's (remote_fetch.c). */
+	for (uint32_t i = 0; i < res->promoted; i++)
+		if (kvpd_tier_find(t, res->promotions[i].group, &res->promotions[i].key) != TIER_END) {
+			local++;
+			if (res->promotions[i].pos < local_from)
+				local_from = res->promotions[i].pos;
+		}
 	nloaders = loaders_of(t, slot->seq, ngroups, res, loaders, MAX_LOADERS);
-	if (!res->promoted && !nloaders)
+	if (!local && !nloaders)
 		return 0;
 	tj = kvpd_tier_job_new(t, KVPD_JOB_TIER_UP, res->promoted);
 	if (!tj)
@@ -162,9 +169,11 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 	tj->waits = nloaders;
 	for (uint32_t i = 0; i < res->promoted; i++) {
 		const struct kvc_promotion *p = &res->promotions[i];
-		/* Found: the core asked the tier this very turn, and nothing evicts in between. */
+		/* Found, unless the cluster's: the core asked this very turn, nothing evicts since. */
 		uint32_t e = kvpd_tier_find(t, p->group, &p->key);
 
+		if (e == TIER_END)
+			continue;
 		kvpd_tier_pin(t, e);
 		/* Into a ring, the key stays the tier's: the entry neither goes up nor takes a swap. */
 		if (p->ring) {
@@ -188,7 +197,8 @@ static int promote(struct kvpd *d, struct kvpd_client *c, struct kvpd_tier *t,
 	tj->cqe.flags |= KVP_CQE_F_TIER | (ring ? KVP_CQE_F_SNAPSHOT : 0);
 	tj->job.client = c;
 	tj->job.user_data = sqe->user_data;
-	t->st.hit_tokens += (uint64_t)(res->hit_tokens / bs - res->promoted_from) * bs;
+	if (local)
+		t->st.hit_tokens += (uint64_t)(res->hit_tokens / bs - local_from) * bs;
 	t->dirty = true;
 	kvpd_seq_later(slot);
 	kvpd_client_job_out(c, 0);
@@ -207,13 +217,16 @@ int kvpd_tier_alloc_done(struct kvpd *d, struct kvpd_client *c, const struct kvp
 			 const struct kvc_alloc_res *res, const struct kvp_cqe *cqe)
 {
 	struct kvpd_tier *t = c->pool->tier;
-	int ret;
+	int ret = 0;
 
-	if (!t)
-		return 0;
-	ret = promote(d, c, t, sqe, res, cqe);
-	/* After the promotions' entries are pinned: the rescues' slots must not push them out. */
-	kvpd_tier_rescue(d, t);
+	if (t) {
+		ret = promote(d, c, t, sqe, res, cqe);
+		/* After the promotions' entries are pinned: the rescues' slots must not push them out. */
+		kvpd_tier_rescue(d, t);
+	}
+	/* The cluster's part, unless the ALLOC failed already (its blocks are gone then). */
+	if (ret >= 0 && c->pool->remote)
+		ret = kvpd_remote_alloc_done(d, c, sqe, res, cqe, ret);
 	return ret;
 }
 

@@ -163,6 +163,20 @@ class Cluster:
         finally:
             c.close()
 
+    def set(self, key, value):
+        """SET key value, following MOVED once."""
+        c = Resp(self.ports[0])
+        try:
+            return c.call("SET", key, value)
+        except RespError as e:
+            if not str(e).startswith("MOVED"):
+                raise
+            c.close()
+            c = Resp(int(str(e).split()[2].rsplit(":", 1)[1]))
+            return c.call("SET", key, value)
+        finally:
+            c.close()
+
     def stop(self):
         for p in self.procs.values():
             if p.poll() is None:

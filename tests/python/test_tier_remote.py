@@ -181,3 +181,148 @@ def test_refused_keys_name_their_cause(tmp_path, keys, reason):
                                        "layers_per_group) for a tier to keep")
     finally:
         d.stop()
+
+
+def two_daemons(tmp_path, cluster, pools):
+    """Two kvpoold (two machines, as far as the pool goes) on one cluster."""
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    return daemon_with(a_dir, cluster, pools), daemon_with(b_dir, cluster, pools)
+
+
+def test_a_prompt_committed_on_one_daemon_is_hit_on_another(tmp_path, cluster):
+    one, two = two_daemons(tmp_path, cluster, [("full", "full", "")])
+    rng = np.random.default_rng(59)
+    prompt = list(range(100, 117))
+    try:
+        with one.client(pool="full") as c1, one.client(admin=True) as admin1:
+            a, data = written(c1, prompt, rng)
+            admin1.pool_sync("full")
+        with two.client(pool="full") as c2, two.client(admin=True) as admin2:
+            with c2.open(prompt) as b:
+                assert b.lookup() == 16
+                assert b.alloc(1, use_cache=True) == 16
+                for layer in range(LAYERS):
+                    k, v = b.read_kv(0, layer, 0, 16)
+                    assert np.array_equal(k, data[0, layer][0][:16])
+                    assert np.array_equal(v, data[0, layer][1][:16])
+            r = remote_of(admin2, "full")
+            assert (r["promoted"], r["hit_tokens"], r["rounds"]) == (4, 16, 2)
+            assert r["bytes_in"] == 4 * (HEAD.size + SLOT)
+            assert r["refused"] == dict(header=0, geometry=0, checksum=0, missing=0, late=0)
+            # Now the pool has them: a local hit asks nothing.
+            with c2.open(prompt) as b2:
+                assert b2.alloc(1, use_cache=True) == 16
+            assert remote_of(admin2, "full")["rounds"] == 2
+    finally:
+        one.stop()
+        two.stop()
+
+
+def block_keys(cluster, data, group=0):
+    """The cluster's key of each block of a 4-block prompt whose KV is data's, by position."""
+    chunk = BS * KVH * D * 4
+    by_value = {bytes(cluster.get(k)[HEAD.size:]): k for k in cluster.keys()
+                if k.split(b":")[2] == b"%d" % group}
+    keys = []
+    for b in range(4):
+        want = b"".join(
+            np.ascontiguousarray(data[group, layer][kv][b * BS:(b + 1) * BS]
+                                 .transpose(1, 0, 2)).tobytes()
+            for layer in range(LAYERS) for kv in (0, 1))
+        assert len(want) == 2 * LAYERS * chunk
+        keys.append(by_value[want])
+    return keys
+
+
+def test_a_hybrid_pool_reads_only_the_window_of_its_swa_group(tmp_path, cluster):
+    one, two = two_daemons(tmp_path, cluster, [("hybrid", "full swa:8", "")])
+    rng = np.random.default_rng(60)
+    prompt = list(range(100, 117))
+    try:
+        with one.client(pool="hybrid") as c1, one.client(admin=True) as admin1:
+            a, data = written(c1, prompt, rng, groups=(0, 1))
+            admin1.pool_sync("hybrid")
+        with two.client(pool="hybrid") as c2, two.client(admin=True) as admin2:
+            with c2.open(prompt) as b:
+                assert b.alloc(1, use_cache=True) == 16
+                for layer in range(LAYERS):
+                    k, v = b.read_kv(1, layer, 9, 7)  # the window before 16: W-1 = 7 tokens
+                    assert np.array_equal(k, data[1, layer][0][9:16])
+                    assert np.array_equal(v, data[1, layer][1][9:16])
+            r = remote_of(admin2, "hybrid")
+            # full: 4 blocks; swa:8: cdiv(7, 4) = 2 blocks before 16, positions 2 and 3.
+            assert (r["promoted"], r["bytes_in"]) == (6, 6 * (HEAD.size + SLOT))
+    finally:
+        one.stop()
+        two.stop()
+
+
+@pytest.mark.parametrize("pools", [
+    [("full", "full", "")],                               # the same: hits (the control)
+    [("full", "full swa:8", "")],                         # another geometry
+    [("full", "full", "tier_remote_prefix = elsewhere")],  # another prefix
+    [("full", "full", "namespace = ns1")],               # another namespace: another salt
+])
+def test_only_the_same_geometry_prefix_and_namespace_hit(tmp_path, cluster, pools):
+    one_dir, two_dir = tmp_path / "a", tmp_path / "b"
+    one_dir.mkdir()
+    two_dir.mkdir()
+    one = daemon_with(one_dir, cluster, [("full", "full", "")])
+    ns = "\n[namespace.ns1]\nuids = 0\n"
+    two = Daemon(two_dir, "".join(POOL.format(name=n, groups=g, url=cluster.url, extra=x)
+                                  for n, g, x in pools) + ns, DAEMON)
+    rng = np.random.default_rng(61)
+    prompt = list(range(100, 117))
+    same = pools[0][1:] == ("full", "")
+    try:
+        with one.client(pool="full") as c1, one.client(admin=True) as admin1:
+            written(c1, prompt, rng)
+            admin1.pool_sync("full")
+        kw = dict(namespace="ns1") if "namespace" in pools[0][2] else {}
+        with two.client(pool="full", **kw) as c2, two.client(admin=True) as admin2:
+            with c2.open(prompt) as b:
+                assert b.lookup() == (16 if same else 0)
+                assert b.alloc(1, use_cache=True) == (16 if same else 0)
+            r = remote_of(admin2, "full")
+            assert r["promoted"] == (4 if same else 0)
+            assert sum(r["refused"].values()) == 0
+    finally:
+        one.stop()
+        two.stop()
+
+
+@pytest.mark.parametrize("kind", ["header", "checksum", "geometry"])
+def test_a_bad_value_is_refused_and_cuts_the_hit_before_it(tmp_path, cluster, kind):
+    one, two = two_daemons(tmp_path, cluster, [("full", "full", "")])
+    rng = np.random.default_rng(62)
+    prompt = list(range(100, 117))
+    try:
+        with one.client(pool="full") as c1, one.client(admin=True) as admin1:
+            a, data = written(c1, prompt, rng)
+            admin1.pool_sync("full")
+        key = block_keys(cluster, data)[2]
+        value = bytearray(cluster.get(key))
+        if kind == "header":
+            value = b"garbage"
+        elif kind == "checksum":
+            value[HEAD.size + 100] ^= 1  # a valid header, its data changed
+        else:
+            magic, version, geo, total, n = HEAD.unpack_from(value)
+            HEAD.pack_into(value, 0, magic, version, geo ^ 1, total, n)  # sound, elsewhere's
+        cluster.set(key, bytes(value))
+        with two.client(pool="full") as c2, two.client(admin=True) as admin2:
+            with c2.open(prompt) as b:
+                got = b.alloc(1, use_cache=True)
+                assert got == 8, str(remote_of(admin2, "full"))  # blocks 0 and 1, cut before 2
+                for layer in range(LAYERS):
+                    k, v = b.read_kv(0, layer, 0, 8)
+                    assert np.array_equal(k, data[0, layer][0][:8])
+            r = remote_of(admin2, "full")
+            assert r["refused"] == dict(dict(header=0, geometry=0, checksum=0, missing=0,
+                                             late=0), **{kind: 1})
+            assert r["promoted"] == 2
+    finally:
+        one.stop()
+        two.stop()
