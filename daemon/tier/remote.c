@@ -129,14 +129,11 @@ static void send_submit(struct kvpd *d, struct kvpd_remote *r)
 	kvpd_tier_copier_push(r->thread, &s->head.job, false);
 }
 
-/* The core's committed hook: a block to send, pinned until its send is back. */
-static void committed(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
-		      const struct kvc_hash *key)
+void kvpd_remote_offer(struct kvpd_remote *r, uint32_t group, uint32_t block,
+		       const struct kvc_hash *key)
 {
-	struct kvpd_remote *r = ctx;
 	struct remote_send *s = r->filling;
 
-	(void)pos;
 	r->dirty = true;
 	if (known(r, group, key)) {
 		r->st.deduplicated++;
@@ -153,6 +150,14 @@ static void committed(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
 	r->st.queued++;
 	if (s->n == s->cap)
 		send_submit(r->d, r);
+}
+
+/* The core's committed hook: a block to send, pinned until its send is back. */
+static void committed(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
+		      const struct kvc_hash *key)
+{
+	(void)pos;
+	kvpd_remote_offer(ctx, group, block, key);
 }
 
 /* The value of block @block: the header, then its chunks, copied out of the pool. */

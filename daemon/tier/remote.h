@@ -168,6 +168,13 @@ void kvpd_remote_publish(struct kvpd *d, struct kvpd_remote *r);
  */
 int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
 		     uint64_t user_data, bool post);
+/*
+ * Block @block, in use, cached under (@group, @key), goes to the cluster
+ * unless it is known to hold it (committed blocks; those promoted from the
+ * local tier): pinned until its send is back.
+ */
+void kvpd_remote_offer(struct kvpd_remote *r, uint32_t group, uint32_t block,
+		       const struct kvc_hash *key);
 /* Block (group, @h)'s key into @buf: its length. */
 int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
 		    char *buf, size_t len);

@@ -177,6 +177,13 @@ class Cluster:
         finally:
             c.close()
 
+    def restart(self):
+        """Every node started again on its port, with its nodes.conf: the same cluster."""
+        self.stop()
+        for port in self.ports:
+            self.start_node(port)
+        self.wait_ok()
+
     def stop(self):
         for p in self.procs.values():
             if p.poll() is None:

@@ -326,3 +326,31 @@ def test_a_bad_value_is_refused_and_cuts_the_hit_before_it(tmp_path, cluster, ki
     finally:
         one.stop()
         two.stop()
+
+
+def test_a_block_promoted_from_the_local_tier_goes_to_the_cluster_it_missed(tmp_path, cluster):
+    tier = "tier_host_bytes = %d" % (64 * SLOT)
+    d = daemon_with(tmp_path, cluster, [("full", "full", tier)])
+    rng = np.random.default_rng(63)
+    prompt = list(range(100, 117))
+    try:
+        with d.client(pool="full") as c, d.client(admin=True) as admin:
+            cluster.stop()
+            a, data = written(c, prompt, rng)
+            a.close()
+            admin.pool_sync("full")
+            assert remote_of(admin, "full")["skipped"] == 4
+            cluster.restart()
+            # Another prompt takes the pool's 16 blocks: A's go to the local tier only.
+            with c.open(list(range(5000, 5064))) as other:
+                assert other.alloc(64) == 0
+            admin.pool_sync("full")
+            assert cluster.keys() == []
+            with c.open(prompt) as b:
+                assert b.alloc(1, use_cache=True) == 16  # from the local tier
+            admin.pool_sync("full")
+            r = remote_of(admin, "full")
+            assert (r["sent"], r["skipped"]) == (4, 4)
+            assert len(cluster.keys()) == 4
+    finally:
+        d.stop()
