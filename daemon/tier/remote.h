@@ -54,6 +54,7 @@ struct remote_link {
 	uint16_t slot_node[REMOTE_SLOTS];
 	uint32_t timeout_ms;         /* a connection's and the map's deadline */
 	uint64_t moved;              /* MOVED replies seen */
+	uint32_t unreachable;        /* nodes the last round could not connect to */
 	char *rbuf;                  /* what a read takes off a socket at once */
 };
 
@@ -103,9 +104,10 @@ struct kvpd_remote_stats {
 				      * lately) */
 	uint64_t bytes_out, bytes_in;
 	uint32_t queued;             /* blocks in sends not back yet */
-	uint32_t nodes_known, nodes_answering;
+	uint32_t nodes_known, nodes_answering; /* the ask link's, else the send link's */
 	uint32_t cluster;            /* the link found a cluster (1), or one server (0) */
-	uint64_t moved;              /* MOVED replies: the slot map read again */
+	uint64_t moved;              /* MOVED replies: the slot map read again (both links) */
+	uint64_t moved_sends, moved_asks;
 };
 
 struct tier_copier;
@@ -119,6 +121,7 @@ struct remote_head {
 	uint32_t nodes_known, nodes_answering;
 	uint64_t moved;
 	bool cluster;
+	bool asks;                   /* the ask link's (else the send link's) */
 };
 
 #define REMOTE_KEY_MAX 128
@@ -131,8 +134,14 @@ struct kvpd_remote {
 	char prefix[KVPD_REMOTE_PREFIX_MAX];
 	uint64_t geometry;
 	size_t data_bytes;           /* a block's KV, as a value holds it */
-	struct remote_link link;     /* the thread's alone */
-	struct tier_copier *thread;
+	/*
+	 * Two threads, a link each: the sends in the background (SCHED_BATCH,
+	 * nice 10: nothing waits for them), the asks as the daemon (a client
+	 * waits: on a busy machine a background thread missed half its 5 ms
+	 * deadlines on Mooncake's trace).
+	 */
+	struct remote_link send_link, ask_link;
+	struct tier_copier *send_thread, *ask_thread;
 	/* The loop's */
 	struct remote_send *filling; /* this turn's blocks, sent at its end */
 	struct remote_send *inflight;

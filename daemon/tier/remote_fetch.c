@@ -33,7 +33,7 @@ enum { KEY_MISSING, KEY_HELD, KEY_WANTED, KEY_READ, KEY_REFUSED };
 #define GET_FLOOR_MS 20u
 #define GET_MB_PER_S 500u
 /* After a round no node answered: asks skipped this long (misses), then tried again. */
-#define QUIET_NS (1000ull * 1000000)
+#define QUIET_NS (200ull * 1000000)
 
 struct remote_ask {
 	struct remote_head head;     /* REMOTE_ASK */
@@ -54,7 +54,7 @@ struct remote_ask {
 	uint64_t start_ns;           /* when its request was taken */
 	uint64_t round_ns;           /* EXISTS: its time */
 	bool late;                   /* EXISTS: some node did not answer in time */
-	bool answered;               /* EXISTS: some node answered */
+	bool answered;               /* EXISTS: some node answered, or every node was reached */
 };
 
 static uint64_t mono_ns(void)
@@ -133,7 +133,7 @@ static void submit(struct kvpd *d, struct remote_ask *a)
 	a->r->pool->inflight++;
 	d->jobs_inflight++;
 	kvpd_workers_adopt(d->workers, &a->head.job);
-	kvpd_tier_copier_push(a->r->thread, &a->head.job, true); /* before the sends: a client waits */
+	kvpd_tier_copier_push(a->r->ask_thread, &a->head.job, false);
 }
 
 int kvpd_remote_ask(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
@@ -187,11 +187,13 @@ static void run_exists(struct remote_ask *a)
 		cmds[i].len = len > 0 ? (size_t)len : 0;
 		cmds[i].slot = remote_key_slot(key, (size_t)klen);
 	}
-	answered = cmds ? remote_round(&r->link, cmds, a->n, start + r->link.timeout_ms * 1000000ull)
+	answered = cmds ? remote_round(&r->ask_link, cmds, a->n,
+					     start + r->ask_link.timeout_ms * 1000000ull)
 			: 0;
 	a->round_ns = mono_ns() - start;
 	a->late = answered < a->n;
-	a->answered = answered > 0;
+	/* A node too slow for a long round is not down: only one nothing reached quiets the tier. */
+	a->answered = answered > 0 || !r->ask_link.unreachable;
 	for (uint32_t i = 0; cmds && i < a->n; i++) {
 		const redisReply *rep = cmds[i].reply;
 
@@ -251,7 +253,7 @@ static void run_get(struct remote_ask *a)
 			which[n++] = i;
 		}
 		bytes = (uint64_t)n * (sizeof(struct remote_value_head) + r->data_bytes);
-		remote_round(&r->link, cmds, n, mono_ns() + (GET_FLOOR_MS + bytes /
+		remote_round(&r->ask_link, cmds, n, mono_ns() + (GET_FLOOR_MS + bytes /
 			     (GET_MB_PER_S * 1000ull)) * 1000000ull);
 		for (uint32_t k = 0; k < n; k++) {
 			int why = check_value(r, cmds[k].reply);
@@ -300,9 +302,10 @@ void kvpd_remote_run_ask(struct kvpd_job *job)
 		run_get(a);
 	else
 		run_fill(a);
-	remote_link_nodes(&a->r->link, &a->head.nodes_known, &a->head.nodes_answering);
-	a->head.moved = a->r->link.moved;
-	a->head.cluster = a->r->link.cluster;
+	remote_link_nodes(&a->r->ask_link, &a->head.nodes_known, &a->head.nodes_answering);
+	a->head.moved = a->r->ask_link.moved;
+	a->head.cluster = a->r->ask_link.cluster;
+	a->head.asks = true;
 	job->task_done(job);
 }
 

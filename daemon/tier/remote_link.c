@@ -224,11 +224,14 @@ static uint32_t run_round(struct remote_link *l, struct remote_cmd *cmds, const 
 		if (node_add_cmd(&l->nodes[node_of[i]], i))
 			break;
 	}
+	l->unreachable = 0;
 	for (uint32_t k = 0; k < l->nnodes; k++) {
 		struct remote_node *nd = &l->nodes[k];
 
-		if (nd->ncmds && nd->fd < 0 && node_connect(nd, deadline_ns))
+		if (nd->ncmds && nd->fd < 0 && node_connect(nd, deadline_ns)) {
 			nd->ncmds = 0; /* unreachable: its commands go unanswered */
+			l->unreachable++;
+		}
 	}
 	for (;;) {
 		uint32_t np = 0;

@@ -323,6 +323,12 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		if (!v)
 			return usage_error("option '%s' needs a value", a);
 		i++;
+		if (!strcmp(a, "--tier-remote")) {
+			if (strncmp(v, "redis://", 8) || strpbrk(v, "\n="))
+				return usage_error("bad --tier-remote '%s': redis://HOST:PORT", v);
+			o->tier_remote = v;
+			continue;
+		}
 		if (!strcmp(a, "--daemon") || !strcmp(a, "--socket") || !strcmp(a, "--tier-disk-path")) {
 			*(a[2] == 'd' && a[3] == 'a' ? &o->daemon : a[2] == 's' ? &o->socket :
 			  &o->tier_disk_path) = v;
@@ -473,9 +479,12 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "prompt_tokens", json_object_new_int64((int64_t)prompt));
 		json_object_object_add(row, "hit_tokens", json_object_new_int64((int64_t)hit));
 		json_object_object_add(row, "hit_rate_pool",
-				       bench_json_fixed(ratio(hit - tier->hit_tokens, prompt), 4));
+				       bench_json_fixed(ratio(hit - tier->hit_tokens -
+							      tier->remote_hit_tokens, prompt), 4));
 		json_object_object_add(row, "hit_rate_host", bench_json_fixed(ratio(host_hit, prompt), 4));
 		json_object_object_add(row, "hit_rate_disk", bench_json_fixed(ratio(disk_hit, prompt), 4));
+		json_object_object_add(row, "hit_rate_remote",
+				       bench_json_fixed(ratio(tier->remote_hit_tokens, prompt), 4));
 		json_object_object_add(row, "hit_rate", bench_json_fixed(ratio(hit, prompt), 4));
 		json_object_object_add(row, "ceiling", bench_json_fixed(ratio(ceiling, prompt), 4));
 		json_object_object_add(row, "ceiling_tokens", json_object_new_int64((int64_t)ceiling));
@@ -499,6 +508,14 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "disk_unoffered_blocks",
 				       json_object_new_int64((int64_t)(tier->disk ? unoffered : 0)));
 		json_object_object_add(row, "tier_unoffered", why);
+		json_object_object_add(row, "remote_bytes_in",
+				       json_object_new_int64((int64_t)tier->remote_bytes_in));
+		json_object_object_add(row, "remote_bytes_out",
+				       json_object_new_int64((int64_t)tier->remote_bytes_out));
+		json_object_object_add(row, "remote_round_p50_us",
+				       bench_json_fixed(tier->remote_round_p50_ns / 1e3, 1));
+		json_object_object_add(row, "remote_round_p99_us",
+				       bench_json_fixed(tier->remote_round_p99_ns / 1e3, 1));
 		/* The copies' own bandwidth, bytes over their time, as kvctl stats' MB/s. */
 		json_object_object_add(row, "tier_gb_per_s_down",
 				       bench_json_fixed(tier->ns_down ? (double)tier->bytes_down /
@@ -533,7 +550,8 @@ static void report(const struct replay_opts *o, const struct replay_req *reqs, u
 	       n, (unsigned long long)prompt, o->engines, (unsigned long long)o->pool_tokens,
 	       o->tier_disk_tokens ? "disk" : "host",
 	       (unsigned long long)(o->tier_disk_tokens ? o->tier_disk_tokens : o->tier_host_tokens),
-	       o->tier_policy, ratio(hit, prompt), ratio(hit - tier->hit_tokens, prompt),
+	       o->tier_policy, ratio(hit, prompt),
+	       ratio(hit - tier->hit_tokens - tier->remote_hit_tokens, prompt),
 	       ratio(host_hit, prompt), ratio(disk_hit, prompt), ratio(ceiling, prompt),
 	       ratio(lru, prompt), tier->bytes_down / 1e6, tier->bytes_up / 1e6,
 	       (unsigned long long)unoffered, (unsigned long long)tier->declined,

@@ -34,6 +34,7 @@ struct replay_opts {
 	uint64_t pool_tokens, tier_host_tokens, tier_disk_tokens;
 	const char *tier_disk_path;
 	const char *tier_policy;     /* kvpool.conf's tier_policy: lru, second_sight */
+	const char *tier_remote;     /* kvpool.conf's tier_remote (redis://HOST:PORT); NULL: none */
 	const char *groups;          /* kvpool.conf's groups: "full", "full cyclic:1024", ... */
 	uint32_t max_step;           /* tokens one ALLOC adds (the pool's max_step_tokens) */
 	int64_t snapshot_every;      /* the pool's snapshot_every; -1: the daemon's default */
@@ -57,6 +58,9 @@ struct replay_tier {
 	uint64_t unoffered[KVP_TIER_UNOFFERED_REASONS]; /* evicted cached blocks it did not hold, why */
 	uint64_t ns_down, ns_up; /* the copies' own time each way */
 	uint64_t slots;          /* blocks it keeps */
+	/* Its cluster tier's (tier_remote), 0 without one */
+	uint64_t remote_hit_tokens, remote_bytes_in, remote_bytes_out;
+	uint64_t remote_round_p50_ns, remote_round_p99_ns;
 };
 
 /* Blocks each group held while the engines ran (sampled), and the pool's window snapshots. */

@@ -352,6 +352,8 @@ static int make_pool(struct kvp_client *admin, const struct replay_opts *o, cons
 	if (o->snapshot_every >= 0)
 		n += snprintf(keys + n, sizeof(keys) - (size_t)n, "snapshot_every = %lld\n",
 			      (long long)o->snapshot_every);
+	if (o->tier_remote)
+		n += snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_remote = %s\n", o->tier_remote);
 	if (o->tier_disk_tokens)
 		snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_disk_bytes = %llu\n"
 			 "tier_disk_path = %s\n", (unsigned long long)disk_bytes(o), disk_dir);
@@ -416,17 +418,29 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 	if (kvp_stats_view_take(admin, &v) == 0) {
 		KVP_STATS_FOR_EACH_POOL(&v, p) {
 			const struct kvp_stats_tier *row = kvp_stats_tier_of(&v, p);
+			const struct kvp_stats_remote *r = kvp_stats_remote_of(&v, p);
 
 			if (strncmp(p->name, name, KVP_NAME_MAX))
 				continue;
 			t->pool_evicted = p->evictions_reuse;
+			if (r) {
+				t->remote_hit_tokens = r->hit_tokens;
+				t->remote_bytes_in = r->bytes_in;
+				t->remote_bytes_out = r->bytes_out;
+				t->remote_round_p50_ns = r->round_p50_ns;
+				t->remote_round_p99_ns = r->round_p99_ns;
+			}
 			if (!row)
 				continue;
-			*t = (struct replay_tier){ row->hit_tokens, row->bytes_down, row->bytes_up,
-						   row->promoted, row->stored, row->skipped,
-						   row->abandoned, p->evictions_reuse,
-						   row->kind == KVP_TIER_DISK, row->declined, { 0 }, 0,
-						   0, 0 };
+			t->hit_tokens = row->hit_tokens;
+			t->bytes_down = row->bytes_down;
+			t->bytes_up = row->bytes_up;
+			t->promoted = row->promoted;
+			t->stored = row->stored;
+			t->skipped = row->skipped;
+			t->abandoned = row->abandoned;
+			t->disk = row->kind == KVP_TIER_DISK;
+			t->declined = row->declined;
 			memcpy(t->unoffered, row->unoffered, sizeof(t->unoffered));
 			t->ns_down = row->ns_down;
 			t->ns_up = row->ns_up;
