@@ -140,6 +140,8 @@ static int node_connect(struct remote_node *nd, uint64_t deadline_ns)
 			ret = -ENOMEM;
 			break;
 		}
+		/* Its buffer kept between values: freed after each, a 256 KiB value faulted it in anew. */
+		nd->reader->maxbuf = 0;
 		nd->fd = fd;
 		ret = 0;
 		break;
