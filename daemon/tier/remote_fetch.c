@@ -25,8 +25,8 @@
 #include "observe/probes.h"
 #include "tier/tier_internal.h"
 
-/* What a key's round said, and then its read. */
-enum { KEY_MISSING, KEY_HELD, KEY_WANTED, KEY_READ, KEY_REFUSED };
+/* What a key's round said (no answer in time: LATE, a miss not held against it), then its read. */
+enum { KEY_MISSING, KEY_LATE, KEY_HELD, KEY_WANTED, KEY_READ, KEY_REFUSED };
 
 /* A GET chunk: its keys at most, and its deadline: a floor plus its bytes at this rate. */
 #define GET_CHUNK_KEYS 64u
@@ -76,7 +76,8 @@ bool kvpd_remote_answered(const struct kvpd_remote *r, uint32_t group, const str
 	 */
 	for (uint32_t i = 0; a && i < a->n; i++)
 		if (a->groups[i] == group && a->keys[i].lo == key->lo && a->keys[i].hi == key->hi)
-			return a->stage == ASK_EXISTS ? a->state[i] != KEY_MISSING :
+			return a->stage == ASK_EXISTS ?
+			       a->state[i] == KEY_HELD || a->state[i] == KEY_WANTED :
 			       a->state[i] == KEY_READ;
 	return false;
 }
@@ -197,7 +198,7 @@ static void run_exists(struct remote_ask *a)
 	for (uint32_t i = 0; cmds && i < a->n; i++) {
 		const redisReply *rep = cmds[i].reply;
 
-		a->state[i] = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1 ?
+		a->state[i] = !rep ? KEY_LATE : rep->type == REDIS_REPLY_INTEGER && rep->integer == 1 ?
 			      KEY_HELD : KEY_MISSING;
 		if (rep)
 			freeReplyObject(cmds[i].reply);
