@@ -257,7 +257,7 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 				     !strcmp(rep->str, "OK");
 			s->bytes_out += s->sent[i] ? cmds[i].len : 0;
 			if (rep)
-				freeReplyObject(cmds[i].reply);
+				remote_reply_free(cmds[i].reply);
 			redisFreeCommand(cmds[i].buf);
 		}
 	}
@@ -430,6 +430,8 @@ static void remote_free(struct kvpd_remote *r)
 		kvpd_tier_copier_stop(r->ask_thread);
 	remote_link_close(&r->send_link);
 	remote_link_close(&r->ask_link);
+	pthread_mutex_destroy(&r->arena_lock);
+	free(r->arena_mem);
 	free(r->filling);
 	free(r->known);
 	free(r);
@@ -456,6 +458,7 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 		return -ENOMEM;
 	r->d = d;
 	r->pool = pool;
+	pthread_mutex_init(&r->arena_lock, NULL);
 	strcpy(r->prefix, *spec->tier_remote_prefix ? spec->tier_remote_prefix : KVPD_REMOTE_PREFIX);
 	kvpd_tier_geometry(pool, &geo);
 	r->geometry = XXH3_64bits(&geo, sizeof(geo));

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "config/config.h"
@@ -22,8 +23,19 @@
 /* The hash slot of a key, as Redis Cluster computes it (CRC16 of its {hash tag}, mod 16384). */
 uint16_t remote_key_slot(const char *key, size_t len);
 
-struct redisReader;
+#include <hiredis/read.h>
+
 struct redisReply;
+
+/*
+ * Where a round puts the values it reads (a top-level bulk string of
+ * @min bytes or more): one buffer, bump-allocated, that outlives the round.
+ */
+struct remote_arena {
+	uint8_t *mem;
+	size_t cap, used;
+	size_t min;
+};
 
 struct remote_node {
 	struct kvpd_remote_addr addr;
@@ -56,6 +68,9 @@ struct remote_link {
 	uint64_t moved;              /* MOVED replies seen */
 	uint32_t unreachable;        /* nodes the last round could not connect to */
 	char *rbuf;                  /* what a read takes off a socket at once */
+	struct remote_arena *arena;  /* the values' (NULL: each reply its own malloc) */
+	redisReplyObjectFunctions fns;      /* its readers': values into @arena... */
+	redisReplyObjectFunctions *defaults; /* ...the rest as hiredis makes them */
 };
 
 /* @l knows its seeds only; nothing is connected before the first round. */
@@ -72,6 +87,9 @@ void remote_link_close(struct remote_link *l);
  */
 uint32_t remote_round(struct remote_link *l, struct remote_cmd *cmds, uint32_t n,
 		      uint64_t deadline_ns);
+
+/* Frees a reply of a round (one whose string is in an arena keeps it there). */
+void remote_reply_free(struct redisReply *r);
 
 /* Nodes known, and those whose last round answered (the stats). */
 void remote_link_nodes(const struct remote_link *l, uint32_t *known, uint32_t *answering);
@@ -155,6 +173,10 @@ struct kvpd_remote {
 	struct remote_ask *answer;
 	uint64_t quiet_until;        /* CLOCK_MONOTONIC: no node answered the last round */
 	uint64_t round_hist[REMOTE_ROUND_BUCKETS];
+	/* An arena for the values an ask reads, kept between asks (remote_fetch.c) */
+	pthread_mutex_t arena_lock;
+	uint8_t *arena_mem;
+	size_t arena_bytes;
 	struct kvpd_remote_stats st;
 	bool dirty;
 };

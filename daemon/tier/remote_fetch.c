@@ -15,6 +15,7 @@
  * never asks: nothing is there to extend.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -47,7 +48,8 @@ struct remote_ask {
 	struct kvc_hash *keys;
 	uint8_t *state;              /* KEY_* */
 	uint8_t *refused;            /* KEY_REFUSED's KVP_REMOTE_REFUSED_* */
-	redisReply **values;         /* KEY_READ's replies, checked (the thread's until filled) */
+	redisReply **values;         /* KEY_READ's replies, checked (the thread's until filled)... */
+	struct remote_arena arena;   /* ...their strings */
 	uint32_t nfill, *fill_block, *fill_key;
 	struct kvp_cqe cqe;          /* FILL: the ALLOC's completion */
 	uint64_t bytes_in;           /* the thread's: what its reads took in */
@@ -82,11 +84,53 @@ bool kvpd_remote_answered(const struct kvpd_remote *r, uint32_t group, const str
 	return false;
 }
 
+/*
+ * An ask's arena for the values it reads: one buffer kept between asks (256
+ * MiB at most), already faulted in; taken by the ask thread, given back by
+ * the loop.
+ */
+#define ARENA_KEEP_BYTES (256ull << 20)
+
+static void arena_take(struct kvpd_remote *r, struct remote_arena *a, size_t bytes)
+{
+	pthread_mutex_lock(&r->arena_lock);
+	if (r->arena_mem && r->arena_bytes >= bytes) {
+		a->mem = r->arena_mem;
+		a->cap = r->arena_bytes;
+		r->arena_mem = NULL;
+	}
+	pthread_mutex_unlock(&r->arena_lock);
+	if (!a->mem) {
+		a->mem = malloc(bytes);
+		a->cap = a->mem ? bytes : 0;
+	}
+	a->used = 0;
+}
+
+static void arena_give(struct kvpd_remote *r, struct remote_arena *a)
+{
+	uint8_t *mem = a->mem;
+
+	if (mem && a->cap <= ARENA_KEEP_BYTES) {
+		pthread_mutex_lock(&r->arena_lock);
+		if (!r->arena_mem || r->arena_bytes < a->cap) {
+			uint8_t *old = r->arena_mem;
+
+			r->arena_mem = mem;
+			r->arena_bytes = a->cap;
+			mem = old;
+		}
+		pthread_mutex_unlock(&r->arena_lock);
+	}
+	free(mem);
+}
+
 static void ask_free(struct remote_ask *a)
 {
 	for (uint32_t i = 0; a->values && i < a->n; i++)
 		if (a->values[i])
-			freeReplyObject(a->values[i]);
+			remote_reply_free(a->values[i]);
+	arena_give(a->r, &a->arena);
 	free(a);
 }
 
@@ -201,7 +245,7 @@ static void run_exists(struct remote_ask *a)
 		a->state[i] = !rep ? KEY_LATE : rep->type == REDIS_REPLY_INTEGER && rep->integer == 1 ?
 			      KEY_HELD : KEY_MISSING;
 		if (rep)
-			freeReplyObject(cmds[i].reply);
+			remote_reply_free(cmds[i].reply);
 		redisFreeCommand(cmds[i].buf);
 	}
 	free(cmds);
@@ -233,8 +277,16 @@ static void run_get(struct remote_ask *a)
 {
 	struct kvpd_remote *r = a->r;
 	struct remote_cmd cmds[GET_CHUNK_KEYS];
-	uint32_t which[GET_CHUNK_KEYS];
+	uint32_t which[GET_CHUNK_KEYS], wanted = 0;
+	size_t value = sizeof(struct remote_value_head) + r->data_bytes;
 	bool failed = false;
+
+	for (uint32_t i = 0; i < a->n; i++)
+		wanted += a->state[i] == KEY_WANTED;
+	/* Each value's place, 64-byte aligned; without it, values are replies of their own. */
+	arena_take(r, &a->arena, wanted * ((value + 64) & ~(size_t)63));
+	a->arena.min = value;
+	r->ask_link.arena = a->arena.mem ? &a->arena : NULL;
 
 	for (uint32_t i = 0; i < a->n && !failed;) {
 		uint32_t n = 0;
@@ -267,7 +319,7 @@ static void run_get(struct remote_ask *a)
 				a->refused[which[k]] = (uint8_t)(why != REMOTE_SOUND ? why : 0);
 				failed |= why != REMOTE_SOUND;
 				if (cmds[k].reply)
-					freeReplyObject(cmds[k].reply);
+					remote_reply_free(cmds[k].reply);
 			} else {
 				a->state[which[k]] = KEY_READ;
 				a->values[which[k]] = cmds[k].reply;
@@ -275,6 +327,7 @@ static void run_get(struct remote_ask *a)
 			redisFreeCommand(cmds[k].buf);
 		}
 	}
+	r->ask_link.arena = NULL;
 }
 
 /* The thread: each filled block gets its value's KV, chunk by chunk, as the pool lays it out. */

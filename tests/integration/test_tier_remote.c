@@ -220,7 +220,7 @@ int main(void)
 	static const char *const geometry[] = { "blocks=16", "block_size=4", "groups=full",
 						"kv_heads=1", "head_dim=8", "dtype=f32",
 						"layers_per_group=2", NULL };
-	char keys[64], why[KVP_REASON_MAX] = "";
+	char keys[128], why[KVP_REASON_MAX] = "";
 	struct kvp_pool_params_v2 p;
 	struct kvp_client *admin, *c, *pool_admin;
 	unsigned port;
@@ -236,7 +236,9 @@ int main(void)
 	watchdog_watch(&dmn);
 	admin = connect_or_die(&dmn, "", "", true);
 	pool_params_or_die(&p, "t", geometry);
-	snprintf(keys, sizeof(keys), "tier_remote = redis://127.0.0.1:%u\n", port);
+	/* A generous deadline: the first round connects and asks CLUSTER INFO too, maybe loaded. */
+	snprintf(keys, sizeof(keys),
+		 "tier_remote = redis://127.0.0.1:%u\ntier_remote_timeout_ms = 1000\n", port);
 	CHECK_EQ(kvp_pool_create_v3(admin, &p, keys, 0, why, sizeof(why)), 0);
 	c = connect_or_die(&dmn, "t", "", false);
 	pool_admin = connect_or_die(&dmn, "t", "", true);

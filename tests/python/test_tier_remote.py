@@ -34,6 +34,10 @@ layers_per_group = 2
 tier_remote = {url}
 {extra}
 """
+# A round's deadline for tests on a loaded machine: the first one connects and reads the slot
+# map too. The stopped cluster's test sets its own.
+TIMEOUT = "tier_remote_timeout_ms = 1000\n"
+
 HEAD = struct.Struct("<4sIQQQ")  # magic, version, geometry, sum, bytes
 KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 
@@ -51,7 +55,9 @@ def cluster(tmp_path):
 
 
 def daemon_with(tmp_path, cluster, pools):
-    text = "".join(POOL.format(name=n, groups=g, url=cluster.url, extra=x) for n, g, x in pools)
+    text = "".join(POOL.format(name=n, groups=g, url=cluster.url,
+                               extra=x if "timeout" in x else x + "\n" + TIMEOUT)
+                   for n, g, x in pools)
     return Daemon(tmp_path, text, DAEMON)
 
 
@@ -271,7 +277,8 @@ def test_only_the_same_geometry_prefix_and_namespace_hit(tmp_path, cluster, pool
     two_dir.mkdir()
     one = daemon_with(one_dir, cluster, [("full", "full", "")])
     ns = "\n[namespace.ns1]\nuids = 0\n"
-    two = Daemon(two_dir, "".join(POOL.format(name=n, groups=g, url=cluster.url, extra=x)
+    two = Daemon(two_dir, "".join(POOL.format(name=n, groups=g, url=cluster.url,
+                                              extra=x + "\n" + TIMEOUT)
                                   for n, g, x in pools) + ns, DAEMON)
     rng = np.random.default_rng(61)
     prompt = list(range(100, 117))
