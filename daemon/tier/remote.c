@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
 #include <hiredis/hiredis.h>
@@ -213,14 +212,6 @@ static void value_of(const struct kvpd_remote *r, const struct kvpd_kv_layout *l
 	h->sum = XXH3_64bits(data, r->data_bytes);
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The tier's thread: a send's SETs, pipelined over the nodes, in one round. */
 static void run_send(struct kvpd_remote *r, struct remote_send *s)
 {
@@ -248,7 +239,7 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 		for (uint32_t i = 0; i < s->n; i++)
 			if (!cmds[i].buf)
 				cmds[i].slot = 0, cmds[i].len = 0;
-		remote_round(&r->send_link, cmds, s->n, mono_ns() + (SEND_FLOOR_MS + bytes /
+		remote_round(&r->send_link, cmds, s->n, kvpd_now_ns() + (SEND_FLOOR_MS + bytes /
 			     (SEND_MB_PER_S * 1000ull)) * 1000000ull);
 		for (uint32_t i = 0; i < s->n; i++) {
 			const redisReply *rep = cmds[i].reply;

@@ -18,7 +18,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
 #include <hiredis/hiredis.h>
@@ -58,14 +57,6 @@ struct remote_ask {
 	bool late;                   /* EXISTS: some node did not answer in time */
 	bool answered;               /* EXISTS: some node answered, or every node was reached */
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 bool kvpd_remote_answered(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
 {
@@ -195,7 +186,7 @@ int kvpd_remote_ask(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 				!(sqe->op_flags & KVP_ALLOC_USE_CACHE)))
 		return 0;
 	kvc_seq_info(seq, &info);
-	if (info.running || mono_ns() < r->quiet_until || kvc_lookup(seq, &hit))
+	if (info.running || kvpd_now_ns() < r->quiet_until || kvc_lookup(seq, &hit))
 		return 0; /* the request refuses itself, or the cluster is quiet: misses */
 	hashes = kvc_seq_hashes(seq, &nb);
 	if (hit.blocks >= nb)
@@ -219,7 +210,7 @@ static void run_exists(struct remote_ask *a)
 {
 	struct kvpd_remote *r = a->r;
 	struct remote_cmd *cmds = calloc(a->n, sizeof(*cmds));
-	uint64_t start = mono_ns();
+	uint64_t start = kvpd_now_ns();
 	uint32_t answered;
 
 	for (uint32_t i = 0; cmds && i < a->n; i++) {
@@ -235,7 +226,7 @@ static void run_exists(struct remote_ask *a)
 	answered = cmds ? remote_round(&r->ask_link, cmds, a->n,
 					     start + r->ask_link.timeout_ms * 1000000ull)
 			: 0;
-	a->round_ns = mono_ns() - start;
+	a->round_ns = kvpd_now_ns() - start;
 	a->late = answered < a->n;
 	/* A node too slow for a long round is not down: only one nothing reached quiets the tier. */
 	a->answered = answered > 0 || !r->ask_link.unreachable;
@@ -306,7 +297,7 @@ static void run_get(struct remote_ask *a)
 			which[n++] = i;
 		}
 		bytes = (uint64_t)n * (sizeof(struct remote_value_head) + r->data_bytes);
-		remote_round(&r->ask_link, cmds, n, mono_ns() + (GET_FLOOR_MS + bytes /
+		remote_round(&r->ask_link, cmds, n, kvpd_now_ns() + (GET_FLOOR_MS + bytes /
 			     (GET_MB_PER_S * 1000ull)) * 1000000ull);
 		for (uint32_t k = 0; k < n; k++) {
 			int why = check_value(r, cmds[k].reply);
@@ -405,7 +396,7 @@ static void exists_done(struct kvpd *d, struct remote_ask *a)
 	kvpd_remote_round_time(r, a->round_ns);
 	KVPD_PROBE(remote_round, a->c->gen, a->sqe.handle, a->n, a->round_ns);
 	if (!a->answered)
-		r->quiet_until = mono_ns() + QUIET_NS;
+		r->quiet_until = kvpd_now_ns() + QUIET_NS;
 	for (uint32_t i = 0; i < a->n; i++)
 		if (a->state[i] == KEY_MISSING)
 			kvpd_remote_forget(r, a->groups[i], &a->keys[i]);

@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
+#include "log.h"
 #include "tier/remote.h"
 
 #define READ_BYTES (256u << 10)
@@ -52,18 +52,10 @@ uint16_t remote_key_slot(const char *key, size_t len)
 	return crc16(key, len) % REMOTE_SLOTS;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Milliseconds left until @deadline_ns, rounded up; 0: none. */
 static int ms_left(uint64_t deadline_ns)
 {
-	uint64_t now = now_ns();
+	uint64_t now = kvpd_now_ns();
 
 	if (now >= deadline_ns)
 		return 0;
@@ -486,7 +478,7 @@ static bool is_moved(const redisReply *r)
 /* The map, read again when missing or stale, within the link's timeout and @deadline_ns. */
 static void map_fresh(struct remote_link *l, uint64_t deadline_ns)
 {
-	uint64_t by = now_ns() + (uint64_t)l->timeout_ms * 1000000;
+	uint64_t by = kvpd_now_ns() + (uint64_t)l->timeout_ms * 1000000;
 
 	if (!l->mapped || l->stale)
 		read_map(l, by < deadline_ns ? by : deadline_ns);
