@@ -43,6 +43,8 @@ struct remote_ask {
 	struct kvp_sqe sqe;
 	kvpd_again_fn *again;
 	uint32_t n;                  /* keys asked, by position then group */
+	uint32_t *index, mask;       /* open addressing over them (key i + 1; 0: empty): the
+				      * core asks a key a position, a scan would be O(n^2) */
 	uint32_t *groups, *pos;
 	struct kvc_hash *keys;
 	uint8_t *state;              /* KEY_* */
@@ -67,11 +69,15 @@ bool kvpd_remote_answered(const struct kvpd_remote *r, uint32_t group, const str
 	 * round found counts; an ALLOC counts only the values read and checked,
 	 * whose KV it is given.
 	 */
-	for (uint32_t i = 0; a && i < a->n; i++)
+	for (uint32_t h = a ? (uint32_t)(key->lo ^ group) & a->mask : 0; a && a->index[h];
+	     h = (h + 1) & a->mask) {
+		uint32_t i = a->index[h] - 1;
+
 		if (a->groups[i] == group && a->keys[i].lo == key->lo && a->keys[i].hi == key->hi)
 			return a->stage == ASK_EXISTS ?
 			       a->state[i] == KEY_HELD || a->state[i] == KEY_WANTED :
 			       a->state[i] == KEY_READ;
+	}
 	return false;
 }
 
@@ -132,13 +138,16 @@ static struct remote_ask *ask_new(struct kvpd_remote *r, const struct kvc_hash *
 	const struct kvc_pool_config *cfg = kvc_pool_config(r->pool->core);
 	uint32_t ng = 0, groups[KVC_MAX_GROUPS], n;
 	struct remote_ask *a;
+	uint64_t slots;
 
 	for (uint32_t g = 0; g < cfg->num_groups; g++)
 		if (r->pool->params.group_kind[g] != KVP_KIND_CYCLIC)
 			groups[ng++] = g;
 	n = (to - from) * ng;
+	for (slots = 2; slots < 2 * (uint64_t)n; slots *= 2)
+		;
 	a = calloc(1, sizeof(*a) + n * (sizeof(struct kvc_hash) + sizeof(redisReply *) +
-					4 * sizeof(uint32_t) + 2));
+					4 * sizeof(uint32_t) + 2) + slots * sizeof(uint32_t));
 	if (!a)
 		return NULL;
 	a->keys = (struct kvc_hash *)(a + 1);
@@ -147,10 +156,17 @@ static struct remote_ask *ask_new(struct kvpd_remote *r, const struct kvc_hash *
 	a->pos = a->groups + n;
 	a->fill_block = a->pos + n;
 	a->fill_key = a->fill_block + n;
-	a->state = (uint8_t *)(a->fill_key + n);
+	a->index = a->fill_key + n;
+	a->mask = (uint32_t)(slots - 1);
+	a->state = (uint8_t *)(a->index + slots);
 	a->refused = a->state + n;
 	for (uint32_t p = from; p < to; p++)
 		for (uint32_t k = 0; k < ng; k++) {
+			uint32_t h = (uint32_t)(hashes[p].lo ^ groups[k]) & a->mask;
+
+			while (a->index[h])
+				h = (h + 1) & a->mask;
+			a->index[h] = a->n + 1;
 			a->groups[a->n] = groups[k];
 			a->pos[a->n] = p;
 			a->keys[a->n++] = hashes[p];
