@@ -256,7 +256,7 @@ endif
 # The daemon shares one pure function with the library: the pool parameter parser.
 $(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lmsgpackc -lzmq -lhiredis -lm -lpthread -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lmsgpackc -lzmq -lhiredis -lssl -lcrypto -lsodium -lacl -lm -lpthread -o $@
 
 $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
@@ -380,6 +380,7 @@ install: all
 	install -m 644 daemon/systemd/kvpool.sysusers $(D)$(SYSUSERSDIR)/kvpool.conf
 	install -m 644 tools/bpftrace/*.bt $(D)$(DATADIR)/kvpool/bpftrace/
 	install -m 644 daemon/systemd/kv-events-tcp.conf $(D)$(DATADIR)/kvpool/
+	install -m 644 daemon/systemd/tier-remote.conf $(D)$(DATADIR)/kvpool/
 	install -m 644 tools/grafana/kvpool.json $(D)$(DATADIR)/kvpool/grafana/
 	sed -e 's|@DATADIR@|$(DATADIR)|' tools/grafana/provisioning.yaml.in \
 		>$(D)$(DATADIR)/kvpool/grafana/provisioning.yaml

@@ -18,6 +18,7 @@
 #include "events/events.h"
 #include "pools/pools.h"
 #include "tenants/tenants.h"
+#include "tier/tier.h"
 
 static bool same_string(const char *a, const char *b)
 {
@@ -109,6 +110,22 @@ static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvp
 		return "tier_remote_prefix";
 	if (sa->tier_remote_timeout_ms != sb->tier_remote_timeout_ms)
 		return "tier_remote_timeout_ms";
+	if (sa->tier_remote_ttl_set != sb->tier_remote_ttl_set ||
+	    sa->tier_remote_ttl_s != sb->tier_remote_ttl_s)
+		return "tier_remote_ttl_s";
+	if (sa->tier_remote_insecure != sb->tier_remote_insecure)
+		return "tier_remote_insecure";
+	/* The files' paths; what they hold is read again at every SIGHUP (a rotation). */
+	if (strcmp(sa->tier_remote_auth_file, sb->tier_remote_auth_file))
+		return "tier_remote_auth_file";
+	if (strcmp(sa->tier_remote_key_file, sb->tier_remote_key_file))
+		return "tier_remote_key_file";
+	if (strcmp(sa->tier_remote_ca_file, sb->tier_remote_ca_file))
+		return "tier_remote_ca_file";
+	if (strcmp(sa->tier_remote_cert_file, sb->tier_remote_cert_file))
+		return "tier_remote_cert_file";
+	if (strcmp(sa->tier_remote_cert_key_file, sb->tier_remote_cert_key_file))
+		return "tier_remote_cert_key_file";
 	if (strcmp(sa->tier_disk_path, sb->tier_disk_path))
 		return "tier_disk_path";
 	if (strcmp(sa->kv_events, sb->kv_events))
@@ -240,6 +257,8 @@ void kvpd_reload(struct kvpd *d)
 	d->cfg.max_host_bytes = next.max_host_bytes; /* a check, for the pools created from now */
 	reload_pools(d, &next, &n);
 	reload_tenants(d, &next);
+	for (unsigned i = 0; i < d->npools; i++)
+		kvpd_tier_reload(d, d->pools[i]);
 	kvpd_log(d, KVPD_LOG_NOTICE, "reload: %s: pools %u being created, %u kept, %u refused a change, "
 		 "%u removed, %u failed; %u namespaces, %u uid quotas", d->config_path, n.created,
 		 n.kept, n.refused, n.removed, n.failed, d->cfg.nnamespaces, d->cfg.nuid_quotas);
@@ -258,7 +277,8 @@ int kvpd_pools_start(struct kvpd *d)
 			struct kvpd_pool *pool = kvpd_pool_find(d, name);
 
 			pool->configured = true;
-			ret = kvpd_events_attach(d, pool, why, sizeof(why)) ?:
+			ret = kvpd_tier_probe(pool, why, sizeof(why)) ?:
+			      kvpd_events_attach(d, pool, why, sizeof(why)) ?:
 			      kvpd_tier_attach(d, pool, why, sizeof(why));
 		}
 		if (ret) {

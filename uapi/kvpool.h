@@ -731,6 +731,8 @@ struct kvp_stats_snapshots {
 #define KVP_REMOTE_REFUSED_CHECKSUM 2 /* its data failed its checksum */
 #define KVP_REMOTE_REFUSED_MISSING 3  /* gone between the existence round and its read */
 #define KVP_REMOTE_REFUSED_LATE 4     /* not read by its deadline */
+#define KVP_REMOTE_REFUSED_TAG 5      /* the pool has a key (tier_remote_key_file): its tag is
+				       * missing or wrong */
 #define KVP_REMOTE_REFUSED_MAX 8      /* the array's entries: those past the kinds zero */
 struct kvp_stats_remote {
 	__u32 in_use;         /* 0: an unused entry (all zero) */
@@ -738,7 +740,7 @@ struct kvp_stats_remote {
 	__u32 nodes_known;    /* seeds and masters the tier knows */
 	__u32 nodes_answering; /* those whose last round answered in time */
 	__u32 queued;         /* blocks in sends now */
-	__u32 resv0;          /* zero */
+	__u32 nodes_down;     /* nodes in an outage now (unreachable, misses meanwhile) */
 	__u64 sent;           /* blocks written to the cluster (write-through at commit) */
 	__u64 skipped;        /* blocks not written: the send queue full, or a node down, late
 			       * or refusing */
@@ -751,7 +753,10 @@ struct kvp_stats_remote {
 	__u64 round_p50_ns, round_p99_ns; /* rounds' latency */
 	__u64 moved;          /* MOVED replies: the slot map read again */
 	__u64 refused[KVP_REMOTE_REFUSED_MAX];
-	__u64 resv[4];        /* zero */
+	__u64 send_errors;    /* blocks whose SET a node answered with an error (NOPERM, OOM...) */
+	__u64 asked;          /* ASK redirects followed (a slot migrating) */
+	__u64 outages;        /* nodes that became unreachable */
+	__u64 resv[1];        /* zero */
 };
 
 /*

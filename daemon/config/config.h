@@ -86,6 +86,8 @@ enum kvpd_events_form { KVPD_EVENTS_FORM_MAP, KVPD_EVENTS_FORM_ARRAY };
 #define KVPD_REMOTE_TIMEOUT_MS 5u
 #define KVPD_REMOTE_HOST_MAX 64
 #define KVPD_REMOTE_MAX_SEEDS 8 /* HOST:PORT entries a tier_remote URL may list */
+#define KVPD_REMOTE_TTL_S 86400u
+#define KVPD_REMOTE_FILE_MAX 256 /* the secret and TLS files' paths */
 
 /* A node of tier_remote's URL. */
 struct kvpd_remote_addr {
@@ -94,11 +96,26 @@ struct kvpd_remote_addr {
 };
 
 /*
- * Parses `redis://HOST:PORT[,HOST:PORT...]` into @out (KVPD_REMOTE_MAX_SEEDS
- * at most): their count, or -EINVAL with the reason in @why (remote_url.c).
+ * Parses `redis://HOST:PORT[,HOST:PORT...]` (or `rediss://`, TLS: @tls) into
+ * @out (KVPD_REMOTE_MAX_SEEDS at most): their count, or -EINVAL with the
+ * reason in @why (remote_url.c).
  */
-int kvpd_remote_url_parse(const char *url, struct kvpd_remote_addr *out, char *why,
+int kvpd_remote_url_parse(const char *url, struct kvpd_remote_addr *out, bool *tls, char *why,
 			  size_t why_len);
+/*
+ * The secret file @path names (relative: under $CREDENTIALS_DIRECTORY) into
+ * @buf, @cap bytes at most, if no uid but root's and the daemon's may read
+ * it (its mode and its ACL): its length, or -errno with the reason, naming
+ * @key and the path, in @why (secret_file.c).
+ */
+#define KVPD_SECRET_WHY_MAX 100
+/* A refusal naming @key and @path, the path's tail kept when the whole does not fit. */
+int kvpd_refuse_file(char *why, size_t why_len, int err, const char *key, const char *path,
+		     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int kvpd_secret_read(const char *key, const char *path, uint8_t *buf, size_t cap, char *why,
+		     size_t why_len);
+/* @host is a loopback address (127.0.0.0/8, ::1) or "localhost": nothing leaves the machine. */
+bool kvpd_remote_host_loopback(const char *host);
 
 /*
  * A pool as the config file's [pool.NAME] or POOL_CREATE v3's keys describe it:
@@ -125,6 +142,17 @@ struct kvpd_pool_spec {
 	char tier_remote[KVPD_REMOTE_URL_MAX];
 	char tier_remote_prefix[KVPD_REMOTE_PREFIX_MAX]; /* its keys' first part; "": "kvpool" */
 	uint32_t tier_remote_timeout_ms; /* an existence round's deadline; 0: not set, 5 */
+	uint32_t tier_remote_ttl_s;      /* every value's, if tier_remote_ttl_set, else
+					  * KVPD_REMOTE_TTL_S; 0: none */
+	bool tier_remote_ttl_set;
+	bool tier_remote_insecure;       /* redis:// to a host not on loopback: KV in the clear */
+	/* Secrets (a user and password; the values' tag key), read at attach and SIGHUP */
+	char tier_remote_auth_file[KVPD_REMOTE_FILE_MAX];
+	char tier_remote_key_file[KVPD_REMOTE_FILE_MAX];
+	/* rediss://: the CA that signs the nodes' certificates; a client certificate and its key */
+	char tier_remote_ca_file[KVPD_REMOTE_FILE_MAX];
+	char tier_remote_cert_file[KVPD_REMOTE_FILE_MAX];
+	char tier_remote_cert_key_file[KVPD_REMOTE_FILE_MAX];
 };
 
 struct kvpd_config {
@@ -189,7 +217,7 @@ bool kvpd_namespace_allowed(const struct kvpd_config *cfg, const char *ns, uid_t
 enum kvpd_conf_section {
 	KVPD_CONF_DAEMON, KVPD_CONF_POOL, KVPD_CONF_NAMESPACE, KVPD_CONF_QUOTA, KVPD_CONF_UID
 };
-#define KVPD_CONF_MAX_KEYS 32 /* the most keys a section has ([pool.NAME]'s) */
+#define KVPD_CONF_MAX_KEYS 64 /* the most keys a section has ([pool.NAME]'s) */
 /* "auto", "io_uring" or "epoll"; -EINVAL for anything else. */
 int kvpd_parse_event_loop(const char *s, enum kvpd_evloop_choice *out);
 /* Key @name's index in a section of @kind; -ENOENT when it has no such key. */

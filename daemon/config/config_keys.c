@@ -82,7 +82,10 @@ enum {
 	P_TIER_HOST_BYTES = 16, P_TIER_POLICY, P_TIER_DISK_PATH, P_TIER_DISK_BYTES,
 	P_KV_EVENTS, P_KV_EVENTS_TOPIC, P_KV_EVENTS_REPLAY, P_KV_EVENTS_BUFFER, P_KV_EVENTS_FORMAT,
 	P_SNAPSHOT_EVERY, P_TIER_REMOTE, P_TIER_REMOTE_PREFIX, P_TIER_REMOTE_TIMEOUT_MS,
+	P_TIER_REMOTE_TTL_S, P_TIER_REMOTE_INSECURE, P_TIER_REMOTE_AUTH_FILE, P_TIER_REMOTE_KEY_FILE,
+	P_TIER_REMOTE_CA_FILE, P_TIER_REMOTE_CERT_FILE, P_TIER_REMOTE_CERT_KEY_FILE,
 };
+static const char *const yes_no[] = { "no", "yes", NULL };
 
 /* Stored by libkvpool's kvp_pool_params_v2_set, as kvctl's; the ranges are pool_check.c's. */
 static const struct cfg_key pool_keys[] = {
@@ -117,10 +120,23 @@ static const struct cfg_key pool_keys[] = {
 	[P_KV_EVENTS_FORMAT] = CHOICE("kv_events_format", events_forms),
 	[P_SNAPSHOT_EVERY] = NUMBER("snapshot_every", 0, KVC_MAX_TOKENS),
 	[P_TIER_REMOTE] = STRING("tier_remote", KVPD_REMOTE_URL_MAX - 1,
-				 "redis://HOST:PORT[,HOST:PORT...]"),
+				 "redis:// or rediss://HOST:PORT[,HOST:PORT...]"),
 	[P_TIER_REMOTE_PREFIX] = STRING("tier_remote_prefix", KVPD_REMOTE_PREFIX_MAX - 1,
 					"the cluster tier's key prefix"),
 	[P_TIER_REMOTE_TIMEOUT_MS] = NUMBER("tier_remote_timeout_ms", 1, 60000),
+	[P_TIER_REMOTE_TTL_S] = NUMBER("tier_remote_ttl_s", 0, INT32_MAX),
+	[P_TIER_REMOTE_INSECURE] = CHOICE("tier_remote_insecure", yes_no),
+	[P_TIER_REMOTE_AUTH_FILE] = STRING("tier_remote_auth_file", KVPD_REMOTE_FILE_MAX - 1,
+					   "a file: USER PASSWORD"),
+	[P_TIER_REMOTE_KEY_FILE] = STRING("tier_remote_key_file", KVPD_REMOTE_FILE_MAX - 1,
+					  "a file: the values' key, 32 to 64 bytes"),
+	[P_TIER_REMOTE_CA_FILE] = STRING("tier_remote_ca_file", KVPD_REMOTE_FILE_MAX - 1,
+					 "a PEM file: the CA of the nodes' certificates"),
+	[P_TIER_REMOTE_CERT_FILE] = STRING("tier_remote_cert_file", KVPD_REMOTE_FILE_MAX - 1,
+					   "a PEM file: the client's certificate"),
+	[P_TIER_REMOTE_CERT_KEY_FILE] = STRING("tier_remote_cert_key_file",
+					       KVPD_REMOTE_FILE_MAX - 1,
+					       "a PEM file: the client certificate's key"),
 };
 
 #define QUOTA_KEYS                                                                             \
@@ -405,6 +421,42 @@ static int events_set(struct kvpd_pool_spec *p, int idx, const char *value, uint
 	return -EINVAL;
 }
 
+/* The cluster tier's keys, checked for their kind of value already. */
+static int remote_set(struct kvpd_pool_spec *p, int idx, const char *value, uint64_t num,
+		      int choice)
+{
+	char *path[] = {
+		[P_TIER_REMOTE_AUTH_FILE - P_TIER_REMOTE_AUTH_FILE] = p->tier_remote_auth_file,
+		[P_TIER_REMOTE_KEY_FILE - P_TIER_REMOTE_AUTH_FILE] = p->tier_remote_key_file,
+		[P_TIER_REMOTE_CA_FILE - P_TIER_REMOTE_AUTH_FILE] = p->tier_remote_ca_file,
+		[P_TIER_REMOTE_CERT_FILE - P_TIER_REMOTE_AUTH_FILE] = p->tier_remote_cert_file,
+		[P_TIER_REMOTE_CERT_KEY_FILE - P_TIER_REMOTE_AUTH_FILE] = p->tier_remote_cert_key_file,
+	};
+
+	switch (idx) {
+	case P_TIER_REMOTE:
+		strcpy(p->tier_remote, value);
+		return 0;
+	case P_TIER_REMOTE_PREFIX:
+		strcpy(p->tier_remote_prefix, value);
+		return 0;
+	case P_TIER_REMOTE_TIMEOUT_MS:
+		p->tier_remote_timeout_ms = (uint32_t)num;
+		return 0;
+	case P_TIER_REMOTE_TTL_S:
+		p->tier_remote_ttl_s = (uint32_t)num;
+		p->tier_remote_ttl_set = true;
+		return 0;
+	case P_TIER_REMOTE_INSECURE:
+		p->tier_remote_insecure = choice == 1;
+		return 0;
+	}
+	if (idx < P_TIER_REMOTE_AUTH_FILE || idx > P_TIER_REMOTE_CERT_KEY_FILE)
+		return -EINVAL;
+	strcpy(path[idx - P_TIER_REMOTE_AUTH_FILE], value);
+	return 0;
+}
+
 int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *obj, int idx,
 		  const char *value, char *why, size_t why_len)
 {
@@ -442,18 +494,8 @@ int kvpd_conf_set(struct kvpd_config *cfg, enum kvpd_conf_section kind, void *ob
 			((struct kvpd_pool_spec *)obj)->snapshot_every_set = true;
 			return 0;
 		}
-		if (idx == P_TIER_REMOTE) {
-			strcpy(((struct kvpd_pool_spec *)obj)->tier_remote, value);
-			return 0;
-		}
-		if (idx == P_TIER_REMOTE_PREFIX) {
-			strcpy(((struct kvpd_pool_spec *)obj)->tier_remote_prefix, value);
-			return 0;
-		}
-		if (idx == P_TIER_REMOTE_TIMEOUT_MS) {
-			((struct kvpd_pool_spec *)obj)->tier_remote_timeout_ms = (uint32_t)num;
-			return 0;
-		}
+		if (idx >= P_TIER_REMOTE)
+			return remote_set(obj, idx, value, num, choice);
 		if (idx >= P_KV_EVENTS)
 			return events_set(obj, idx, value, num, choice);
 		/* In range here, so refused there only if the two parsers disagree. */

@@ -105,22 +105,64 @@ static int events_check(const struct kvpd_pool_spec *spec, char *why, size_t len
 	return 0;
 }
 
+/* A key of the cluster tier's set (the first such in @spec), for "set without" reasons. */
+static const char *remote_key_set(const struct kvpd_pool_spec *spec)
+{
+	if (*spec->tier_remote_prefix)
+		return "tier_remote_prefix";
+	if (spec->tier_remote_timeout_ms)
+		return "tier_remote_timeout_ms";
+	if (spec->tier_remote_ttl_set)
+		return "tier_remote_ttl_s";
+	if (spec->tier_remote_insecure)
+		return "tier_remote_insecure";
+	if (*spec->tier_remote_auth_file)
+		return "tier_remote_auth_file";
+	if (*spec->tier_remote_key_file)
+		return "tier_remote_key_file";
+	return NULL;
+}
+
+/* TLS's files: only with rediss://, a certificate only with its key. */
+static int remote_tls_check(const struct kvpd_pool_spec *spec, bool tls, char *why, size_t len)
+{
+	const char *set = *spec->tier_remote_ca_file ? "tier_remote_ca_file" :
+			  *spec->tier_remote_cert_file ? "tier_remote_cert_file" :
+			  *spec->tier_remote_cert_key_file ? "tier_remote_cert_key_file" : NULL;
+
+	if (!tls && set)
+		return kvpd_refuse(why, len, -EINVAL, "%s: set with redis:// (TLS is rediss://)", set);
+	if (!*spec->tier_remote_cert_file != !*spec->tier_remote_cert_key_file)
+		return kvpd_refuse(why, len, -EINVAL, "%s: set without %s",
+				   *spec->tier_remote_cert_file ? "tier_remote_cert_file" :
+				   "tier_remote_cert_key_file",
+				   *spec->tier_remote_cert_file ? "tier_remote_cert_key_file" :
+				   "tier_remote_cert_file");
+	return 0;
+}
+
 /* The cluster tier's keys: where, under which prefix, and what the pool must be. */
 static int remote_check(const struct kvpd_pool_spec *spec, char *why, size_t len)
 {
 	const struct kvp_pool_params *p = &spec->v2.v1;
 	struct kvpd_remote_addr seeds[KVPD_REMOTE_MAX_SEEDS];
 	char bad[KVP_REASON_MAX];
-	bool all_cyclic = true;
+	bool all_cyclic = true, tls;
+	int n, ret;
 
 	if (!*spec->tier_remote) {
-		if (*spec->tier_remote_prefix || spec->tier_remote_timeout_ms)
-			return kvpd_refuse(why, len, -EINVAL, "%s: set without tier_remote",
-					   *spec->tier_remote_prefix ? "tier_remote_prefix" :
-					   "tier_remote_timeout_ms");
+		const char *set = remote_key_set(spec);
+
+		if (!set)
+			set = *spec->tier_remote_ca_file ? "tier_remote_ca_file" :
+			      *spec->tier_remote_cert_file ? "tier_remote_cert_file" :
+			      *spec->tier_remote_cert_key_file ? "tier_remote_cert_key_file" : NULL;
+		if (set)
+			return kvpd_refuse(why, len, -EINVAL, "%s: set without tier_remote", set);
 		return 0;
 	}
-	if (kvpd_remote_url_parse(spec->tier_remote, seeds, bad, sizeof(bad)) < 0)
+	n = kvpd_remote_url_parse(spec->tier_remote, seeds, &tls, bad, sizeof(bad));
+	if (n < 0)
 		return kvpd_refuse(why, len, -EINVAL, "tier_remote: %s", bad);
 	for (const char *c = spec->tier_remote_prefix; *c; c++)
 		if (!isalnum((unsigned char)*c) && !strchr("_-.", *c))
@@ -140,6 +182,15 @@ static int remote_check(const struct kvpd_pool_spec *spec, char *why, size_t len
 	if (spec->v2.backend == KVP_BACKEND_CUDA)
 		return kvpd_refuse(why, len, -EINVAL, "tier_remote: a cuda pool's cluster tier is "
 				   "not built yet (its GPU path has not run)");
+	ret = remote_tls_check(spec, tls, why, len);
+	if (ret)
+		return ret;
+	/* KV reveals the prompts it was computed from: it leaves the machine encrypted, or knowingly. */
+	for (int i = 0; i < n && !tls && !spec->tier_remote_insecure; i++)
+		if (!kvpd_remote_host_loopback(seeds[i].host))
+			return kvpd_refuse(why, len, -EINVAL, "tier_remote: %.24s is not loopback: KV "
+					   "reveals prompts; use rediss:// or tier_remote_insecure = yes",
+					   seeds[i].host);
 	return 0;
 }
 

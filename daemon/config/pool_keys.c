@@ -31,7 +31,7 @@ static char *cut_blanks(char *s)
 }
 
 /* One line, NUL-terminated in place: skipped, or its key applied to @p. */
-static int apply_line(struct kvpd_pool_spec *p, char *line, uint32_t *seen, char *why,
+static int apply_line(struct kvpd_pool_spec *p, char *line, uint64_t *seen, char *why,
 		      size_t why_len)
 {
 	char *eq, *key, *value, *c;
@@ -57,9 +57,9 @@ static int apply_line(struct kvpd_pool_spec *p, char *line, uint32_t *seen, char
 	idx = kvpd_conf_key(KVPD_CONF_POOL, key);
 	if (idx < 0)
 		return kvpd_refuse(why, why_len, -EINVAL, "%.40s: unknown pool key", key);
-	if (*seen & (1u << idx))
+	if (*seen & (1ull << idx))
 		return kvpd_refuse(why, why_len, -EINVAL, "%s set twice", key);
-	*seen |= 1u << idx;
+	*seen |= 1ull << idx;
 	/* A pool's keys are the config's: no daemon setting is reached through them. */
 	ret = kvpd_conf_set(NULL, KVPD_CONF_POOL, p, idx, value, problem, sizeof(problem));
 	if (ret == -EINVAL)
@@ -70,8 +70,8 @@ static int apply_line(struct kvpd_pool_spec *p, char *line, uint32_t *seen, char
 int kvpd_pool_keys_apply(struct kvpd_pool_spec *p, char *text, size_t len, char *why,
 			 size_t why_len)
 {
-	_Static_assert(KVPD_CONF_MAX_KEYS <= 32, "seen's bits");
-	uint32_t seen = 0;
+	_Static_assert(KVPD_CONF_MAX_KEYS <= 64, "seen's bits");
+	uint64_t seen = 0;
 	char *line = text, *end = text + len;
 
 	if (memchr(text, '\0', len))

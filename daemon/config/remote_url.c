@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tier_remote's URL: the seed nodes of a Redis Cluster, or one standalone server. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,16 +8,30 @@
 #include "config/config.h"
 #include "refuse.h"
 
-int kvpd_remote_url_parse(const char *url, struct kvpd_remote_addr *out, char *why,
+bool kvpd_remote_host_loopback(const char *host)
+{
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (!strcmp(host, "localhost"))
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+int kvpd_remote_url_parse(const char *url, struct kvpd_remote_addr *out, bool *tls, char *why,
 			  size_t why_len)
 {
-	static const char scheme[] = "redis://";
+	static const char plain[] = "redis://", secure[] = "rediss://";
 	const char *p = url;
 	int n = 0;
 
-	if (strncmp(p, scheme, sizeof(scheme) - 1))
-		return kvpd_refuse(why, why_len, -EINVAL, "not redis://HOST:PORT[,HOST:PORT...]");
-	p += sizeof(scheme) - 1;
+	*tls = !strncmp(p, secure, sizeof(secure) - 1);
+	if (!*tls && strncmp(p, plain, sizeof(plain) - 1))
+		return kvpd_refuse(why, why_len, -EINVAL, "not redis://HOST:PORT[,HOST:PORT...] "
+				   "(or rediss://, TLS)");
+	p += *tls ? sizeof(secure) - 1 : sizeof(plain) - 1;
 	for (;;) {
 		const char *colon, *end = strchr(p, ',');
 		char *port_end;

@@ -11,6 +11,7 @@
 
 #include "data/data.h"
 #include "events/events.h"
+#include "tier/tier.h"
 
 int kvpd_pool_build_start(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 			  struct kvpd_pool *pool)
@@ -21,6 +22,7 @@ int kvpd_pool_build_start(struct kvpd *d, struct kvpd_client *c, const struct kv
 		return -ENOMEM;
 	job->type = KVPD_JOB_POOL;
 	job->pool = pool;
+	job->prepare = kvpd_tier_probe;
 	job->ntasks = 1;
 	job->start_ns = d->taken_ns;
 	if (c) {

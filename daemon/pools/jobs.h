@@ -177,6 +177,8 @@ struct kvpd_job {
 	/* KVPD_JOB_POOL from POOL_CREATE: where its refusal's reason goes in the arena. */
 	uint64_t reason_addr;
 	uint32_t reason_len;
+	/* KVPD_JOB_POOL: a room above's part of the build, after it (the cluster tier's probe) */
+	int (*prepare)(struct kvpd_pool *pool, char *why, size_t why_len);
 };
 
 struct kvpd_workers {

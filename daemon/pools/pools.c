@@ -355,6 +355,8 @@ int kvpd_job_run(struct kvpd_job *job, uint32_t task)
 	if (job->type != KVPD_JOB_POOL)
 		return job->pool->backend->run_task(job, task);
 	ret = kvpd_pool_build(job->pool, job->why, sizeof(job->why));
+	if (!ret && job->prepare)
+		ret = job->prepare(job->pool, job->why, sizeof(job->why));
 	if (ret)
 		__atomic_store_n(&job->error, ret, __ATOMIC_RELEASE);
 	return 0;

@@ -34,17 +34,7 @@
 /* A send's deadline: a floor, and its bytes at this rate (MB/s) on top. */
 #define SEND_FLOOR_MS 1000u
 #define SEND_MB_PER_S 100u
-/*
- * What the cluster is known to hold: 4-way buckets of fingerprints, most
- * recent first, 16 a pool block, 2^21 (16 MiB) to 2^24: the cluster keeps
- * far more than the pool, and a forgotten block is sent again (Mooncake's
- * trace: 1.33 M blocks, sent 1.77 times each with a direct-mapped set of 4 a
- * pool block).
- */
-#define KNOWN_PER_BLOCK 16u
-#define KNOWN_MIN (1u << 21)
-#define KNOWN_MAX (1u << 24)  /* 128 MiB */
-#define KNOWN_WAYS 4u
+enum { SEND_SKIPPED, SEND_OK, SEND_REFUSED };
 
 struct remote_send {
 	struct remote_head head;     /* REMOTE_SEND */
@@ -54,7 +44,7 @@ struct remote_send {
 	uint32_t n, cap;
 	uint32_t *blocks, *groups;
 	struct kvc_hash *keys;
-	uint8_t *sent;               /* the thread's answer: the node said OK */
+	uint8_t *sent;               /* the thread's answer: SEND_* */
 	uint64_t bytes_out;          /* the thread's: what went out */
 };
 
@@ -65,51 +55,6 @@ struct remote_sync {
 	uint64_t user_data;
 	uint64_t upto;
 };
-
-static uint64_t fingerprint(uint32_t group, const struct kvc_hash *key)
-{
-	return (key->lo ^ key->hi * 0x9e3779b97f4a7c15ull) + group + 1; /* never 0: an empty one */
-}
-
-/* Fingerprint @f's bucket, and its way there (KNOWN_WAYS: not there). */
-static uint64_t *bucket(const struct kvpd_remote *r, uint64_t f, unsigned *way)
-{
-	uint64_t *b = &r->known[(f & r->known_mask) & ~(uint64_t)(KNOWN_WAYS - 1)];
-
-	for (*way = 0; *way < KNOWN_WAYS && b[*way] != f; (*way)++)
-		;
-	return b;
-}
-
-static bool known(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
-{
-	unsigned way;
-
-	bucket(r, fingerprint(group, key), &way);
-	return way < KNOWN_WAYS;
-}
-
-void kvpd_remote_know(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
-{
-	uint64_t f = fingerprint(group, key);
-	unsigned way;
-	uint64_t *b = bucket(r, f, &way);
-
-	/* Most recent first: the bucket's oldest falls out. */
-	memmove(b + 1, b, (way < KNOWN_WAYS ? way : KNOWN_WAYS - 1) * sizeof(*b));
-	b[0] = f;
-}
-
-void kvpd_remote_forget(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key)
-{
-	unsigned way;
-	uint64_t *b = bucket(r, fingerprint(group, key), &way);
-
-	if (way < KNOWN_WAYS) {
-		memmove(b + way, b + way + 1, (KNOWN_WAYS - 1 - way) * sizeof(*b));
-		b[KNOWN_WAYS - 1] = 0;
-	}
-}
 
 /* A block's key: PREFIX:GEOMETRY:GROUP:HASH, all hex (readable by SCAN and redis-cli). */
 int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
@@ -168,7 +113,7 @@ void kvpd_remote_offer(struct kvpd_remote *r, uint32_t group, uint32_t block,
 	struct remote_send *s = r->filling;
 
 	r->dirty = true;
-	if (known(r, group, key)) {
+	if (remote_known(r, group, key)) {
 		r->st.deduplicated++;
 		return;
 	}
@@ -195,21 +140,45 @@ static void committed(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
 	kvpd_remote_offer(ctx, group, block, key);
 }
 
-/* The value of block @block: the header, then its chunks, copied out of the pool. */
-static void value_of(const struct kvpd_remote *r, const struct kvpd_kv_layout *l,
-		     const uint8_t *mem, uint32_t block, uint8_t *out)
+/* The value of block @block: its chunks, copied out of the pool after the header's room. */
+static void value_of(const struct kvpd_kv_layout *l, const uint8_t *mem, uint32_t block,
+		     uint8_t *out)
 {
-	struct remote_value_head *h = (struct remote_value_head *)out;
 	size_t chunk = kvpd_block_chunk_bytes(l);
-	uint8_t *data = out + sizeof(*h);
+	uint8_t *data = out + sizeof(struct remote_value_head);
 
 	for (uint32_t i = 0; i < 2 * l->layers; i++)
 		memcpy(data + i * chunk, mem + kvpd_block_chunk_off(l, block, i), chunk);
-	memcpy(h->magic, REMOTE_VALUE_MAGIC, sizeof(h->magic));
-	h->version = REMOTE_VALUE_VERSION;
-	h->geometry = r->geometry;
-	h->bytes = r->data_bytes;
-	h->sum = XXH3_64bits(data, r->data_bytes);
+}
+
+/* A node's error that passes (a failover, a slot migrating, a restart): not a refusal. */
+static bool transient(const redisReply *rep)
+{
+	static const char *const kinds[] = { "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN",
+					     "MOVED", "ASK" };
+
+	for (unsigned i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (!strncmp(rep->str, kinds[i], strlen(kinds[i])))
+			return true;
+	return false;
+}
+
+/* SET KEY VALUE [EX TTL] of block i of @s, formatted into @cmd. */
+static void format_set(struct kvpd_remote *r, const struct remote_tag_key *tag,
+		       struct remote_send *s, uint32_t i, uint8_t *value, struct remote_cmd *cmd)
+{
+	char key[REMOTE_KEY_MAX], ttl[16];
+	int klen = kvpd_remote_key(r, s->groups[i], &s->keys[i], key, sizeof(key));
+	const char *argv[] = { "SET", key, (const char *)value, "EX", ttl };
+	size_t lens[] = { 3, (size_t)klen, sizeof(struct remote_value_head) + r->data_bytes, 2, 0 };
+	int len;
+
+	lens[4] = (size_t)snprintf(ttl, sizeof(ttl), "%u", r->ttl_s);
+	value_of(s->head.job.layout, s->head.job.mem, s->blocks[i], value);
+	remote_value_seal(tag, key, (size_t)klen, value, r->geometry, r->data_bytes);
+	len = redisFormatCommandArgv(&cmd->buf, r->ttl_s ? 5 : 3, argv, lens);
+	cmd->len = len > 0 ? (size_t)len : 0;
+	cmd->slot = remote_key_slot(key, (size_t)klen);
 }
 
 /* The tier's thread: a send's SETs, pipelined over the nodes, in one round. */
@@ -218,21 +187,15 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 	size_t value_len = sizeof(struct remote_value_head) + r->data_bytes;
 	struct remote_cmd *cmds = calloc(s->n, sizeof(*cmds));
 	uint8_t *value = malloc(value_len);
+	struct remote_tag_key tag;
 	uint64_t bytes = 0;
 
+	remote_access_tag(&r->access, &tag);
 	for (uint32_t i = 0; cmds && value && i < s->n; i++) {
-		char key[REMOTE_KEY_MAX];
-		int klen = kvpd_remote_key(r, s->groups[i], &s->keys[i], key, sizeof(key));
-		const char *argv[] = { "SET", key, (const char *)value };
-		size_t lens[] = { 3, (size_t)klen, value_len };
-		int len;
-
-		value_of(r, s->head.job.layout, s->head.job.mem, s->blocks[i], value);
-		len = redisFormatCommandArgv(&cmds[i].buf, 3, argv, lens);
-		cmds[i].len = len > 0 ? (size_t)len : 0;
-		cmds[i].slot = remote_key_slot(key, (size_t)klen);
+		format_set(r, &tag, s, i, value, &cmds[i]);
 		bytes += cmds[i].len;
 	}
+	explicit_bzero(&tag, sizeof(tag));
 	free(value);
 	if (cmds) {
 		/* Commands not formatted (no memory) go to no node: their blocks count skipped. */
@@ -245,8 +208,12 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 			const redisReply *rep = cmds[i].reply;
 
 			s->sent[i] = cmds[i].buf && rep && rep->type == REDIS_REPLY_STATUS &&
-				     !strcmp(rep->str, "OK");
-			s->bytes_out += s->sent[i] ? cmds[i].len : 0;
+				     !strcmp(rep->str, "OK") ? SEND_OK :
+				     rep && rep->type == REDIS_REPLY_ERROR && !transient(rep) ?
+				     SEND_REFUSED : SEND_SKIPPED;
+			if (s->sent[i] == SEND_REFUSED)
+				remote_tell_refusal(r, &r->send_link, cmds[i].slot, rep->str);
+			s->bytes_out += s->sent[i] == SEND_OK ? cmds[i].len : 0;
 			if (rep)
 				remote_reply_free(cmds[i].reply);
 			redisFreeCommand(cmds[i].buf);
@@ -255,6 +222,7 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 	free(cmds);
 	remote_link_nodes(&r->send_link, &s->head.nodes_known, &s->head.nodes_answering);
 	s->head.moved = r->send_link.moved;
+	s->head.asked = r->send_link.asked;
 	s->head.cluster = r->send_link.cluster;
 	s->head.job.task_done(&s->head.job);
 }
@@ -277,6 +245,8 @@ void kvpd_remote_head_done(struct kvpd_remote *r, const struct remote_head *h)
 	}
 	*(h->asks ? &r->st.moved_asks : &r->st.moved_sends) = h->moved;
 	r->st.moved = r->st.moved_asks + r->st.moved_sends;
+	*(h->asks ? &r->st.asked_asks : &r->st.asked_sends) = h->asked;
+	r->st.asked = r->st.asked_asks + r->st.asked_sends;
 	r->dirty = true;
 }
 
@@ -338,12 +308,13 @@ void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job)
 		return kvpd_remote_ask_done(d, job);
 
 	for (uint32_t i = 0; i < s->n; i++) {
-		if (s->sent[i])
+		if (s->sent[i] == SEND_OK)
 			KVPD_PROBE(remote_send, r->pool->name, s->groups[i], s->keys[i].lo);
 		else
 			kvpd_remote_forget(r, s->groups[i], &s->keys[i]);
-		r->st.sent += s->sent[i];
-		r->st.skipped += !s->sent[i];
+		r->st.sent += s->sent[i] == SEND_OK;
+		r->st.skipped += s->sent[i] == SEND_SKIPPED;
+		r->st.send_errors += s->sent[i] == SEND_REFUSED;
 	}
 	r->st.bytes_out += s->bytes_out;
 	r->st.queued -= s->n;
@@ -399,6 +370,8 @@ void kvpd_remote_publish(struct kvpd *d, struct kvpd_remote *r)
 		.bytes_out = st->bytes_out, .bytes_in = st->bytes_in, .rounds = st->rounds,
 		.timeouts = st->timeouts, .round_p50_ns = round_quantile(r, 0.5),
 		.round_p99_ns = round_quantile(r, 0.99), .moved = st->moved,
+		.send_errors = st->send_errors, .asked = st->asked, .outages = st->outages,
+		.nodes_down = st->nodes_down,
 	};
 	_Static_assert(sizeof(st->refused) == sizeof(d->stats->remote[0].refused), "refused");
 	memcpy(d->stats->remote[r->pool->stat_idx].refused, st->refused, sizeof(st->refused));
@@ -409,6 +382,7 @@ void kvpd_remote_publish(struct kvpd *d, struct kvpd_remote *r)
 void kvpd_remote_turn(struct kvpd *d, struct kvpd_remote *r)
 {
 	send_submit(d, r);
+	remote_events_collect(r);
 	if (r->dirty)
 		kvpd_remote_publish(d, r);
 }
@@ -421,11 +395,22 @@ static void remote_free(struct kvpd_remote *r)
 		kvpd_tier_copier_stop(r->ask_thread);
 	remote_link_close(&r->send_link);
 	remote_link_close(&r->ask_link);
+	remote_access_free(&r->access);
+	pthread_mutex_destroy(&r->events_lock);
 	pthread_mutex_destroy(&r->arena_lock);
 	free(r->arena_mem);
 	free(r->filling);
 	free(r->known);
 	free(r);
+}
+
+/* A link of @r's: its seeds, deadline, access and events. */
+static void link_init(struct kvpd_remote *r, struct remote_link *l,
+		      const struct kvpd_remote_addr *seeds, uint32_t n, uint32_t timeout_ms)
+{
+	remote_link_init(l, seeds, n, timeout_ms, &r->access);
+	l->event = remote_event;
+	l->event_arg = r;
 }
 
 int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
@@ -436,12 +421,12 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	struct kvtier_geometry geo;
 	struct kvpd_remote *r;
 	uint32_t timeout;
-	uint64_t known_n;
+	bool tls;
 	int n, ret;
 
 	if (!*spec->tier_remote)
 		return 0;
-	n = kvpd_remote_url_parse(spec->tier_remote, seeds, why, why_len);
+	n = kvpd_remote_url_parse(spec->tier_remote, seeds, &tls, why, why_len);
 	if (n < 0)
 		return n;
 	r = calloc(1, sizeof(*r));
@@ -450,6 +435,13 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	r->d = d;
 	r->pool = pool;
 	pthread_mutex_init(&r->arena_lock, NULL);
+	pthread_mutex_init(&r->events_lock, NULL);
+	ret = remote_access_init(&r->access, spec, why, why_len);
+	if (ret) {
+		pthread_mutex_init(&r->access.lock, NULL); /* remote_free's to destroy */
+		remote_free(r);
+		return ret;
+	}
 	strcpy(r->prefix, *spec->tier_remote_prefix ? spec->tier_remote_prefix : KVPD_REMOTE_PREFIX);
 	kvpd_tier_geometry(pool, &geo);
 	r->geometry = XXH3_64bits(&geo, sizeof(geo));
@@ -459,27 +451,39 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 		r->queue_cap = l->num_blocks >> SEND_QUEUE_POOL_SHIFT;
 	if (r->queue_cap < 4 * SEND_JOB_MIN)
 		r->queue_cap = 4 * SEND_JOB_MIN;
-	for (known_n = KNOWN_MIN; known_n < (uint64_t)l->num_blocks * KNOWN_PER_BLOCK &&
-				  known_n < KNOWN_MAX; known_n *= 2)
-		;
-	r->known = calloc(known_n, sizeof(*r->known));
-	r->known_mask = (uint32_t)(known_n - 1);
 	timeout = spec->tier_remote_timeout_ms ? spec->tier_remote_timeout_ms :
 						  KVPD_REMOTE_TIMEOUT_MS;
-	remote_link_init(&r->send_link, seeds, (uint32_t)n, timeout);
-	remote_link_init(&r->ask_link, seeds, (uint32_t)n, timeout);
-	ret = !r->known ? -ENOMEM :
+	link_init(r, &r->send_link, seeds, (uint32_t)n, timeout);
+	link_init(r, &r->ask_link, seeds, (uint32_t)n, timeout);
+	ret = remote_known_init(r, l->num_blocks, spec->tier_remote_ttl_set ?
+			       spec->tier_remote_ttl_s : KVPD_REMOTE_TTL_S) ?:
 	      kvpd_tier_copier_start(&r->send_thread, "kvpool-send", true, remote_run, r) ?:
 	      kvpd_tier_copier_start(&r->ask_thread, "kvpool-ask", false, remote_run, r);
 	if (ret) {
 		remote_free(r);
-		return kvpd_refuse(why, why_len, ret, "tier_remote: its thread could not start");
+		return kvpd_refuse(why, why_len, ret, "tier_remote: %s", ret == -ENOMEM ?
+				   "no memory for its known set" : "its thread could not start");
 	}
 	pool->remote = r;
 	pool->remote_free = remote_free;
 	kvc_pool_set_committed_hook(pool->core, committed, r);
 	r->dirty = true;
-	kvpd_log(d, KVPD_LOG_INFO, "pool %s: cluster tier %s, keys %s:%016llx:*", pool->name,
-		 spec->tier_remote, r->prefix, (unsigned long long)r->geometry);
+	kvpd_log(d, KVPD_LOG_INFO, "pool %s: cluster tier %s, keys %s:%016llx:*, ttl %u s%s%s%s",
+		 pool->name, spec->tier_remote, r->prefix, (unsigned long long)r->geometry,
+		 r->ttl_s, tls ? ", TLS" : "", *r->access.pass ? ", AUTH" : "",
+		 r->access.tag.len ? ", tagged values" : "");
 	return 0;
+}
+
+void kvpd_remote_reload(struct kvpd *d, struct kvpd_pool *pool)
+{
+	char why[KVP_REASON_MAX];
+	uint32_t generation = pool->remote->access.generation;
+
+	if (remote_access_reload(&pool->remote->access, &pool->spec, why, sizeof(why)))
+		kvpd_log(d, KVPD_LOG_ERR, "reload: pool %s: %s: the secrets read before are kept",
+			 pool->name, why);
+	else if (generation != pool->remote->access.generation)
+		kvpd_log(d, KVPD_LOG_NOTICE, "reload: pool %s: the cluster tier's password changed: "
+			 "its connections are made again", pool->name);
 }

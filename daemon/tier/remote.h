@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config/config.h"
 #include "core/kvcore.h"
@@ -26,6 +27,46 @@ uint16_t remote_key_slot(const char *key, size_t len);
 #include <hiredis/read.h>
 
 struct redisReply;
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
+#define REMOTE_CRED_MAX 256          /* a user's or password's bytes, NUL included */
+#define REMOTE_KEY_MIN 32u           /* a tag key's bytes (libsodium's BLAKE2b takes 16..64) */
+#define REMOTE_KEY_MAX_BYTES 64u
+
+/* A pool's tag key; len 0: none (values untagged, tags not checked). */
+struct remote_tag_key {
+	uint8_t bytes[REMOTE_KEY_MAX_BYTES];
+	uint32_t len;
+};
+#define REMOTE_WHY_MAX 120           /* why a node could not be reached: a log line's part */
+
+/*
+ * How a pool's connections are made, shared by its two links: TLS, and who
+ * to be (AUTH). A rotation (SIGHUP) bumps @generation: each link then makes
+ * its connections again, with the new secrets.
+ */
+struct remote_access {
+	pthread_mutex_t lock;
+	SSL_CTX *tls;                /* rediss://; NULL: plain TCP */
+	char user[REMOTE_CRED_MAX];  /* "": the default user */
+	char pass[REMOTE_CRED_MAX];  /* "": no AUTH */
+	struct remote_tag_key tag;   /* the values' */
+	uint32_t generation;
+};
+
+/*
+ * remote_access.c: @a as @spec says (TLS's context, the secrets' files
+ * read): 0, or -errno with the reason in @why.
+ */
+int remote_access_init(struct remote_access *a, const struct kvpd_pool_spec *spec, char *why,
+		       size_t why_len);
+/* The secrets read again (SIGHUP): 0, changed or not, or -errno with @why (the old ones kept). */
+int remote_access_reload(struct remote_access *a, const struct kvpd_pool_spec *spec, char *why,
+			 size_t why_len);
+void remote_access_free(struct remote_access *a);
+/* The tag key now, for a thread's job. */
+void remote_access_tag(struct remote_access *a, struct remote_tag_key *out);
 
 /*
  * Where a round puts the values it reads (a top-level bulk string of
@@ -40,8 +81,14 @@ struct remote_arena {
 struct remote_node {
 	struct kvpd_remote_addr addr;
 	int fd;                      /* -1: not connected */
+	SSL *ssl;                    /* over @fd, rediss://'s */
 	struct redisReader *reader;
+	uint32_t generation;         /* the access's it connected with */
 	bool answering;              /* its last round answered in time */
+	/* Down: its connection failed; tried again at @retry_ns, the wait doubling meanwhile */
+	bool down;
+	uint64_t retry_ns;
+	uint32_t backoff_ms;
 	/* This round's: its commands in order, how far they are written and answered */
 	uint32_t *cmds, ncmds, cmds_cap;
 	uint32_t written;            /* commands written whole */
@@ -57,8 +104,24 @@ struct remote_cmd {
 	struct redisReply *reply;    /* the answer (the caller frees it), NULL: none in time */
 };
 
+/* What a link tells its pool (remote.c logs it once a pool, whichever link saw it first). */
+enum remote_event {
+	REMOTE_NODE_DOWN,            /* @why: the cause */
+	REMOTE_NODE_BACK,
+	REMOTE_NODE_REPLACED,        /* its slots are @other's now (a failover) */
+	REMOTE_NODE_REFUSED_SET,     /* @why: the error it answered */
+};
+typedef void remote_event_fn(void *arg, enum remote_event ev, const struct kvpd_remote_addr *node,
+			     const struct kvpd_remote_addr *other, const char *why);
+
 struct remote_link {
 	struct remote_node nodes[REMOTE_MAX_NODES]; /* the seeds first */
+	struct remote_access *access;
+	remote_event_fn *event;
+	void *event_arg;
+	char why[REMOTE_WHY_MAX];    /* the last connection's failure */
+	uint64_t map_due_ns;         /* a node down: the map read again from then (a failover) */
+	uint64_t asked;              /* ASK redirects followed */
 	uint32_t nnodes, nseeds;
 	bool cluster;                /* CLUSTER INFO answered: slots route keys */
 	bool mapped;                 /* the slot map was read (or a standalone server found) */
@@ -75,7 +138,22 @@ struct remote_link {
 
 /* @l knows its seeds only; nothing is connected before the first round. */
 void remote_link_init(struct remote_link *l, const struct kvpd_remote_addr *seeds, uint32_t n,
-		      uint32_t timeout_ms);
+		      uint32_t timeout_ms, struct remote_access *access);
+
+/*
+ * remote_conn.c: node @nd connected by @deadline_ns (TCP, then TLS, then
+ * AUTH, as @l's access says): 0, or -errno with the cause in l->why
+ * (-EACCES: AUTH refused; -EPROTO: TLS failed).
+ */
+int remote_conn_open(struct remote_link *l, struct remote_node *nd, uint64_t deadline_ns);
+void remote_conn_close(struct remote_node *nd);
+/* What the connection took or gave: bytes, -EAGAIN (poll, then again), or -errno. */
+ssize_t remote_conn_send(struct remote_node *nd, const void *buf, size_t len);
+ssize_t remote_conn_recv(struct remote_node *nd, void *buf, size_t len);
+/* rediss://'s context from the pool's CA and client certificate: 0, or -errno with @why. */
+int remote_tls_context(const struct kvpd_pool_spec *spec, SSL_CTX **out, char *why,
+		       size_t why_len);
+void remote_tls_free(SSL_CTX *ctx);
 void remote_link_close(struct remote_link *l);
 
 /*
@@ -88,6 +166,9 @@ void remote_link_close(struct remote_link *l);
 uint32_t remote_round(struct remote_link *l, struct remote_cmd *cmds, uint32_t n,
 		      uint64_t deadline_ns);
 
+/* Node @k connected (TCP, TLS, AUTH) and dropped: 0, or -errno with the cause in l->why. */
+int remote_link_probe(struct remote_link *l, uint32_t k, uint64_t deadline_ns);
+
 /* Frees a reply of a round (one whose string is in an arena keeps it there). */
 void remote_reply_free(struct redisReply *r);
 
@@ -98,17 +179,31 @@ void remote_link_nodes(const struct remote_link *l, uint32_t *known, uint32_t *a
 /*
  * A value: this header, then the block's KV as a tier keeps it (its chunks
  * back to back), little-endian. A value is served only if every field matches
- * what the reading pool expects and its data's checksum holds.
+ * what the reading pool expects, its data's checksum holds and, where the pool
+ * has a key (tier_remote_key_file), its tag does: BLAKE2b-256 keyed with it
+ * over the value's Redis key, this header with the tag zero, and the data, so
+ * that whoever can write the cluster without the key makes no value a machine
+ * serves, nor moves one to another key.
  */
 #define REMOTE_VALUE_MAGIC "KVPR"
-#define REMOTE_VALUE_VERSION 1u
+#define REMOTE_VALUE_VERSION 2u
+#define REMOTE_TAG_BYTES 32
 struct remote_value_head {
 	char magic[4];
 	uint32_t version;
 	uint64_t geometry;           /* XXH3-64 of the pool's struct kvtier_geometry */
 	uint64_t sum;                /* XXH3-64 of the data */
 	uint64_t bytes;              /* the data's length */
+	uint8_t tag[REMOTE_TAG_BYTES]; /* zero: untagged (a pool without a key) */
 };
+
+/* remote_value.c: @value's header written for its data (after it), tagged when @k has a key. */
+void remote_value_seal(const struct remote_tag_key *k, const char *key, size_t key_len,
+		       uint8_t *value, uint64_t geometry, size_t data_bytes);
+/* A value read back: REMOTE_SOUND when it is this pool's block whole, else why it is refused. */
+#define REMOTE_SOUND (-1)
+int remote_value_check(const struct remote_tag_key *k, const char *key, size_t key_len,
+		       const struct redisReply *rep, uint64_t geometry, size_t data_bytes);
 
 /* What the cluster tier counts (kvctl stats' TIERS, its remote row). */
 struct kvpd_remote_stats {
@@ -126,6 +221,10 @@ struct kvpd_remote_stats {
 	uint32_t cluster;            /* the link found a cluster (1), or one server (0) */
 	uint64_t moved;              /* MOVED replies: the slot map read again (both links) */
 	uint64_t moved_sends, moved_asks;
+	uint64_t asked, asked_sends, asked_asks; /* ASK redirects followed (both links) */
+	uint64_t send_errors;        /* blocks whose SET a node answered with an error */
+	uint64_t outages;            /* nodes that became unreachable */
+	uint32_t nodes_down;         /* in an outage now */
 };
 
 struct tier_copier;
@@ -137,7 +236,7 @@ struct remote_head {
 	struct kvpd_job job;         /* type KVPD_JOB_REMOTE */
 	enum remote_kind kind;
 	uint32_t nodes_known, nodes_answering;
-	uint64_t moved;
+	uint64_t moved, asked;
 	bool cluster;
 	bool asks;                   /* the ask link's (else the send link's) */
 };
@@ -159,7 +258,23 @@ struct kvpd_remote {
 	 * deadlines on Mooncake's trace).
 	 */
 	struct remote_link send_link, ask_link;
+	struct remote_access access; /* TLS, AUTH, the values' key: both links' */
 	struct tier_copier *send_thread, *ask_thread;
+	uint32_t ttl_s;              /* every value's (0: none) */
+	uint32_t stamp_s;            /* the known set's time unit */
+	/*
+	 * The nodes' outages as the pool has said them (either link may see one
+	 * first; each is logged once): addresses, down or not. Under @events_lock:
+	 * the threads tell, the loop publishes.
+	 */
+	pthread_mutex_t events_lock;
+	struct remote_outage {
+		struct kvpd_remote_addr addr;
+		bool down;
+	} outages[REMOTE_MAX_NODES];
+	uint32_t noutages;
+	uint64_t outages_total;
+	bool set_refusal_said;
 	/* The loop's */
 	struct remote_send *filling; /* this turn's blocks, sent at its end */
 	struct remote_send *inflight;
@@ -188,6 +303,8 @@ struct kvpd_job;
 
 /* remote.c: @pool's cluster tier, if its spec has tier_remote: 0, or -errno with @why. */
 int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len);
+/* SIGHUP: the secrets read again (a failure logged, the old ones kept). */
+void kvpd_remote_reload(struct kvpd *d, struct kvpd_pool *pool);
 /* The loop's turn: this turn's blocks sent, the stats row written if it moved. */
 void kvpd_remote_turn(struct kvpd *d, struct kvpd_remote *r);
 void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job);
@@ -209,6 +326,20 @@ void kvpd_remote_offer(struct kvpd_remote *r, uint32_t group, uint32_t block,
 /* Block (group, @h)'s key into @buf: its length. */
 int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
 		    char *buf, size_t len);
+/* remote_events.c: a link's event, said once a pool (remote_event_fn). */
+void remote_event(void *arg, enum remote_event ev, const struct kvpd_remote_addr *node,
+		  const struct kvpd_remote_addr *other, const char *why);
+/* Slot @slot's node (as @l routes it) answered a SET with @err. */
+void remote_tell_refusal(struct kvpd_remote *r, const struct remote_link *l, uint16_t slot,
+			 const char *err);
+/* The loop: the outages' counts into the stats. */
+void remote_events_collect(struct kvpd_remote *r);
+
+/* remote_known.c: the known set for a pool of @pool_blocks blocks, values living @ttl_s. */
+int remote_known_init(struct kvpd_remote *r, uint32_t pool_blocks, uint32_t ttl_s);
+/* The cluster holds (group, key), as far as this daemon knows and its TTL has not passed. */
+bool remote_known(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key);
+void remote_known_clear(struct kvpd_remote *r);
 /* The cluster holds (group, key), as far as this daemon knows: not sent again; or no more. */
 void kvpd_remote_know(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key);
 void kvpd_remote_forget(struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key);

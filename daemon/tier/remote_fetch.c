@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -258,27 +259,6 @@ static void run_exists(struct remote_ask *a)
 	free(cmds);
 }
 
-/* A value read back: REMOTE_SOUND when it is this pool's block whole, else why it is refused. */
-#define REMOTE_SOUND (-1)
-static int check_value(const struct kvpd_remote *r, const redisReply *rep)
-{
-	struct remote_value_head h;
-
-	if (!rep || rep->type == REDIS_REPLY_NIL)
-		return rep ? KVP_REMOTE_REFUSED_MISSING : KVP_REMOTE_REFUSED_LATE;
-	if (rep->type != REDIS_REPLY_STRING || rep->len != sizeof(h) + r->data_bytes)
-		return KVP_REMOTE_REFUSED_HEADER;
-	memcpy(&h, rep->str, sizeof(h));
-	if (memcmp(h.magic, REMOTE_VALUE_MAGIC, sizeof(h.magic)) ||
-	    h.version != REMOTE_VALUE_VERSION || h.bytes != r->data_bytes)
-		return KVP_REMOTE_REFUSED_HEADER;
-	if (h.geometry != r->geometry)
-		return KVP_REMOTE_REFUSED_GEOMETRY;
-	if (XXH3_64bits(rep->str + sizeof(h), r->data_bytes) != h.sum)
-		return KVP_REMOTE_REFUSED_CHECKSUM;
-	return REMOTE_SOUND;
-}
-
 /* The thread: the wanted values, chunk by chunk, each checked; none read past a failure. */
 static void run_get(struct remote_ask *a)
 {
@@ -286,8 +266,12 @@ static void run_get(struct remote_ask *a)
 	struct remote_cmd cmds[GET_CHUNK_KEYS];
 	uint32_t which[GET_CHUNK_KEYS], wanted = 0;
 	size_t value = sizeof(struct remote_value_head) + r->data_bytes;
+	struct remote_tag_key tag;
 	bool failed = false;
+	char ttl[16];
 
+	remote_access_tag(&r->access, &tag);
+	snprintf(ttl, sizeof(ttl), "%u", r->ttl_s);
 	for (uint32_t i = 0; i < a->n; i++)
 		wanted += a->state[i] == KEY_WANTED;
 	/* Each value's place, 64-byte aligned; without it, values are replies of their own. */
@@ -306,7 +290,12 @@ static void run_get(struct remote_ask *a)
 			if (a->state[i] != KEY_WANTED)
 				continue;
 			klen = kvpd_remote_key(r, a->groups[i], &a->keys[i], key, sizeof(key));
-			len = redisFormatCommandArgv(&cmds[n].buf, 2, (const char *[]){ "GET", key },
+			/* A value read lives its TTL again: what is hit stays, as in an LRU. */
+			len = r->ttl_s ?
+			      redisFormatCommandArgv(&cmds[n].buf, 4,
+						     (const char *[]){ "GETEX", key, "EX", ttl },
+						     (size_t[]){ 5, (size_t)klen, 2, strlen(ttl) }) :
+			      redisFormatCommandArgv(&cmds[n].buf, 2, (const char *[]){ "GET", key },
 						     (size_t[]){ 3, (size_t)klen });
 			cmds[n].len = len > 0 ? (size_t)len : 0;
 			cmds[n].slot = remote_key_slot(key, (size_t)klen);
@@ -316,7 +305,11 @@ static void run_get(struct remote_ask *a)
 		remote_round(&r->ask_link, cmds, n, kvpd_now_ns() + (GET_FLOOR_MS + bytes /
 			     (GET_MB_PER_S * 1000ull)) * 1000000ull);
 		for (uint32_t k = 0; k < n; k++) {
-			int why = check_value(r, cmds[k].reply);
+			char key[REMOTE_KEY_MAX];
+			int klen = kvpd_remote_key(r, a->groups[which[k]], &a->keys[which[k]], key,
+						   sizeof(key));
+			int why = remote_value_check(&tag, key, (size_t)klen, cmds[k].reply,
+						     r->geometry, r->data_bytes);
 
 			a->bytes_in += cmds[k].reply && cmds[k].reply->type == REDIS_REPLY_STRING ?
 				       cmds[k].reply->len : 0;
@@ -335,6 +328,7 @@ static void run_get(struct remote_ask *a)
 		}
 	}
 	r->ask_link.arena = NULL;
+	explicit_bzero(&tag, sizeof(tag));
 }
 
 /* The thread: each filled block gets its value's KV, chunk by chunk, as the pool lays it out. */
@@ -365,6 +359,7 @@ void kvpd_remote_run_ask(struct kvpd_job *job)
 		run_fill(a);
 	remote_link_nodes(&a->r->ask_link, &a->head.nodes_known, &a->head.nodes_answering);
 	a->head.moved = a->r->ask_link.moved;
+	a->head.asked = a->r->ask_link.asked;
 	a->head.cluster = a->r->ask_link.cluster;
 	a->head.asks = true;
 	job->task_done(job);

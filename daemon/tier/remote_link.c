@@ -9,15 +9,10 @@
  * multi-key command crosses slots (no CROSSSLOT). Runs on the tier's thread.
  */
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -25,6 +20,11 @@
 #include "tier/remote.h"
 
 #define READ_BYTES (256u << 10)
+/* A node down is tried again after this, doubling to the most: reconnects back off. */
+#define BACKOFF_MIN_MS 50u
+#define BACKOFF_MAX_MS 2000u
+/* A cluster node down: the slot map read again this often, to find the replica promoted. */
+#define MAP_RETRY_NS (100ull * 1000000)
 
 /* CRC16-CCITT (XMODEM), Redis Cluster's key hash. */
 static uint16_t crc16(const char *buf, size_t len)
@@ -137,9 +137,10 @@ static void *create_nil(const redisReadTask *task)
 }
 
 void remote_link_init(struct remote_link *l, const struct kvpd_remote_addr *seeds, uint32_t n,
-		      uint32_t timeout_ms)
+		      uint32_t timeout_ms, struct remote_access *access)
 {
 	memset(l, 0, sizeof(*l));
+	l->access = access;
 	for (uint32_t i = 0; i < n && i < REMOTE_MAX_NODES; i++) {
 		l->nodes[i].addr = seeds[i];
 		l->nodes[i].fd = -1;
@@ -154,9 +155,7 @@ void remote_link_init(struct remote_link *l, const struct kvpd_remote_addr *seed
 
 static void node_drop(struct remote_node *nd)
 {
-	if (nd->fd >= 0)
-		close(nd->fd);
-	nd->fd = -1;
+	remote_conn_close(nd);
 	if (nd->reader)
 		redisReaderFree(nd->reader);
 	nd->reader = NULL;
@@ -173,58 +172,58 @@ void remote_link_close(struct remote_link *l)
 	l->rbuf = NULL;
 }
 
-/* A non-blocking TCP connection to @nd by @deadline_ns: 0 or -errno. */
+static void tell(struct remote_link *l, enum remote_event ev, const struct remote_node *nd,
+		 const struct remote_node *other, const char *why)
+{
+	if (l->event)
+		l->event(l->event_arg, ev, &nd->addr, other ? &other->addr : NULL, why);
+}
+
+/*
+ * @nd connected by @deadline_ns (remote_conn.c), its reader made: 0 or
+ * -errno. A failure marks it down until its back-off has passed: the rounds
+ * meanwhile leave its commands unanswered at once, and a cluster's map is read
+ * again soon, to find the replica that takes its slots.
+ */
 static int node_connect(struct remote_link *l, struct remote_node *nd, uint64_t deadline_ns)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai, *a;
-	char port[8];
-	int ret = -EHOSTUNREACH, one = 1;
+	int ret;
 
-	snprintf(port, sizeof(port), "%u", nd->addr.port);
-	if (getaddrinfo(nd->addr.host, port, &hints, &ai))
-		return -EHOSTUNREACH;
-	for (a = ai; a; a = a->ai_next) {
-		int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-		socklen_t len = sizeof(ret);
+	if (nd->down && kvpd_now_ns() < nd->retry_ns)
+		return -EAGAIN;
+	if (!l->defaults) {
+		/* hiredis's own functions, for every reply but a value: a reader's. */
+		redisReader *probe = redisReaderCreate();
 
-		if (fd < 0)
-			continue;
-		if (connect(fd, a->ai_addr, a->ai_addrlen) && errno != EINPROGRESS) {
-			ret = -errno;
-			close(fd);
-			continue;
-		}
-		if (poll(&pfd, 1, ms_left(deadline_ns)) != 1 ||
-		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &ret, &len) || ret) {
-			ret = ret > 0 ? -ret : -ETIMEDOUT;
-			close(fd);
-			continue;
-		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (!l->defaults) {
-			/* hiredis's own functions, for every reply but a value: a reader's. */
-			redisReader *probe = redisReaderCreate();
-
-			l->defaults = probe ? probe->fn : NULL;
-			if (probe)
-				redisReaderFree(probe);
-		}
-		nd->reader = l->defaults ? redisReaderCreateWithFunctions(&l->fns) : NULL;
-		if (!nd->reader) {
-			close(fd);
-			ret = -ENOMEM;
-			break;
-		}
-		/* Its buffer kept between values: freed after each, a 256 KiB value faulted it in anew. */
-		nd->reader->maxbuf = 0;
-		nd->reader->privdata = l;
-		nd->fd = fd;
-		ret = 0;
-		break;
+		l->defaults = probe ? probe->fn : NULL;
+		if (probe)
+			redisReaderFree(probe);
 	}
-	freeaddrinfo(ai);
-	return ret;
+	nd->reader = l->defaults ? redisReaderCreateWithFunctions(&l->fns) : NULL;
+	if (!nd->reader)
+		return -ENOMEM;
+	/* Its buffer kept between values: freed after each, a 256 KiB value faulted it in anew. */
+	nd->reader->maxbuf = 0;
+	nd->reader->privdata = l;
+	ret = remote_conn_open(l, nd, deadline_ns);
+	if (ret) {
+		node_drop(nd);
+		nd->backoff_ms = nd->down ? nd->backoff_ms * 2 : BACKOFF_MIN_MS;
+		if (nd->backoff_ms > BACKOFF_MAX_MS)
+			nd->backoff_ms = BACKOFF_MAX_MS;
+		nd->retry_ns = kvpd_now_ns() + (uint64_t)nd->backoff_ms * 1000000;
+		if (!nd->down)
+			tell(l, REMOTE_NODE_DOWN, nd, NULL, l->why);
+		nd->down = true;
+		if (l->cluster && !l->map_due_ns)
+			l->map_due_ns = kvpd_now_ns() + MAP_RETRY_NS;
+		return ret;
+	}
+	if (nd->down)
+		tell(l, REMOTE_NODE_BACK, nd, NULL, NULL);
+	nd->down = false;
+	nd->backoff_ms = 0;
+	return 0;
 }
 
 /* Writes what the socket takes of @nd's commands: 0, or -errno (the node dropped by the caller). */
@@ -232,10 +231,10 @@ static int write_some(struct remote_node *nd, struct remote_cmd *cmds)
 {
 	while (nd->written < nd->ncmds) {
 		const struct remote_cmd *c = &cmds[nd->cmds[nd->written]];
-		ssize_t w = send(nd->fd, c->buf + nd->off, c->len - nd->off, MSG_NOSIGNAL);
+		ssize_t w = remote_conn_send(nd, c->buf + nd->off, c->len - nd->off);
 
 		if (w < 0)
-			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+			return w == -EAGAIN ? 0 : (int)w;
 		nd->off += (size_t)w;
 		if (nd->off == c->len) {
 			nd->written++;
@@ -245,27 +244,32 @@ static int write_some(struct remote_node *nd, struct remote_cmd *cmds)
 	return 0;
 }
 
-/* Reads what @nd answered, each reply to its command in order: 0, or -errno. */
+/*
+ * Reads what @nd answered, each reply to its command in order: 0, or -errno.
+ * Until the socket is dry: TLS keeps what it decrypted beyond the record
+ * asked for, which poll would not report.
+ */
 static int read_some(struct remote_link *l, struct remote_node *nd, struct remote_cmd *cmds)
 {
-	ssize_t r = recv(nd->fd, l->rbuf, READ_BYTES, 0);
+	for (;;) {
+		ssize_t r = remote_conn_recv(nd, l->rbuf, READ_BYTES);
 
-	if (r == 0)
-		return -ECONNRESET;
-	if (r < 0)
-		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-	if (redisReaderFeed(nd->reader, l->rbuf, (size_t)r) != REDIS_OK)
-		return -EPROTO;
-	while (nd->answered < nd->ncmds) {
-		void *reply;
-
-		if (redisReaderGetReply(nd->reader, &reply) != REDIS_OK)
+		if (r < 0)
+			return r == -EAGAIN ? 0 : (int)r;
+		if (redisReaderFeed(nd->reader, l->rbuf, (size_t)r) != REDIS_OK)
 			return -EPROTO;
-		if (!reply)
+		while (nd->answered < nd->ncmds) {
+			void *reply;
+
+			if (redisReaderGetReply(nd->reader, &reply) != REDIS_OK)
+				return -EPROTO;
+			if (!reply)
+				break;
+			cmds[nd->cmds[nd->answered++]].reply = reply;
+		}
+		if (nd->answered == nd->ncmds)
 			return 0;
-		cmds[nd->cmds[nd->answered++]].reply = reply;
 	}
-	return 0;
 }
 
 static int node_add_cmd(struct remote_node *nd, uint32_t i)
@@ -393,15 +397,16 @@ static uint16_t node_of_addr(struct remote_link *l, const char *host, size_t hos
 }
 
 /*
- * CLUSTER SLOTS from node @k: each range [start, end, [host, port, id], replicas...]
- * routed to its master. An empty host is the asked node's (Redis's "unknown endpoint").
+ * CLUSTER SLOTS from node @k into @map: each range [start, end, [host, port,
+ * id], replicas...] routed to its master. An empty host is the asked node's
+ * (Redis's "unknown endpoint").
  */
-static bool read_slots(struct remote_link *l, uint32_t k, const redisReply *r)
+static bool read_slots(struct remote_link *l, uint32_t k, const redisReply *r, uint16_t *map)
 {
 	if (!r || r->type != REDIS_REPLY_ARRAY)
 		return false;
 	for (uint32_t s = 0; s < REMOTE_SLOTS; s++)
-		l->slot_node[s] = REMOTE_NO_NODE;
+		map[s] = REMOTE_NO_NODE;
 	for (size_t i = 0; i < r->elements; i++) {
 		const redisReply *e = r->element[i], *m;
 		const char *host;
@@ -427,9 +432,41 @@ static bool read_slots(struct remote_link *l, uint32_t k, const redisReply *r)
 		node = node_of_addr(l, host, host_len, (uint16_t)m->element[1]->integer);
 		for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
 			if (s >= 0 && s < REMOTE_SLOTS)
-				l->slot_node[s] = node;
+				map[s] = node;
 	}
 	return true;
+}
+
+/*
+ * @map in place. A node down that served slots and serves none now was
+ * replaced (a failover): said once. While a node down still serves slots, the
+ * map is read again soon.
+ */
+static void map_install(struct remote_link *l, const uint16_t *map)
+{
+	uint16_t was[REMOTE_MAX_NODES], now[REMOTE_MAX_NODES];
+	uint32_t waiting = 0;
+
+	memset(was, 0xff, sizeof(was));
+	memset(now, 0xff, sizeof(now));
+	for (uint32_t s = 0; s < REMOTE_SLOTS; s++) {
+		if (l->slot_node[s] != REMOTE_NO_NODE)
+			was[l->slot_node[s]] = (uint16_t)s;
+		if (map[s] != REMOTE_NO_NODE)
+			now[map[s]] = (uint16_t)s;
+	}
+	memcpy(l->slot_node, map, sizeof(l->slot_node));
+	for (uint32_t k = 0; k < l->nnodes; k++) {
+		struct remote_node *nd = &l->nodes[k];
+
+		if (!nd->down)
+			continue;
+		if (now[k] != REMOTE_NO_NODE)
+			waiting++;
+		else if (was[k] != REMOTE_NO_NODE && l->slot_node[was[k]] != REMOTE_NO_NODE)
+			tell(l, REMOTE_NODE_REPLACED, nd, &l->nodes[l->slot_node[was[k]]], NULL);
+	}
+	l->map_due_ns = waiting && l->cluster ? kvpd_now_ns() + MAP_RETRY_NS : 0;
 }
 
 /*
@@ -440,6 +477,7 @@ static bool read_slots(struct remote_link *l, uint32_t k, const redisReply *r)
 static void read_map(struct remote_link *l, uint64_t deadline_ns)
 {
 	static const char *info[] = { "CLUSTER", "INFO" }, *slots[] = { "CLUSTER", "SLOTS" };
+	uint16_t map[REMOTE_SLOTS];
 
 	for (uint32_t k = 0; k < l->nnodes; k++) {
 		redisReply *r = node_call(l, k, 2, info, deadline_ns);
@@ -447,22 +485,24 @@ static void read_map(struct remote_link *l, uint64_t deadline_ns)
 
 		if (!r)
 			continue;
-		if (r->type == REDIS_REPLY_ERROR) {
+		if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6)) {
 			remote_reply_free(r);
 			l->cluster = false;
 			for (uint32_t s = 0; s < REMOTE_SLOTS; s++)
-				l->slot_node[s] = (uint16_t)k;
+				map[s] = (uint16_t)k;
+			map_install(l, map);
 			l->mapped = true;
 			l->stale = false;
 			return;
 		}
 		remote_reply_free(r);
 		r = node_call(l, k, 2, slots, deadline_ns);
-		ok = read_slots(l, k, r);
+		ok = read_slots(l, k, r, map);
 		if (r)
 			remote_reply_free(r);
 		if (ok) {
 			l->cluster = true;
+			map_install(l, map);
 			l->mapped = true;
 			l->stale = false;
 			return;
@@ -470,9 +510,9 @@ static void read_map(struct remote_link *l, uint64_t deadline_ns)
 	}
 }
 
-static bool is_moved(const redisReply *r)
+static bool is_error(const redisReply *r, const char *kind)
 {
-	return r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "MOVED ", 6);
+	return r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, kind, strlen(kind));
 }
 
 /* The map, read again when missing or stale, within the link's timeout and @deadline_ns. */
@@ -480,6 +520,8 @@ static void map_fresh(struct remote_link *l, uint64_t deadline_ns)
 {
 	uint64_t by = kvpd_now_ns() + (uint64_t)l->timeout_ms * 1000000;
 
+	if (l->map_due_ns && kvpd_now_ns() >= l->map_due_ns)
+		l->stale = true;
 	if (!l->mapped || l->stale)
 		read_map(l, by < deadline_ns ? by : deadline_ns);
 }
@@ -492,7 +534,7 @@ static uint32_t take_moved(struct remote_link *l, struct remote_cmd *cmds, uint1
 
 	for (uint32_t i = 0; i < n; i++) {
 		node_of[i] = REMOTE_NO_NODE;
-		if (!is_moved(cmds[i].reply))
+		if (!is_error(cmds[i].reply, "MOVED "))
 			continue;
 		remote_reply_free(cmds[i].reply);
 		cmds[i].reply = NULL;
@@ -504,35 +546,119 @@ static uint32_t take_moved(struct remote_link *l, struct remote_cmd *cmds, uint1
 	return moved;
 }
 
+/*
+ * ASK replies (the key's slot migrating, the key gone to the importing node):
+ * each command sent once more to that node, after ASKING, the map left as it
+ * is. How many were asked (their replies in place of the ASKs').
+ */
+static uint32_t follow_ask(struct remote_link *l, struct remote_cmd *cmds, uint32_t n,
+			   uint64_t deadline_ns)
+{
+	static char asking[] = "*1\r\n$6\r\nASKING\r\n";
+	struct remote_cmd *pairs;
+	uint16_t *node_of;
+	uint32_t *which, m = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		m += is_error(cmds[i].reply, "ASK ");
+	if (m && !ms_left(deadline_ns)) {
+		/* No time to follow them: unanswered, as a node late. */
+		for (uint32_t i = 0; i < n; i++)
+			if (is_error(cmds[i].reply, "ASK ")) {
+				remote_reply_free(cmds[i].reply);
+				cmds[i].reply = NULL;
+			}
+		return 0;
+	}
+	if (!m)
+		return 0;
+	pairs = calloc(2 * m, sizeof(*pairs));
+	node_of = calloc(2 * m, sizeof(*node_of));
+	which = calloc(m, sizeof(*which));
+	m = 0;
+	for (uint32_t i = 0; pairs && node_of && which && i < n; i++) {
+		const char *addr, *colon;
+		uint16_t node;
+
+		if (!is_error(cmds[i].reply, "ASK "))
+			continue;
+		/* "ASK SLOT HOST:PORT" */
+		addr = strchr(cmds[i].reply->str + 4, ' ');
+		colon = addr ? strrchr(addr, ':') : NULL;
+		node = colon ? node_of_addr(l, addr + 1, (size_t)(colon - addr - 1),
+					    (uint16_t)atoi(colon + 1)) : REMOTE_NO_NODE;
+		remote_reply_free(cmds[i].reply);
+		cmds[i].reply = NULL;
+		if (node == REMOTE_NO_NODE)
+			continue;
+		pairs[2 * m] = (struct remote_cmd){ .buf = asking, .len = sizeof(asking) - 1 };
+		pairs[2 * m + 1] = (struct remote_cmd){ .buf = cmds[i].buf, .len = cmds[i].len };
+		node_of[2 * m] = node_of[2 * m + 1] = node;
+		which[m++] = i;
+	}
+	if (m)
+		run_round(l, pairs, node_of, 2 * m, deadline_ns);
+	for (uint32_t j = 0; j < m; j++) {
+		if (pairs[2 * j].reply)
+			remote_reply_free(pairs[2 * j].reply);
+		cmds[which[j]].reply = pairs[2 * j + 1].reply;
+	}
+	l->asked += m;
+	free(pairs);
+	free(node_of);
+	free(which);
+	return m;
+}
+
+static uint32_t count_answered(const struct remote_cmd *cmds, uint32_t n)
+{
+	uint32_t answered = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		answered += cmds[i].reply != NULL;
+	return answered;
+}
+
 uint32_t remote_round(struct remote_link *l, struct remote_cmd *cmds, uint32_t n,
 		      uint64_t deadline_ns)
 {
-	uint16_t *node_of = malloc((n ? n : 1) * sizeof(*node_of));
-	uint32_t answered, moved;
+	uint16_t *node_of = calloc(n ? n : 1, sizeof(*node_of));
+	uint32_t generation = l->access ? __atomic_load_n(&l->access->generation,
+							  __ATOMIC_ACQUIRE) : 0;
 
 	if (!node_of)
 		return 0;
+	/* Secrets rotated: connections made with the old ones are made again. */
+	for (uint32_t k = 0; k < l->nnodes; k++)
+		if (l->nodes[k].fd >= 0 && l->nodes[k].generation != generation)
+			node_drop(&l->nodes[k]);
 	map_fresh(l, deadline_ns);
 	for (uint32_t i = 0; i < n; i++) {
 		cmds[i].reply = NULL;
 		node_of[i] = l->slot_node[cmds[i].slot];
 	}
-	answered = run_round(l, cmds, node_of, n, deadline_ns);
+	run_round(l, cmds, node_of, n, deadline_ns);
+	follow_ask(l, cmds, n, deadline_ns);
 	/* A slot moved (a reshard, a failover): the map is read again, and those asked once more. */
-	moved = take_moved(l, cmds, node_of, n);
-	if (moved && ms_left(deadline_ns)) {
-		answered -= moved;
+	if (take_moved(l, cmds, node_of, n) && ms_left(deadline_ns)) {
 		map_fresh(l, deadline_ns);
 		for (uint32_t i = 0; i < n; i++)
 			if (node_of[i] != REMOTE_NO_NODE)
 				node_of[i] = l->slot_node[cmds[i].slot];
-		answered += run_round(l, cmds, node_of, n, deadline_ns);
-		answered -= take_moved(l, cmds, node_of, n);
-	} else {
-		answered -= moved;
+		run_round(l, cmds, node_of, n, deadline_ns);
+		follow_ask(l, cmds, n, deadline_ns);
+		take_moved(l, cmds, node_of, n);
 	}
 	free(node_of);
-	return answered;
+	return count_answered(cmds, n);
+}
+
+int remote_link_probe(struct remote_link *l, uint32_t k, uint64_t deadline_ns)
+{
+	int ret = node_connect(l, &l->nodes[k], deadline_ns);
+
+	node_drop(&l->nodes[k]);
+	return ret;
 }
 
 void remote_link_nodes(const struct remote_link *l, uint32_t *known, uint32_t *answering)

@@ -583,6 +583,12 @@ bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st)
 	return true;
 }
 
+void kvpd_tier_reload(struct kvpd *d, struct kvpd_pool *pool)
+{
+	if (pool->remote)
+		kvpd_remote_reload(d, pool);
+}
+
 int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len)
 {
 	/* The cluster tier last: below the local one. */

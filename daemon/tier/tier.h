@@ -53,6 +53,16 @@ struct kvpd_tier_stats {
  */
 int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len);
 
+/* SIGHUP: what a pool's tiers read from files (the cluster tier's secrets), read again. */
+void kvpd_tier_reload(struct kvpd *d, struct kvpd_pool *pool);
+
+/*
+ * The cluster tier's first contact, off the loop while the pool is built: -errno
+ * with @why when the cluster refuses the pool's password or the pool refuses
+ * its certificate; 0 otherwise, reached or not (remote_access.c).
+ */
+int kvpd_tier_probe(struct kvpd_pool *pool, char *why, size_t why_len);
+
 /* The loop's turn: each tiered pool whose free queue moved gets its copies down queued. */
 void kvpd_tier_turn(struct kvpd *d);
 

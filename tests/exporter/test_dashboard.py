@@ -6,6 +6,7 @@ scraping kvctl exporter after a workload that exercises what the panel shows, re
 import json
 import os
 import re
+import socket
 import subprocess
 
 import numpy as np
@@ -37,6 +38,19 @@ kv_events = on
 [uid.%d]
 max_blocks = 100
 """ % (4 * SLOT, UID)
+# The cluster tier's panels: a pool writing through to a standalone Redis of the test's own.
+REMOTE_POOL = """
+[pool.r]
+blocks = 9
+block_size = 4
+groups = full
+kv_heads = 2
+head_dim = 8
+dtype = f32
+layers_per_group = 2
+tier_remote = redis://127.0.0.1:%d
+tier_remote_timeout_ms = 1000
+"""
 
 
 def dashboard():
@@ -126,8 +140,25 @@ def workload(d):
     assert out.returncode == 0, out.stderr
 
 
-def test_every_panel_returns_data(stack):
-    d, _, prom = stack(CONFIG)
+@pytest.fixture
+def redis(tmp_path):
+    """A standalone redis-server on a free loopback port: its port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for("redis-server", lambda: subprocess.run(
+        ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout.strip()
+        == "PONG")
+    yield port
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_every_panel_returns_data(stack, redis):
+    d, _, prom = stack(CONFIG + REMOTE_POOL % redis)
     wait_for("a first scrape", lambda: prom.value("kvpool_up") == 1)
     workload(d)
     with d.client(pool="t") as c, c.open(list(range(9))) as q:

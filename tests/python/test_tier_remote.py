@@ -38,7 +38,7 @@ tier_remote = {url}
 # map too. The stopped cluster's test sets its own.
 TIMEOUT = "tier_remote_timeout_ms = 1000\n"
 
-HEAD = struct.Struct("<4sIQQQ")  # magic, version, geometry, sum, bytes
+HEAD = struct.Struct("<4sIQQQ32s")  # magic, version, geometry, sum, bytes, tag
 KVCTL = os.environ.get("KVCTL", os.path.join(ROOT, "build", "bin", "kvctl"))
 
 
@@ -86,8 +86,9 @@ def test_committed_blocks_go_to_the_cluster_with_their_kv(tmp_path, cluster):
             values = {}
             for k in keys:
                 v = cluster.get(k)
-                magic, version, geo, total, n = HEAD.unpack_from(v)
-                assert (magic, version, n, len(v)) == (b"KVPR", 1, SLOT, HEAD.size + SLOT)
+                magic, version, geo, total, n, tag = HEAD.unpack_from(v)
+                assert (magic, version, n, len(v)) == (b"KVPR", 2, SLOT, HEAD.size + SLOT)
+                assert tag == bytes(32)  # no key file: untagged
                 assert b"%016x" % geo == geometry
                 assert xxhash.xxh3_64_intdigest(v[HEAD.size:]) == total
                 values[bytes(v[HEAD.size:])] = k
@@ -161,7 +162,8 @@ def test_a_stopped_cluster_skips_sends_and_no_client_sees_an_error(tmp_path, clu
 
 
 @pytest.mark.parametrize("keys,reason", [
-    ("tier_remote = http://x:1", "tier_remote: not redis://HOST:PORT[,HOST:PORT...]"),
+    ("tier_remote = http://x:1",
+     "tier_remote: not redis://HOST:PORT[,HOST:PORT...] (or rediss://, TLS)"),
     ("tier_remote = redis://h:0", "tier_remote: '0': a port is 1..65535"),
     ("tier_remote = redis://:6379", "tier_remote: ':6379': not HOST:PORT"),
     ("tier_remote_prefix = x", "tier_remote_prefix: set without tier_remote"),
@@ -216,7 +218,8 @@ def test_a_prompt_committed_on_one_daemon_is_hit_on_another(tmp_path, cluster):
             r = remote_of(admin2, "full")
             assert (r["promoted"], r["hit_tokens"], r["rounds"]) == (4, 16, 2)
             assert r["bytes_in"] == 4 * (HEAD.size + SLOT)
-            assert r["refused"] == dict(header=0, geometry=0, checksum=0, missing=0, late=0)
+            assert r["refused"] == dict(header=0, geometry=0, checksum=0, missing=0, late=0,
+                                       tag=0)
             # Now the pool has them: a local hit asks nothing.
             with c2.open(prompt) as b2:
                 assert b2.alloc(1, use_cache=True) == 16
@@ -316,8 +319,8 @@ def test_a_bad_value_is_refused_and_cuts_the_hit_before_it(tmp_path, cluster, ki
         elif kind == "checksum":
             value[HEAD.size + 100] ^= 1  # a valid header, its data changed
         else:
-            magic, version, geo, total, n = HEAD.unpack_from(value)
-            HEAD.pack_into(value, 0, magic, version, geo ^ 1, total, n)  # sound, elsewhere's
+            magic, version, geo, total, n, tag = HEAD.unpack_from(value)
+            HEAD.pack_into(value, 0, magic, version, geo ^ 1, total, n, tag)  # sound, elsewhere's
         cluster.set(key, bytes(value))
         with two.client(pool="full") as c2, two.client(admin=True) as admin2:
             with c2.open(prompt) as b:
@@ -328,7 +331,7 @@ def test_a_bad_value_is_refused_and_cuts_the_hit_before_it(tmp_path, cluster, ki
                     assert np.array_equal(k, data[0, layer][0][:8])
             r = remote_of(admin2, "full")
             assert r["refused"] == dict(dict(header=0, geometry=0, checksum=0, missing=0,
-                                             late=0), **{kind: 1})
+                                             late=0, tag=0), **{kind: 1})
             assert r["promoted"] == 2
     finally:
         one.stop()

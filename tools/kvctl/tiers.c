@@ -223,4 +223,17 @@ void print_remote_prometheus(FILE *out, const struct kvp_stats_view *s)
 	fprintf(out, "# HELP kvpool_tier_remote_moved_total MOVED replies a cluster tier met (its slot "
 		"map read again).\n# TYPE kvpool_tier_remote_moved_total counter\n");
 	REMOTE_SAMPLES("kvpool_tier_remote_moved_total", r->moved);
+	fprintf(out, "# HELP kvpool_tier_remote_asked_total ASK redirects a cluster tier followed (a "
+		"slot migrating).\n# TYPE kvpool_tier_remote_asked_total counter\n");
+	REMOTE_SAMPLES("kvpool_tier_remote_asked_total", r->asked);
+	fprintf(out, "# HELP kvpool_tier_remote_send_errors_total Blocks whose SET a node answered "
+		"with an error (NOPERM, OOM...).\n"
+		"# TYPE kvpool_tier_remote_send_errors_total counter\n");
+	REMOTE_SAMPLES("kvpool_tier_remote_send_errors_total", r->send_errors);
+	fprintf(out, "# HELP kvpool_tier_remote_outages_total Nodes that became unreachable to a "
+		"cluster tier.\n# TYPE kvpool_tier_remote_outages_total counter\n");
+	REMOTE_SAMPLES("kvpool_tier_remote_outages_total", r->outages);
+	fprintf(out, "# HELP kvpool_tier_remote_nodes_down A cluster tier's nodes in an outage now.\n"
+		"# TYPE kvpool_tier_remote_nodes_down gauge\n");
+	REMOTE_SAMPLES("kvpool_tier_remote_nodes_down", r->nodes_down);
 }
