@@ -499,6 +499,13 @@ int kvp_pool_destroy_flags(struct kvp_client *c, const char *name, uint32_t flag
  * without a tier. -ENOENT: no such pool.
  */
 int kvp_pool_sync(struct kvp_client *c, const char *name);
+/*
+ * kvp_pool_purge_remote - delete pool @name's keys (NULL: the attached pool's)
+ * from its cluster tier, every master's; *@purged (if not NULL): how many.
+ * -EOPNOTSUPP: the pool has no cluster tier; -EHOSTUNREACH: a master was not
+ * reached (the others' keys are deleted all the same).
+ */
+int kvp_pool_purge_remote(struct kvp_client *c, const char *name, uint64_t *purged);
 
 /* kvp_evict - remove the cache entries of the given blocks; returns how many had one. */
 int kvp_evict(struct kvp_client *c, const uint32_t *ids, uint32_t n);

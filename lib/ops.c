@@ -307,6 +307,17 @@ int kvp_pool_sync(struct kvp_client *c, const char *name)
 	return name_call(c, KVP_OP_POOL_SYNC, name ? name : "");
 }
 
+int kvp_pool_purge_remote(struct kvp_client *c, const char *name, uint64_t *purged)
+{
+	struct call call = { 0 };
+	int ret = stage_name(c, &call, KVP_OP_POOL_PURGE_REMOTE, name ? name : "") ?:
+		  run(c, &call);
+
+	if (ret >= 0 && purged)
+		*purged = call.cqe.aux;
+	return ret < 0 ? ret : 0;
+}
+
 static int pool_create(struct kvp_client *c, const struct kvp_pool_params *params,
 		       uint32_t op_flags)
 {

@@ -232,6 +232,13 @@ enum kvp_opcode {
 	KVP_OP_POOL_SYNC,     /* addr: pool name (len bytes; len 0: the attached pool, -ENODEV
 			       * without one). Completes (res 0) once every copy into the pool's
 			       * tier queued before it has finished; at once without a tier */
+	KVP_OP_POOL_PURGE_REMOTE, /* addr: pool name (len bytes; len 0: the attached pool, -ENODEV
+			       * without one). Deletes the pool's keys (its prefix and
+			       * geometry) from its cluster tier, every master's (SCAN,
+			       * UNLINK). res and aux: keys deleted (res at most INT32_MAX);
+			       * -EOPNOTSUPP without a cluster
+			       * tier, -EHOSTUNREACH when a master could not be reached (the
+			       * others' keys deleted all the same) */
 	KVP_OP_LAST,
 };
 
@@ -1183,7 +1190,7 @@ _Static_assert(KVP_OP_NOP == 0 && KVP_OP_SEQ_OPEN == 1 && KVP_OP_SEQ_CLOSE == 2 
 	       KVP_OP_WRITE_KV == 12 && KVP_OP_READ_KV == 13 && KVP_OP_ATTEND == 14, "opcodes");
 _Static_assert(KVP_OP_POOL_CREATE == 64 && KVP_OP_POOL_DESTROY == 65 && KVP_OP_EVICT == 66 &&
 	       KVP_OP_RESET == 67 && KVP_OP_DUMP_FREEQ == 68 && KVP_OP_CHECK == 69 &&
-	       KVP_OP_POOL_SYNC == 70 &&
+	       KVP_OP_POOL_SYNC == 70 && KVP_OP_POOL_PURGE_REMOTE == 71 &&
 	       KVP_OP_LAST <= KVP_STATS_OPS, "admin opcodes");
 _Static_assert(KVP_KIND_FULL == 0 && KVP_KIND_SWA == 1 && KVP_KIND_RSWA == 2 &&
 	       KVP_KIND_CHUNKED == 3 && KVP_KIND_CYCLIC == 4, "group kinds");

@@ -332,8 +332,10 @@ static int seq_op_again(struct kvpd *d, struct kvpd_client *c, const struct kvp_
 
 	if (!seq)
 		return -EBADF;
+	kvpd_tier_acting(c->pool, c);
 	ret = sqe->opcode == KVP_OP_LOOKUP ? op_lookup(d, c, seq, sqe, cqe) :
 					     op_alloc(d, c, seq, sqe, cqe);
+	kvpd_tier_acting(c->pool, NULL);
 	if (c->pool->events)
 		kvpd_events_cut(c->pool->events);
 	return ret;
@@ -527,6 +529,13 @@ static int op_pool_sync(struct kvpd *d, struct kvpd_client *c, const struct kvp_
 	return named_pool(d, c, sqe, &pool) ?: kvpd_tier_sync(d, c, pool, sqe->user_data);
 }
 
+static int op_pool_purge_remote(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
+{
+	struct kvpd_pool *pool;
+
+	return named_pool(d, c, sqe, &pool) ?: kvpd_tier_purge_remote(d, c, pool, sqe->user_data);
+}
+
 /* vLLM's reset_prefix_cache: every cached block forgets its hash; -EBUSY while any is in use. */
 static int op_reset(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe)
 {
@@ -554,6 +563,8 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return arena_name(c, sqe, name) ?: op_pool_destroy(d, c, name, sqe->op_flags);
 	case KVP_OP_POOL_SYNC:
 		return op_pool_sync(d, c, sqe);
+	case KVP_OP_POOL_PURGE_REMOTE:
+		return op_pool_purge_remote(d, c, sqe);
 	case KVP_OP_RESET:
 		return op_reset(d, c, sqe);
 	}
@@ -569,6 +580,18 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return op_check(c, sqe);
 	}
 	return -EINVAL;
+}
+
+/* A sequence's request: blocks it completes go to the cluster charged to its client's tenant. */
+static int seq_op_acting(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			 struct kvp_cqe *cqe)
+{
+	int ret;
+
+	kvpd_tier_acting(c->pool, c);
+	ret = seq_op(d, c, sqe, cqe);
+	kvpd_tier_acting(c->pool, NULL);
+	return ret;
 }
 
 static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
@@ -623,7 +646,7 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	case KVP_OP_FREE:
 	case KVP_OP_GET_TABLE:
 		c->touched_pool = true;
-		return seq_op(d, c, sqe, cqe);
+		return seq_op_acting(d, c, sqe, cqe);
 	case KVP_OP_WRITE_KV:
 	case KVP_OP_READ_KV:
 		return kvpd_kv_io(d, c, sqe) ?: KVPD_LATER;

@@ -43,6 +43,7 @@ struct remote_send {
 	uint64_t seq;
 	uint32_t n, cap;
 	uint32_t *blocks, *groups;
+	uint32_t *charges;           /* each block's tenant charge (remote_charge_take's) */
 	struct kvc_hash *keys;
 	uint8_t *sent;               /* the thread's answer: SEND_* */
 	uint64_t bytes_out;          /* the thread's: what went out */
@@ -72,7 +73,7 @@ static struct remote_send *send_new(struct kvpd_remote *r)
 
 	if (cap < SEND_JOB_MIN)
 		cap = SEND_JOB_MIN;
-	s = calloc(1, sizeof(*s) + cap * (3 * sizeof(uint32_t) + sizeof(struct kvc_hash)));
+	s = calloc(1, sizeof(*s) + cap * (4 * sizeof(uint32_t) + sizeof(struct kvc_hash)));
 	if (!s)
 		return NULL;
 	s->r = r;
@@ -80,7 +81,8 @@ static struct remote_send *send_new(struct kvpd_remote *r)
 	s->keys = (struct kvc_hash *)(s + 1);
 	s->blocks = (uint32_t *)(s->keys + cap);
 	s->groups = s->blocks + cap;
-	s->sent = (uint8_t *)(s->groups + cap);
+	s->charges = s->groups + cap;
+	s->sent = (uint8_t *)(s->charges + cap);
 	s->head.kind = REMOTE_SEND;
 	s->head.job.type = KVPD_JOB_REMOTE;
 	s->head.job.pool = r->pool;
@@ -107,23 +109,31 @@ static void send_submit(struct kvpd *d, struct kvpd_remote *r)
 	kvpd_tier_copier_push(r->send_thread, &s->head.job, false);
 }
 
-void kvpd_remote_offer(struct kvpd_remote *r, uint32_t group, uint32_t block,
-		       const struct kvc_hash *key)
+void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint32_t group,
+		       uint32_t block, const struct kvc_hash *key)
 {
 	struct remote_send *s = r->filling;
+	uint32_t charge;
 
 	r->dirty = true;
 	if (remote_known(r, group, key)) {
 		r->st.deduplicated++;
 		return;
 	}
-	if (r->st.queued >= r->queue_cap || (!s && !(s = r->filling = send_new(r))) ||
-	    kvc_pin(r->pool->core, &block, 1)) {
+	if (r->st.queued >= r->queue_cap || (!s && !(s = r->filling = send_new(r)))) {
+		r->st.skipped++;
+		return;
+	}
+	charge = remote_charge_take(r, c, r->data_bytes);
+	if (charge == REMOTE_CHARGE_OVER || kvc_pin(r->pool->core, &block, 1)) {
+		if (charge != REMOTE_CHARGE_OVER)
+			remote_charge_give(r, charge, r->data_bytes);
 		r->st.skipped++;
 		return;
 	}
 	s->blocks[s->n] = block;
 	s->groups[s->n] = group;
+	s->charges[s->n] = charge;
 	s->keys[s->n++] = *key;
 	r->st.queued++;
 	/* Known from now on: a second commit of it while this send is in flight sends nothing. */
@@ -136,8 +146,10 @@ void kvpd_remote_offer(struct kvpd_remote *r, uint32_t group, uint32_t block,
 static void committed(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
 		      const struct kvc_hash *key)
 {
+	struct kvpd_remote *r = ctx;
+
 	(void)pos;
-	kvpd_remote_offer(ctx, group, block, key);
+	kvpd_remote_offer(r, r->acting, group, block, key);
 }
 
 /* The value of block @block: its chunks, copied out of the pool after the header's room. */
@@ -231,6 +243,8 @@ static void remote_run(void *arg, struct kvpd_job *job)
 {
 	if (((struct remote_head *)job)->kind == REMOTE_ASK)
 		kvpd_remote_run_ask(job);
+	else if (((struct remote_head *)job)->kind == REMOTE_PURGE)
+		kvpd_remote_run_purge(job);
 	else
 		run_send(arg, (struct remote_send *)job);
 }
@@ -306,12 +320,16 @@ void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job)
 
 	if (((struct remote_head *)job)->kind == REMOTE_ASK)
 		return kvpd_remote_ask_done(d, job);
+	if (((struct remote_head *)job)->kind == REMOTE_PURGE)
+		return kvpd_remote_purge_done(d, job);
 
 	for (uint32_t i = 0; i < s->n; i++) {
-		if (s->sent[i] == SEND_OK)
+		if (s->sent[i] == SEND_OK) {
 			KVPD_PROBE(remote_send, r->pool->name, s->groups[i], s->keys[i].lo);
-		else
+		} else {
 			kvpd_remote_forget(r, s->groups[i], &s->keys[i]);
+			remote_charge_give(r, s->charges[i], r->data_bytes);
+		}
 		r->st.sent += s->sent[i] == SEND_OK;
 		r->st.skipped += s->sent[i] == SEND_SKIPPED;
 		r->st.send_errors += s->sent[i] == SEND_REFUSED;
@@ -396,6 +414,7 @@ static void remote_free(struct kvpd_remote *r)
 	remote_link_close(&r->send_link);
 	remote_link_close(&r->ask_link);
 	remote_access_free(&r->access);
+	remote_charges_free(r);
 	pthread_mutex_destroy(&r->events_lock);
 	pthread_mutex_destroy(&r->arena_lock);
 	free(r->arena_mem);

@@ -166,6 +166,11 @@ void remote_link_close(struct remote_link *l);
 uint32_t remote_round(struct remote_link *l, struct remote_cmd *cmds, uint32_t n,
 		      uint64_t deadline_ns);
 
+/* The masters the slot map routes to (read first if missing or stale), into @out: how many. */
+uint32_t remote_link_masters(struct remote_link *l, uint16_t *out, uint64_t deadline_ns);
+/* A round of @n commands all to node @k, whatever their slots (SCAN, and what it found). */
+uint32_t remote_link_node_round(struct remote_link *l, uint16_t k, struct remote_cmd *cmds,
+				uint32_t n, uint64_t deadline_ns);
 /* Node @k connected (TCP, TLS, AUTH) and dropped: 0, or -errno with the cause in l->why. */
 int remote_link_probe(struct remote_link *l, uint32_t k, uint64_t deadline_ns);
 
@@ -231,7 +236,7 @@ struct tier_copier;
 struct remote_ask;
 
 /* Every job of the tier's thread starts so: what it is, and the link as it left it. */
-enum remote_kind { REMOTE_SEND, REMOTE_ASK };
+enum remote_kind { REMOTE_SEND, REMOTE_ASK, REMOTE_PURGE };
 struct remote_head {
 	struct kvpd_job job;         /* type KVPD_JOB_REMOTE */
 	enum remote_kind kind;
@@ -243,6 +248,17 @@ struct remote_head {
 
 #define REMOTE_KEY_MAX 128
 #define REMOTE_ROUND_BUCKETS 64      /* rounds' latency, log2 ns */
+
+/* A tenant's bytes written to the cluster, by span of time (remote_charge.c). */
+#define REMOTE_CHARGE_SPANS 64
+#define REMOTE_CHARGE_NONE 0u            /* no tenant to charge */
+#define REMOTE_CHARGE_OVER UINT32_MAX    /* its tenant is at its max_tier_bytes: not sent */
+struct kvpd_tenant;
+struct remote_charge {
+	struct kvpd_tenant *tenant;  /* a reference held */
+	uint64_t bytes[REMOTE_CHARGE_SPANS];
+	uint64_t span[REMOTE_CHARGE_SPANS];
+};
 
 /* A pool's cluster tier. */
 struct kvpd_remote {
@@ -261,6 +277,10 @@ struct kvpd_remote {
 	struct remote_access access; /* TLS, AUTH, the values' key: both links' */
 	struct tier_copier *send_thread, *ask_thread;
 	uint32_t ttl_s;              /* every value's (0: none) */
+	struct remote_charge *charges; /* tenants' bytes in the cluster */
+	uint32_t ncharges;
+	uint32_t charge_s;           /* a span's seconds: the TTL's 64th */
+	const struct kvpd_client *acting; /* whose request runs now: its committed blocks' tenant */
 	uint32_t stamp_s;            /* the known set's time unit */
 	/*
 	 * The nodes' outages as the pool has said them (either link may see one
@@ -321,8 +341,8 @@ int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *po
  * unless it is known to hold it (committed blocks; those promoted from the
  * local tier): pinned until its send is back.
  */
-void kvpd_remote_offer(struct kvpd_remote *r, uint32_t group, uint32_t block,
-		       const struct kvc_hash *key);
+void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint32_t group,
+		       uint32_t block, const struct kvc_hash *key);
 /* Block (group, @h)'s key into @buf: its length. */
 int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
 		    char *buf, size_t len);
@@ -334,6 +354,18 @@ void remote_tell_refusal(struct kvpd_remote *r, const struct remote_link *l, uin
 			 const char *err);
 /* The loop: the outages' counts into the stats. */
 void remote_events_collect(struct kvpd_remote *r);
+
+/*
+ * remote_charge.c: @bytes written for @c's tenant: its charge (to give back
+ * if the write fails), REMOTE_CHARGE_NONE, or REMOTE_CHARGE_OVER (not taken:
+ * past its max_tier_bytes).
+ */
+uint32_t remote_charge_take(struct kvpd_remote *r, const struct kvpd_client *c, uint64_t bytes);
+void remote_charge_give(struct kvpd_remote *r, uint32_t charge, uint64_t bytes);
+/* @tenant's bytes in the cluster, as far as this daemon knows. */
+uint64_t remote_charged(const struct kvpd_remote *r, const struct kvpd_tenant *tenant);
+void remote_charges_clear(struct kvpd_remote *r);
+void remote_charges_free(struct kvpd_remote *r);
 
 /* remote_known.c: the known set for a pool of @pool_blocks blocks, values living @ttl_s. */
 int remote_known_init(struct kvpd_remote *r, uint32_t pool_blocks, uint32_t ttl_s);
@@ -347,6 +379,12 @@ void kvpd_remote_forget(struct kvpd_remote *r, uint32_t group, const struct kvc_
 void kvpd_remote_round_time(struct kvpd_remote *r, uint64_t ns);
 /* A job back from the thread: the link's state it saw, into the stats. */
 void kvpd_remote_head_done(struct kvpd_remote *r, const struct remote_head *h);
+
+/* remote_purge.c: POOL_PURGE_REMOTE of @pool for @c (KVPD_LATER: its completion posted then). */
+int kvpd_remote_purge(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
+		      uint64_t user_data);
+void kvpd_remote_run_purge(struct kvpd_job *job);
+void kvpd_remote_purge_done(struct kvpd *d, struct kvpd_job *job);
 
 /* remote_fetch.c: coming in (its comment says how). */
 bool kvpd_remote_answered(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *key);

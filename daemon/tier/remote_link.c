@@ -653,6 +653,39 @@ uint32_t remote_round(struct remote_link *l, struct remote_cmd *cmds, uint32_t n
 	return count_answered(cmds, n);
 }
 
+uint32_t remote_link_masters(struct remote_link *l, uint16_t *out, uint64_t deadline_ns)
+{
+	bool seen[REMOTE_MAX_NODES] = { false };
+	uint32_t n = 0;
+
+	map_fresh(l, deadline_ns);
+	for (uint32_t s = 0; s < REMOTE_SLOTS; s++) {
+		uint16_t k = l->slot_node[s];
+
+		if (k != REMOTE_NO_NODE && !seen[k]) {
+			seen[k] = true;
+			out[n++] = k;
+		}
+	}
+	return n;
+}
+
+uint32_t remote_link_node_round(struct remote_link *l, uint16_t k, struct remote_cmd *cmds,
+				uint32_t n, uint64_t deadline_ns)
+{
+	uint16_t *node_of = calloc(n ? n : 1, sizeof(*node_of));
+
+	if (!node_of)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		cmds[i].reply = NULL;
+		node_of[i] = k;
+	}
+	run_round(l, cmds, node_of, n, deadline_ns);
+	free(node_of);
+	return count_answered(cmds, n);
+}
+
 int remote_link_probe(struct remote_link *l, uint32_t k, uint64_t deadline_ns)
 {
 	int ret = node_connect(l, &l->nodes[k], deadline_ns);

@@ -583,6 +583,18 @@ bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st)
 	return true;
 }
 
+int kvpd_tier_purge_remote(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
+			   uint64_t user_data)
+{
+	return pool->remote ? kvpd_remote_purge(d, c, pool, user_data) : -EOPNOTSUPP;
+}
+
+void kvpd_tier_acting(struct kvpd_pool *pool, const struct kvpd_client *c)
+{
+	if (pool && pool->remote)
+		pool->remote->acting = c;
+}
+
 void kvpd_tier_reload(struct kvpd *d, struct kvpd_pool *pool)
 {
 	if (pool->remote)

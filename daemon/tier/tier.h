@@ -53,6 +53,16 @@ struct kvpd_tier_stats {
  */
 int kvpd_tier_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t why_len);
 
+/*
+ * POOL_PURGE_REMOTE: @pool's keys deleted from its cluster tier; KVPD_LATER
+ * (the completion, res the keys deleted, posted then) or -EOPNOTSUPP.
+ */
+int kvpd_tier_purge_remote(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *pool,
+			   uint64_t user_data);
+
+/* @c's request runs on @pool (NULL: none now): whose tenant the cluster's writes are charged to. */
+void kvpd_tier_acting(struct kvpd_pool *pool, const struct kvpd_client *c);
+
 /* SIGHUP: what a pool's tiers read from files (the cluster tier's secrets), read again. */
 void kvpd_tier_reload(struct kvpd *d, struct kvpd_pool *pool);
 

@@ -296,7 +296,8 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 			KVPD_PROBE(tier_load, t->pool->name, e->group, e->key.lo);
 		/* Up from this machine's tier: the cluster may lack it (written through as a commit). */
 		if (!err && !bad && !tj->ring[i] && t->pool->remote)
-			kvpd_remote_offer(t->pool->remote, e->group, tj->blocks[i], &e->key);
+			kvpd_remote_offer(t->pool->remote, tj->client, e->group, tj->blocks[i],
+					  &e->key);
 		kvpd_tier_unpin(t, tj->slots[i]);
 		/*
 		 * Up, not copied: the pool has the block now, and a copy kept here would

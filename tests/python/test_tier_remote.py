@@ -364,3 +364,38 @@ def test_a_block_promoted_from_the_local_tier_goes_to_the_cluster_it_missed(tmp_
             assert len(cluster.keys()) == 4
     finally:
         d.stop()
+
+
+def test_a_tenant_at_its_max_tier_bytes_sends_no_more(tmp_path, cluster):
+    """Blocks in the cluster count against the max_tier_bytes of the tenant whose request
+    made them: 2 blocks' worth lets 2 of a 4-block prompt go; another tenant sends its 4."""
+    text = POOL.format(name="full", groups="full", url=cluster.url, extra=TIMEOUT) + """
+[namespace.small]
+uids = 0
+max_tier_bytes = %d
+
+[namespace.roomy]
+uids = 0
+""" % (2 * SLOT)
+    d = Daemon(tmp_path, text, DAEMON)
+    rng = np.random.default_rng(64)
+    try:
+        with d.client(pool="full", namespace="small") as small, \
+                d.client(pool="full", namespace="roomy") as roomy, \
+                d.client(admin=True) as admin:
+            written(small, list(range(100, 117)), rng)
+            admin.pool_sync("full")
+            r = remote_of(admin, "full")
+            assert (r["sent"], r["skipped"]) == (2, 2)
+            written(roomy, list(range(200, 217)), rng)
+            admin.pool_sync("full")
+            r = remote_of(admin, "full")
+            assert (r["sent"], r["skipped"]) == (6, 2)
+            assert len(cluster.keys()) == 6
+            # Purged, the tenant's bytes are its own again.
+            assert admin.pool_purge_remote("full") == 6
+            written(small, list(range(300, 317)), rng)
+            admin.pool_sync("full")
+            assert remote_of(admin, "full")["sent"] == 8
+    finally:
+        d.stop()

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* kvctl pool: create, destroy, sync and reset the daemon's pools. */
+/* kvctl pool: create, destroy, sync and reset the daemon's pools; purge a cluster tier's keys. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,9 +11,10 @@ static const char pool_help[] =
 	"       kvctl pool destroy NAME [--drop-tier] [--socket PATH]\n"
 	"       kvctl pool sync NAME [--socket PATH]\n"
 	"       kvctl pool reset NAME [--socket PATH]\n"
-	"Create or destroy a pool, wait for its tier's copies, or forget its prefix\n"
-	"cache (admin: root or the daemon's uid). 'kvctl pool create --help' lists the\n"
-	"keys.\n"
+	"       kvctl pool purge-remote NAME [--socket PATH]\n"
+	"Create or destroy a pool, wait for its tier's copies, forget its prefix cache,\n"
+	"or delete its keys from its cluster tier (admin: root or the daemon's uid).\n"
+	"'kvctl pool create --help' lists the keys.\n"
 	"\n"
 	"Options:\n"
 	SOCKET_HELP;
@@ -96,6 +97,18 @@ static const char pool_reset_help[] =
 	"new KV is committed. Refused while any of its blocks is in use (a sequence\n"
 	"holds it): the reset needs every block free. The pool's tier keeps what it\n"
 	"holds. Prints \"pool NAME reset\".\n"
+	"\n"
+	"Options:\n"
+	SOCKET_HELP;
+
+static const char pool_purge_remote_help[] =
+	"Usage: kvctl pool purge-remote NAME [--socket PATH]\n"
+	"Delete pool NAME's keys from its cluster tier (admin: root or the daemon's\n"
+	"uid): every key of its prefix and geometry (PREFIX:GEOMETRY:*), found with\n"
+	"SCAN on every master and deleted with UNLINK. Every pool of that prefix and\n"
+	"geometry, on any machine, shares those keys and loses them too. Prints \"pool\n"
+	"NAME: N keys purged from the cluster tier\". A master that cannot be reached\n"
+	"keeps its keys: kvctl says so and exits 1, the others' keys deleted.\n"
 	"\n"
 	"Options:\n"
 	SOCKET_HELP;
@@ -191,18 +204,21 @@ static const char *first_operand(int argc, char **argv)
 }
 
 /*
- * pool create NAME KEY=VALUE... | destroy NAME | sync NAME | reset NAME: one
- * line of output, or the refusal's reason.
+ * pool create NAME KEY=VALUE... | destroy NAME | sync NAME | reset NAME |
+ * purge-remote NAME: one line of output, or the refusal's reason.
  */
 int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 {
 	const char *sub = first_operand(argc, argv);
 	bool create = sub && !strcmp(sub, "create"), destroy = sub && !strcmp(sub, "destroy");
 	bool sync = sub && !strcmp(sub, "sync"), reset = sub && !strcmp(sub, "reset");
+	bool purge = sub && !strcmp(sub, "purge-remote");
 	const char *cmd = create ? "pool create" : destroy ? "pool destroy" : sync ? "pool sync" :
-			  reset ? "pool reset" : "pool";
+			  reset ? "pool reset" : purge ? "pool purge-remote" : "pool";
 	const char *help = create ? pool_create_help : destroy ? pool_destroy_help :
-			   sync ? pool_sync_help : reset ? pool_reset_help : pool_help;
+			   sync ? pool_sync_help : reset ? pool_reset_help :
+			   purge ? pool_purge_remote_help : pool_help;
+	uint64_t purged = 0;
 	struct kvp_pool_params_v2 params;
 	char why[KVP_REASON_MAX] = "", keys[KVP_POOL_KEYS_MAX + 1];
 	const char *unknown = NULL;
@@ -213,10 +229,10 @@ int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	ret = parse_cmd(cmd, help, destroy ? TAKES(OPT_DROP_TIER) : 0, argc, argv, o);
 	if (ret)
 		return ret;
-	if (!create && !destroy && !sync && !reset)
+	if (!create && !destroy && !sync && !reset && !purge)
 		return o->nargs ? usage_error("pool", "unknown command '%s'", o->args[0]) :
-				  usage_error("pool", "missing command: create, destroy, sync or "
-					      "reset");
+				  usage_error("pool", "missing command: create, destroy, sync, "
+					      "reset or purge-remote");
 	if (o->nargs < 2)
 		return usage_error(cmd, "missing the pool's NAME");
 	name = o->args[1];
@@ -231,12 +247,22 @@ int cmd_pool(int argc, char **argv, struct cmd_opts *o)
 	ret = create ? pool_create(c, &params, keys, unknown, why, sizeof(why))
 		     : destroy ? kvp_pool_destroy_flags(c, name, o->drop_tier ?
 							   KVP_POOL_DESTROY_DROP_TIER : 0)
-		     : sync ? kvp_pool_sync(c, name) : kvp_pool_reset(c, name);
+		     : sync ? kvp_pool_sync(c, name)
+		     : purge ? kvp_pool_purge_remote(c, name, &purged) : kvp_pool_reset(c, name);
 	if (ret == -EBUSY && (destroy || reset))
 		busy_pool(c, name, reset, why, sizeof(why));
 	kvp_close(c);
 	if (!ret && create)
 		print_pool_created(&params);
+	else if (!ret && purge)
+		printf("pool %s: %llu keys purged from the cluster tier\n", name,
+		       (unsigned long long)purged);
+	else if (ret == -EOPNOTSUPP && purge)
+		fprintf(stderr, "kvctl: %s %s: the pool has no cluster tier (tier_remote)\n", cmd,
+			name);
+	else if (ret == -EHOSTUNREACH && purge)
+		fprintf(stderr, "kvctl: %s %s: a master of the cluster could not be reached: its "
+			"keys stay (the others' were deleted)\n", cmd, name);
 	else if (!ret)
 		printf("pool %s %s\n", name, destroy ? "destroyed" : sync ? "synced" : "reset");
 	else if (*why)

@@ -312,6 +312,22 @@ static PyObject *client_pool_sync(ClientObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+static PyObject *client_pool_purge_remote(ClientObject *self, PyObject *args)
+{
+	const char *name = NULL;
+	uint64_t purged = 0;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "|z", &name))
+		return NULL;
+	KVPY_LOCKED_CALL(self, ret, kvp_pool_purge_remote(self->c, name, &purged));
+	if (ret == INT32_MIN)
+		return NULL;
+	if (ret < 0)
+		return kvpy_raise(self->st, ret, "pool_purge_remote", NULL);
+	return PyLong_FromUnsignedLongLong(purged);
+}
+
 /* Admin: the attached pool's blocks @ids forget their cache hash (EVICT). */
 static PyObject *client_evict(ClientObject *self, PyObject *arg)
 {
@@ -400,6 +416,10 @@ static PyMethodDef client_methods[] = {
 	  "pool_sync(name=None)\n--\n\nWait until every copy into pool NAME's tier (None: the\n"
 	  "attached pool's) queued before the call has finished (needs admin=True); at once\n"
 	  "for a pool without a tier." },
+	{ "pool_purge_remote", (PyCFunction)client_pool_purge_remote, METH_VARARGS,
+	  "pool_purge_remote(name=None)\n--\n\nDelete pool NAME's keys (None: the attached\n"
+	  "pool's) from its cluster tier, every master's (needs admin=True): how many.\n"
+	  "EOPNOTSUPP: no cluster tier; EHOSTUNREACH: a master not reached (its keys stay)." },
 	{ "evict", (PyCFunction)client_evict, METH_O,
 	  "evict(ids)\n--\n\nThe attached pool's blocks ids forget their cache hash (needs\n"
 	  "admin=True); how many had one." },
