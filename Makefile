@@ -256,7 +256,7 @@ endif
 # The daemon shares one pure function with the library: the pool parameter parser.
 $(DAEMON): $(DAEMON_OBJ) $(BUILD)/lib/pool_params.o $(CORE_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lmsgpackc -lzmq -lhiredis -lssl -lcrypto -lsodium -lacl -lm -lpthread -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -luring -linih -lxxhash -lmsgpackc -lzmq -lhiredis -lssl -lcrypto -lacl -lm -lpthread -o $@
 
 $(BIN)/kvtrace: $(TRACE_SRC:%.c=$(BUILD)/%.o) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""remote_promote: promotion from the cluster tier against redis-benchmark (#56).
+"""remote_promote: promotion from the cluster tier against redis-benchmark (#56, #57).
 
 One Redis of its own on a loopback port (standalone: one node, as redis-benchmark measures
 one), two kvpoold (machine A and machine B as far as the pool goes), each with the same pool:
 `full`, blocks of 16 tokens, --kv-heads x --head-dim f16, --layers layers (a block's value is
-its KV plus a 32-byte header: 256 KiB + 32 by default), `tier_remote` on that Redis. A
+its KV plus a 64-byte header: 256 KiB + 64 by default), `tier_remote` on that Redis. A
 computes a prompt of --prompt tokens (KV written, committed: written through), then B, --rounds
 times: a LOOKUP (one EXISTS round over the prompt's blocks) and an ALLOC with the cache of the
 prompt and one token more (its whole hit read from Redis, checked and filled into its blocks),
 timed; B's pool forgets the blocks after each round. Beside them, `redis-benchmark -t set,get`
 on the same Redis at the same value size and pipeline depth (64, the tier's GET chunk) on one
-connection: its GET line, the median of 5 runs. Medians.
+connection: its GET line, the median of 5 runs. Medians. --tls: Redis on a TLS port only, a CA
+and certificate of the run's own (openssl), the pool on rediss://, redis-benchmark --tls.
+--key: the pools share a 32-byte key file (tier_remote_key_file): every value tagged on its way
+out and its tag checked on its way in.
 
 KVPOOLD (default build/bin/kvpoold); redis-server and redis-benchmark from PATH.
 """
@@ -35,7 +38,7 @@ import kvpool  # noqa: E402
 
 BS = 16
 STEP = 512
-HEAD = 32
+HEAD = 64
 PIPELINE = 64
 
 
@@ -76,6 +79,23 @@ def start_daemon(tmp, name, config):
     return proc, sock
 
 
+def make_tls(tmp):
+    """A CA and a certificate for 127.0.0.1 signed by it, in tmp: their paths."""
+    ca_key, ca, key, csr, crt = (os.path.join(tmp, n) for n in
+                                 ("ca.key", "ca.crt", "redis.key", "redis.csr", "redis.crt"))
+    ext = os.path.join(tmp, "san.ext")
+    with open(ext, "w") as f:
+        f.write("subjectAltName = IP:127.0.0.1\n")
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key,
+        "-out", ca, "-days", "1", "-subj", "/CN=remote_promote CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+        "-subj", "/CN=127.0.0.1")
+    run("openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+        "-out", crt, "-days", "1", "-extfile", ext)
+    return ca, crt, key
+
+
 def remote_row(client):
     return next(p["tier_remote"] for p in client.stats()["pools"] if p["name"] == "p")
 
@@ -88,6 +108,8 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128, help="head dim (128)")
     ap.add_argument("--layers", type=int, default=4, help="layers (4)")
     ap.add_argument("--rounds", type=int, default=9, help="rounds, medians kept (9)")
+    ap.add_argument("--tls", action="store_true", help="Redis over TLS (rediss://)")
+    ap.add_argument("--key", action="store_true", help="tagged values (tier_remote_key_file)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of text")
     args = ap.parse_args()
     for tool in ("redis-server", "redis-benchmark"):
@@ -107,14 +129,27 @@ kv_heads = %d
 head_dim = %d
 dtype = f16
 layers_per_group = %d
-tier_remote = redis://127.0.0.1:%d
+tier_remote = %s://127.0.0.1:%d
 tier_remote_timeout_ms = 100
-""" % (BS, args.kv_heads, args.head_dim, args.layers, port)
+""" % (BS, args.kv_heads, args.head_dim, args.layers, "rediss" if args.tls else "redis", port)
     rng = np.random.default_rng(1)
     k = rng.standard_normal((STEP, args.kv_heads, args.head_dim)).astype(np.float16)
     v = rng.standard_normal((STEP, args.kv_heads, args.head_dim)).astype(np.float16)
     tmp = tempfile.mkdtemp(prefix="remote_promote.")
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+    listen, tls_args = ["--port", str(port)], []
+    if args.tls:
+        ca, crt, key = make_tls(tmp)
+        listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", crt,
+                  "--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "no"]
+        tls_args = ["--tls", "--cacert", ca]
+        config += "tier_remote_ca_file = %s\n" % ca
+    if args.key:
+        key_file = os.path.join(tmp, "values.key")
+        with open(key_file, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(key_file, 0o600)
+        config += "tier_remote_key_file = %s\n" % key_file
+    redis = subprocess.Popen(["redis-server", *listen, "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--logfile", "/dev/null"])
     procs = [redis]
     lookup_ms, alloc_ms, mbps, hits = [], [], [], []
@@ -157,7 +192,7 @@ tier_remote_timeout_ms = 100
         # Its median of 5 runs of 8 prompts' worth: one run swings by 2x on this machine.
         runs = []
         for _ in range(5):
-            bench = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set,get",
+            bench = subprocess.run(["redis-benchmark", *tls_args, "-p", str(port), "-t", "set,get",
                                     "-d", str(data + HEAD), "-P", str(PIPELINE), "-c", "1",
                                     "-n", str(8 * nblocks), "-q"],
                                    check=True, capture_output=True, text=True).stdout
@@ -171,6 +206,7 @@ tier_remote_timeout_ms = 100
         shutil.rmtree(tmp)
     redis_mbps = rps * (data + HEAD) / 1e6
     out = {"prompt": args.prompt, "blocks": nblocks, "value_bytes": data + HEAD,
+           "tls": args.tls, "tagged": args.key,
            "hit_tokens": hits[0], "lookup_ms": round(statistics.median(lookup_ms), 2),
            "alloc_ms": round(statistics.median(alloc_ms), 2),
            "promote_mb_per_s": round(statistics.median(mbps), 1),
@@ -180,9 +216,11 @@ tier_remote_timeout_ms = 100
     if args.json:
         print(json.dumps(out))
     else:
-        print("a %d-token prompt (%d blocks of %d bytes) from Redis: LOOKUP %.2f ms, ALLOC %.2f "
-              "ms, %.1f MB/s; redis-benchmark GET -P %d: %.1f MB/s; ratio %.3f; rounds p50 "
-              "%.1f us, p99 %.1f us" % (args.prompt, nblocks, data + HEAD, out["lookup_ms"],
+        print("a %d-token prompt (%d blocks of %d bytes) from Redis%s%s: LOOKUP %.2f ms, ALLOC "
+              "%.2f ms, %.1f MB/s; redis-benchmark GET -P %d: %.1f MB/s; ratio %.3f; rounds p50 "
+              "%.1f us, p99 %.1f us" % (args.prompt, nblocks, data + HEAD,
+                                       " over TLS" if args.tls else "",
+                                       ", tagged" if args.key else "", out["lookup_ms"],
                                        out["alloc_ms"], out["promote_mb_per_s"], PIPELINE,
                                        redis_mbps, out["ratio"], out["round_p50_us"],
                                        out["round_p99_us"]))

@@ -23,8 +23,8 @@ packages=(
 	# kvctl exporter: an HTTP server for Prometheus
 	libmicrohttpd-dev
 	# the cluster tier (tier_remote): Redis's protocol reader and writer; TLS (OpenSSL 3: Debian's
-	# hiredis 0.14 has none); values' tags (libsodium's BLAKE2b); the secret files' ACLs
-	libhiredis-dev libssl-dev libsodium-dev libacl1-dev
+	# hiredis 0.14 has none) and the values' tags (HMAC-SHA256); the secret files' ACLs
+	libhiredis-dev libssl-dev libacl1-dev
 )
 venvs=()
 if [ "${1:-}" = --vllm ] || [ "${1:-}" = --vllm-cpu ]; then

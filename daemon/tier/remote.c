@@ -163,18 +163,6 @@ static void value_of(const struct kvpd_kv_layout *l, const uint8_t *mem, uint32_
 		memcpy(data + i * chunk, mem + kvpd_block_chunk_off(l, block, i), chunk);
 }
 
-/* A node's error that passes (a failover, a slot migrating, a restart): not a refusal. */
-static bool transient(const redisReply *rep)
-{
-	static const char *const kinds[] = { "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN",
-					     "MOVED", "ASK" };
-
-	for (unsigned i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-		if (!strncmp(rep->str, kinds[i], strlen(kinds[i])))
-			return true;
-	return false;
-}
-
 /* SET KEY VALUE [EX TTL] of block i of @s, formatted into @cmd. */
 static void format_set(struct kvpd_remote *r, const struct remote_tag_key *tag,
 		       struct remote_send *s, uint32_t i, uint8_t *value, struct remote_cmd *cmd)
@@ -221,10 +209,11 @@ static void run_send(struct kvpd_remote *r, struct remote_send *s)
 
 			s->sent[i] = cmds[i].buf && rep && rep->type == REDIS_REPLY_STATUS &&
 				     !strcmp(rep->str, "OK") ? SEND_OK :
-				     rep && rep->type == REDIS_REPLY_ERROR && !transient(rep) ?
+				     rep && rep->type == REDIS_REPLY_ERROR &&
+				     !remote_error_transient(rep->str) ?
 				     SEND_REFUSED : SEND_SKIPPED;
 			if (s->sent[i] == SEND_REFUSED)
-				remote_tell_refusal(r, &r->send_link, cmds[i].slot, rep->str);
+				remote_tell_refusal(r, &r->send_link, cmds[i].slot, false, rep->str);
 			s->bytes_out += s->sent[i] == SEND_OK ? cmds[i].len : 0;
 			if (rep)
 				remote_reply_free(cmds[i].reply);

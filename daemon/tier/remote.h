@@ -31,7 +31,7 @@ typedef struct ssl_st SSL;
 typedef struct ssl_ctx_st SSL_CTX;
 
 #define REMOTE_CRED_MAX 256          /* a user's or password's bytes, NUL included */
-#define REMOTE_KEY_MIN 32u           /* a tag key's bytes (libsodium's BLAKE2b takes 16..64) */
+#define REMOTE_KEY_MIN 32u           /* a tag key's bytes: SHA-256's strength and more */
 #define REMOTE_KEY_MAX_BYTES 64u
 
 /* A pool's tag key; len 0: none (values untagged, tags not checked). */
@@ -110,6 +110,7 @@ enum remote_event {
 	REMOTE_NODE_BACK,
 	REMOTE_NODE_REPLACED,        /* its slots are @other's now (a failover) */
 	REMOTE_NODE_REFUSED_SET,     /* @why: the error it answered */
+	REMOTE_NODE_REFUSED_READ,    /* likewise, a read (GET, GETEX) */
 };
 typedef void remote_event_fn(void *arg, enum remote_event ev, const struct kvpd_remote_addr *node,
 			     const struct kvpd_remote_addr *other, const char *why);
@@ -185,7 +186,7 @@ void remote_link_nodes(const struct remote_link *l, uint32_t *known, uint32_t *a
  * A value: this header, then the block's KV as a tier keeps it (its chunks
  * back to back), little-endian. A value is served only if every field matches
  * what the reading pool expects, its data's checksum holds and, where the pool
- * has a key (tier_remote_key_file), its tag does: BLAKE2b-256 keyed with it
+ * has a key (tier_remote_key_file), its tag does: HMAC-SHA256 keyed with it
  * over the value's Redis key, this header with the tag zero, and the data, so
  * that whoever can write the cluster without the key makes no value a machine
  * serves, nor moves one to another key.
@@ -294,7 +295,7 @@ struct kvpd_remote {
 	} outages[REMOTE_MAX_NODES];
 	uint32_t noutages;
 	uint64_t outages_total;
-	bool set_refusal_said;
+	bool set_refusal_said, read_refusal_said;
 	/* The loop's */
 	struct remote_send *filling; /* this turn's blocks, sent at its end */
 	struct remote_send *inflight;
@@ -349,9 +350,11 @@ int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kv
 /* remote_events.c: a link's event, said once a pool (remote_event_fn). */
 void remote_event(void *arg, enum remote_event ev, const struct kvpd_remote_addr *node,
 		  const struct kvpd_remote_addr *other, const char *why);
-/* Slot @slot's node (as @l routes it) answered a SET with @err. */
+/* Slot @slot's node (as @l routes it) answered a SET (@read: a read) with @err. */
 void remote_tell_refusal(struct kvpd_remote *r, const struct remote_link *l, uint16_t slot,
-			 const char *err);
+			 bool read, const char *err);
+/* A node's error that passes (a failover, a slot migrating, a restart): not a refusal. */
+bool remote_error_transient(const char *err);
 /* The loop: the outages' counts into the stats. */
 void remote_events_collect(struct kvpd_remote *r);
 

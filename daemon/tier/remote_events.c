@@ -67,17 +67,37 @@ void remote_event(void *arg, enum remote_event ev, const struct kvpd_remote_addr
 			 "are not stored there (counted in send_errors)", r->pool->name, node->host,
 			 node->port, why);
 		break;
+	case REMOTE_NODE_REFUSED_READ:
+		if (r->read_refusal_said)
+			break;
+		r->read_refusal_said = true;
+		kvpd_log(d, KVPD_LOG_ERR, "pool %s: remote tier: %s:%u refused a read (%.100s); its "
+			 "values are not served (counted in refused, header)", r->pool->name,
+			 node->host, node->port, why);
+		break;
 	}
 	pthread_mutex_unlock(&r->events_lock);
 }
 
 void remote_tell_refusal(struct kvpd_remote *r, const struct remote_link *l, uint16_t slot,
-			 const char *err)
+			 bool read, const char *err)
 {
 	uint16_t k = l->slot_node[slot];
 
 	if (k != REMOTE_NO_NODE)
-		remote_event(r, REMOTE_NODE_REFUSED_SET, &l->nodes[k].addr, NULL, err);
+		remote_event(r, read ? REMOTE_NODE_REFUSED_READ : REMOTE_NODE_REFUSED_SET,
+			     &l->nodes[k].addr, NULL, err);
+}
+
+bool remote_error_transient(const char *err)
+{
+	static const char *const kinds[] = { "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN",
+					     "MOVED", "ASK" };
+
+	for (unsigned i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (!strncmp(err, kinds[i], strlen(kinds[i])))
+			return true;
+	return false;
 }
 
 void remote_events_collect(struct kvpd_remote *r)

@@ -311,6 +311,11 @@ static void run_get(struct remote_ask *a)
 			int why = remote_value_check(&tag, key, (size_t)klen, cmds[k].reply,
 						     r->geometry, r->data_bytes);
 
+			if (cmds[k].reply && cmds[k].reply->type == REDIS_REPLY_ERROR &&
+			    !remote_error_transient(cmds[k].reply->str))
+				remote_tell_refusal(r, &r->ask_link, cmds[k].slot, true,
+						    cmds[k].reply->str);
+
 			a->bytes_in += cmds[k].reply && cmds[k].reply->type == REDIS_REPLY_STRING ?
 				       cmds[k].reply->len : 0;
 			if (why != REMOTE_SOUND || failed) {

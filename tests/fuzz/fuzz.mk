@@ -42,7 +42,7 @@ FUZZ_BINS := $(addprefix $(FUZZ_BUILD)/,$(FUZZERS))
 FUZZ_DAEMON_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(ATTN_SRC) lib/pool_params.c \
 		   $(CORE_SRC) tests/fuzz/fuzz_daemon.c
 FUZZ_SESSION_SRC := tests/fuzz/fuzz_session.c tests/fuzz/fuzz_client.c tests/fuzz/fuzz_requests.c
-FUZZ_DAEMON_LIBS := -luring -linih -lxxhash -lmsgpackc -lzmq -lhiredis -lssl -lcrypto -lsodium -lacl -lm -lpthread
+FUZZ_DAEMON_LIBS := -luring -linih -lxxhash -lmsgpackc -lzmq -lhiredis -lssl -lcrypto -lacl -lm -lpthread
 # kvtrace's sources but its main() and its daemon target (the fuzzer replays in process).
 FUZZ_TRACE_SRC := $(filter-out tools/kvtrace/main.c tools/kvtrace/daemon.c,$(TRACE_SRC)) $(CORE_SRC)
 
