@@ -49,6 +49,19 @@ out=$(MANPATH=$usr/share/man systemd-analyze verify --root="$root" \
 	"$units/kvpoold.service" "$units/kvpoold.socket" "$units/kvpool-exporter.service" 2>&1) ||
 	fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify warns: $out"
+# The cluster tier's drop-in (share/kvpool/tier-remote.conf), installed as its comment says:
+# the unit still verifies, and takes its lines.
+mkdir -p "$units/kvpoold.service.d"
+cp "$usr/share/kvpool/tier-remote.conf" "$units/kvpoold.service.d/" ||
+	fail "make install did not install share/kvpool/tier-remote.conf"
+echo "NoSuchKey=1" >"$units/kvpoold.service.d/zz-canary.conf"
+out=$(systemd-analyze verify --root="$root" "$units/kvpoold.service" 2>&1) || true
+grep -q "zz-canary.conf" <<<"$out" || fail "systemd-analyze does not read kvpoold.service.d: $out"
+rm "$units/kvpoold.service.d/zz-canary.conf"
+out=$(MANPATH=$usr/share/man systemd-analyze verify --root="$root" "$units/kvpoold.service" 2>&1) ||
+	fail "systemd-analyze verify with tier-remote.conf: $out"
+[ -z "$out" ] || fail "systemd-analyze verify with tier-remote.conf warns: $out"
+rm -r "$units/kvpoold.service.d"
 grep -qx 'ListenSequentialPacket=/run/kvpool/kvpool.sock' "$units/kvpoold.socket" ||
 	fail "kvpoold.socket does not listen on /run/kvpool/kvpool.sock"
 exec_start=$(sed -n 's/^ExecStart=//p' "$units/kvpoold.service")

@@ -89,6 +89,7 @@ struct remote_node {
 	bool down;
 	uint64_t retry_ns;
 	uint32_t backoff_ms;
+	uint32_t timeouts;           /* connections timed out in a row */
 	/* This round's: its commands in order, how far they are written and answered */
 	uint32_t *cmds, ncmds, cmds_cap;
 	uint32_t written;            /* commands written whole */

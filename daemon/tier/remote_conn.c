@@ -119,10 +119,11 @@ static int tls_handshake(struct remote_link *l, struct remote_node *nd, uint64_t
 
 		if ((err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) ||
 		    wait_for(nd->fd, err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ns)) {
-			if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
+			if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
 				snprintf(l->why, sizeof(l->why), "TLS: no handshake in time");
-			else
-				tls_why(l, nd->ssl);
+				return -ETIMEDOUT;
+			}
+			tls_why(l, nd->ssl);
 			return -EPROTO;
 		}
 	}

@@ -23,6 +23,8 @@
 /* A node down is tried again after this, doubling to the most: reconnects back off. */
 #define BACKOFF_MIN_MS 50u
 #define BACKOFF_MAX_MS 2000u
+/* Connections timed out in a row that make a node down (a refusal does at once). */
+#define DOWN_AFTER_TIMEOUTS 3u
 /* A cluster node down: the slot map read again this often, to find the replica promoted. */
 #define MAP_RETRY_NS (100ull * 1000000)
 
@@ -206,6 +208,14 @@ static int node_connect(struct remote_link *l, struct remote_node *nd, uint64_t 
 	nd->reader->maxbuf = 0;
 	nd->reader->privdata = l;
 	ret = remote_conn_open(l, nd, deadline_ns);
+	/*
+	 * A connection not made by a short round's deadline is a late node, not
+	 * a dead one (a busy machine misses 5 ms): down after a few in a row.
+	 */
+	if (ret == -ETIMEDOUT && ++nd->timeouts < DOWN_AFTER_TIMEOUTS) {
+		node_drop(nd);
+		return ret;
+	}
 	if (ret) {
 		node_drop(nd);
 		nd->backoff_ms = nd->down ? nd->backoff_ms * 2 : BACKOFF_MIN_MS;
@@ -223,6 +233,7 @@ static int node_connect(struct remote_link *l, struct remote_node *nd, uint64_t 
 		tell(l, REMOTE_NODE_BACK, nd, NULL, NULL);
 	nd->down = false;
 	nd->backoff_ms = 0;
+	nd->timeouts = 0;
 	return 0;
 }
 

@@ -9,7 +9,9 @@ import hashlib
 import hmac
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -208,6 +210,44 @@ def test_a_user_without_set_fails_its_sends_and_says_so_once(tmp_path, acl_clust
         said = [line for line in log.splitlines()
                 if "pool full: remote tier: 127.0.0.1:" in line and " refused SET (NOPERM" in line]
         assert len(said) == 1, log
+    finally:
+        d.stop()
+
+
+def test_a_rotated_password_is_read_again_at_sighup(tmp_path, acl_cluster):
+    """The auth file is read again at SIGHUP and the connections made again with it: the old
+    password gone from the cluster, sends fail until the reload, then go out."""
+    auth = tmp_path / "auth"
+    secret(auth, "kvpool kvpool-pw\n")
+    d = daemon_at(tmp_path / "d", acl_cluster.url,
+                  [("full", "full", "tier_remote_auth_file = %s" % auth)])
+    rng = np.random.default_rng(84)
+    ps = prompts(3)
+    try:
+        with d.client(pool="full") as c, d.client(admin=True) as admin:
+            write_all(c, admin, "full", ps[:1], rng)
+            assert remote_of(admin, "full")["sent"] == 4
+            # The cluster's password changes, every connection of the user's dropped.
+            for port in acl_cluster.ports:
+                with acl_cluster.resp(port) as r:
+                    r.call("ACL", "SETUSER", "kvpool", "resetpass", ">kvpool-pw2")
+                    r.call("CLIENT", "KILL", "USER", "kvpool")
+            write_all(c, admin, "full", ps[1:2], rng)
+            r = remote_of(admin, "full")
+            assert r["sent"] == 4 and r["skipped"] == 4, str(r)
+            secret(auth, "kvpool kvpool-pw2\n")
+            d.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while "the cluster tier's password changed" not in log_of(d):
+                assert time.monotonic() < deadline, log_of(d)
+                time.sleep(0.05)
+            # Reconnected after its back-off, with the new password.
+            deadline = time.monotonic() + 10
+            while remote_of(admin, "full")["sent"] < 8:
+                assert time.monotonic() < deadline, str(remote_of(admin, "full"))
+                write_all(c, admin, "full", ps[2:], rng)
+                time.sleep(0.2)
+        assert "kvpool-pw" not in log_of(d), "a password in the log"
     finally:
         d.stop()
 
