@@ -274,7 +274,7 @@ $(BIN)/kvctl: $(KVCTL_OBJ) $(BPF_OBJS) $(LIB_A)
 
 $(BIN)/kvbench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(BPF_OBJS) $(CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lzmq -lpthread -lbpf -lelf -lz -lm -o $@
+	$(CC) $(ALL_LDFLAGS) $^ -ljson-c -lxxhash -lzmq -lhiredis -lpthread -lbpf -lelf -lz -lm -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(ATTN_OBJ)
 	@mkdir -p $(@D)

@@ -111,6 +111,7 @@ run "demo/make-demo" tools/demo.sh
 run "bench/release/attend" build/bin/kvbench attend --quick
 run "bench/release/load" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/bench_load.sh
 run "bench/release/replay" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/bench_replay.sh
+run "bench/release/fleet" env KVBENCH=build/bin/kvbench tests/bench_fleet.sh
 run "bench/release/tier_trace" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/tier_trace.sh
 run "bench/asan/tier_trace" env KVBENCH=build/bin/kvbench KVPOOLD=build/asan/bin/kvpoold tests/tier_trace.sh
 run "bench/release/tier-disk" env KVBENCH=build/bin/kvbench KVPOOLD=build/bin/kvpoold tests/bench_tier_disk.sh

@@ -292,15 +292,46 @@ static int usage_error(const char *fmt, const char *arg)
 	return bench_usage_error("replay", fmt, arg);
 }
 
+/* The fleet's options together: what each needs, and what excludes what. */
+static int fleet_opts_check(const struct replay_opts *o, bool seeded)
+{
+	if (o->tier_remote && o->redis_cluster)
+		return usage_error("%s", "--tier-remote and --redis-cluster: a cluster you run, or "
+				   "one the run starts, not both");
+	if (o->nodes > 1 && (o->socket || o->daemon))
+		return usage_error("%s", "--socket and --daemon name one kvpoold: not with --nodes "
+				   "above 1 (the run starts its own)");
+	if (o->redis_cluster == 2)
+		return usage_error("%s", "--redis-cluster 2: Redis Cluster needs 3 masters (1: one "
+				   "standalone server)");
+	if (o->redis_cluster && !o->tier_remote_tokens)
+		return usage_error("%s", "--redis-cluster without --tier-remote-tokens (its memory, "
+				   "in tokens of KV)");
+	if (o->tier_remote_tokens && !o->redis_cluster && !o->tier_remote)
+		return usage_error("%s", "--tier-remote-tokens without a cluster tier (--redis-cluster "
+				   "or --tier-remote)");
+	if (o->tier_remote_timeout_ms && !o->redis_cluster && !o->tier_remote)
+		return usage_error("%s", "--tier-remote-timeout-ms without a cluster tier");
+	if (seeded != (o->route == REPLAY_RANDOM))
+		return usage_error("%s", seeded ? "--seed without --route random" :
+				   "--route random without --seed");
+	return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct replay_opts *o)
 {
+	bool seeded = false;
+
 	static const struct { const char *name; uint64_t min, max; } nums[] = {
 		{ "--engines", 1, 256 },        { "--kv-bytes-per-token", 8, 8192 },
 		{ "--block-size", 1, 1u << 16 }, { "--pool-tokens", 1, 1ull << 40 },
 		{ "--tier-host-tokens", 0, 1ull << 40 }, { "--tier-disk-tokens", 0, 1ull << 40 },
 		{ "--max-step-tokens", 1, 1u << 30 }, { "--snapshot-every", 0, 1u << 30 },
+		{ "--nodes", 1, REPLAY_MAX_NODES }, { "--seed", 0, UINT64_MAX },
+		{ "--redis-cluster", 1, REPLAY_MAX_NODES }, { "--tier-remote-tokens", 1, 1ull << 40 },
+		{ "--tier-remote-timeout-ms", 1, 60000 },
 	};
-	*o = (struct replay_opts){ .engines = 1, .decode = true, .kv_bytes_per_token = 16,
+	*o = (struct replay_opts){ .engines = 1, .nodes = 1, .decode = true, .kv_bytes_per_token = 16,
 				   .block_size = 16, .pool_tokens = 65536, .tier_policy = "lru",
 				   .groups = "full", .max_step = 2048, .snapshot_every = -1 };
 	for (int i = 1; i < argc; i++) {
@@ -324,9 +355,19 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 			return usage_error("option '%s' needs a value", a);
 		i++;
 		if (!strcmp(a, "--tier-remote")) {
-			if (strncmp(v, "redis://", 8) || strpbrk(v, "\n="))
-				return usage_error("bad --tier-remote '%s': redis://HOST:PORT", v);
+			if ((strncmp(v, "redis://", 8) && strncmp(v, "rediss://", 9)) ||
+			    strpbrk(v, "\n="))
+				return usage_error("bad --tier-remote '%s': redis://HOST:PORT[,...]", v);
 			o->tier_remote = v;
+			continue;
+		}
+		if (!strcmp(a, "--route")) {
+			if (!strcmp(v, "round_robin") || !strcmp(v, "session") || !strcmp(v, "random"))
+				o->route = v[0] == 'r' && v[1] == 'o' ? REPLAY_ROUND_ROBIN :
+					   v[0] == 's' ? REPLAY_SESSION : REPLAY_RANDOM;
+			else
+				return usage_error("bad --route '%s': round_robin, session or random",
+						   v);
 			continue;
 		}
 		if (!strcmp(a, "--daemon") || !strcmp(a, "--socket") || !strcmp(a, "--tier-disk-path")) {
@@ -369,7 +410,12 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 		case 4: o->tier_host_tokens = num; break;
 		case 5: o->tier_disk_tokens = num; break;
 		case 6: o->max_step = (uint32_t)num; break;
-		default: o->snapshot_every = (int64_t)num; break;
+		case 7: o->snapshot_every = (int64_t)num; break;
+		case 8: o->nodes = (unsigned)num; break;
+		case 9: o->seed = num; seeded = true; break;
+		case 10: o->redis_cluster = (unsigned)num; break;
+		case 11: o->tier_remote_tokens = num; break;
+		default: o->tier_remote_timeout_ms = (uint32_t)num; break;
 		}
 	}
 	if (!o->trace)
@@ -388,187 +434,7 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 	if (o->tier_disk_path && !o->tier_disk_tokens)
 		return usage_error("%s", "--tier-disk-path without --tier-disk-tokens (the disk "
 				   "tier's size)");
-	return 0;
-}
-
-static void percentiles(const struct replay_result *res, uint32_t n, bool tier,
-			struct bench_pct *pct, uint32_t *count)
-{
-	uint64_t *ns = malloc((n ? n : 1) * sizeof(*ns));
-
-	*count = 0;
-	*pct = (struct bench_pct){ 0, 0 };
-	if (!ns)
-		return;
-	for (uint32_t i = 0; i < n; i++)
-		if (!res[i].error && (bool)res[i].tier == tier)
-			ns[(*count)++] = res[i].alloc_ns;
-	if (*count)
-		bench_percentiles(ns, *count, pct);
-	free(ns);
-}
-
-static double ratio(uint64_t a, uint64_t b)
-{
-	return b ? (double)a / (double)b : 0.0;
-}
-
-/* Per group, the blocks it held while the engines ran: their mean, or their most. */
-static json_object *held_json(const struct replay_held *h, bool mean)
-{
-	json_object *a = json_object_new_array();
-
-	for (uint32_t g = 0; g < h->ngroups; g++)
-		json_object_array_add(a, mean ? bench_json_fixed(h->mean[g], 1) :
-					  json_object_new_int64((int64_t)h->max[g]));
-	return a;
-}
-
-static void report(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
-		   const struct replay_result *res, const struct replay_tier *tier,
-		   const struct replay_lat *lat, const struct replay_held *held, uint64_t ceiling,
-		   uint64_t lru, uint64_t elapsed_ns)
-{
-	uint64_t prompt = 0, hit = 0, unoffered = 0;
-	uint64_t host_hit = tier->disk ? 0 : tier->hit_tokens, disk_hit = tier->disk ? tier->hit_tokens : 0;
-	uint64_t host_down = tier->disk ? 0 : tier->bytes_down, disk_down = tier->disk ? tier->bytes_down : 0;
-	uint64_t host_up = tier->disk ? 0 : tier->bytes_up, disk_up = tier->disk ? tier->bytes_up : 0;
-	struct bench_pct plain, promoting;
-	uint32_t nplain, npromoting, errors = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		prompt += reqs[i].in_len;
-		hit += res[i].hit_tokens;
-		errors += res[i].error != 0;
-	}
-	percentiles(res, n, false, &plain, &nplain);
-	percentiles(res, n, true, &promoting, &npromoting);
-	for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
-		unoffered += tier->unoffered[r];
-	if (o->json) {
-		json_object *row = bench_json_row(), *why = json_object_new_object();
-
-		for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
-			json_object_object_add(why, kvp_tier_unoffered_name(r),
-					       json_object_new_int64((int64_t)tier->unoffered[r]));
-
-		json_object_object_add(row, "benchmark", json_object_new_string("replay"));
-		json_object_object_add(row, "trace", json_object_new_string(o->trace));
-		json_object_object_add(row, "requests", json_object_new_int64(n));
-		json_object_object_add(row, "engines", json_object_new_int64(o->engines));
-		json_object_object_add(row, "block_size", json_object_new_int64(o->block_size));
-		json_object_object_add(row, "pool_tokens", json_object_new_int64((int64_t)o->pool_tokens));
-		json_object_object_add(row, "tier_host_tokens",
-				       json_object_new_int64((int64_t)o->tier_host_tokens));
-		json_object_object_add(row, "tier_disk_tokens",
-				       json_object_new_int64((int64_t)o->tier_disk_tokens));
-		json_object_object_add(row, "tier_disk_blocks",
-				       json_object_new_int64((int64_t)(tier->disk ? tier->slots : 0)));
-		json_object_object_add(row, "tier_policy", json_object_new_string(o->tier_policy));
-		json_object_object_add(row, "groups", json_object_new_string(o->groups));
-		json_object_object_add(row, "max_step_tokens", json_object_new_int64(o->max_step));
-		json_object_object_add(row, "snapshot_every", o->snapshot_every < 0 ? NULL :
-				       json_object_new_int64(o->snapshot_every));
-		json_object_object_add(row, "blocks_held_mean", held_json(held, true));
-		json_object_object_add(row, "blocks_held_max", held_json(held, false));
-		json_object_object_add(row, "snapshot_blocks_made", json_object_new_int64((int64_t)held->snap_made));
-		json_object_object_add(row, "snapshot_blocks_hit", json_object_new_int64((int64_t)held->snap_hit));
-		json_object_object_add(row, "snapshot_blocks_evicted",
-				       json_object_new_int64((int64_t)held->snap_evicted));
-		json_object_object_add(row, "snapshot_blocks_held", json_object_new_int64(held->snap_held));
-		json_object_object_add(row, "prompt_tokens", json_object_new_int64((int64_t)prompt));
-		json_object_object_add(row, "hit_tokens", json_object_new_int64((int64_t)hit));
-		json_object_object_add(row, "hit_rate_pool",
-				       bench_json_fixed(ratio(hit - tier->hit_tokens -
-							      tier->remote_hit_tokens, prompt), 4));
-		json_object_object_add(row, "hit_rate_host", bench_json_fixed(ratio(host_hit, prompt), 4));
-		json_object_object_add(row, "hit_rate_disk", bench_json_fixed(ratio(disk_hit, prompt), 4));
-		json_object_object_add(row, "hit_rate_remote",
-				       bench_json_fixed(ratio(tier->remote_hit_tokens, prompt), 4));
-		json_object_object_add(row, "hit_rate", bench_json_fixed(ratio(hit, prompt), 4));
-		json_object_object_add(row, "ceiling", bench_json_fixed(ratio(ceiling, prompt), 4));
-		json_object_object_add(row, "ceiling_tokens", json_object_new_int64((int64_t)ceiling));
-		json_object_object_add(row, "lru_hit_rate", bench_json_fixed(ratio(lru, prompt), 4));
-		json_object_object_add(row, "bytes_down_host", json_object_new_int64((int64_t)host_down));
-		json_object_object_add(row, "bytes_up_host", json_object_new_int64((int64_t)host_up));
-		json_object_object_add(row, "pool_evicted_blocks",
-				       json_object_new_int64((int64_t)tier->pool_evicted));
-		json_object_object_add(row, "host_stored_blocks", json_object_new_int64((int64_t)tier->stored));
-		json_object_object_add(row, "host_promoted_blocks",
-				       json_object_new_int64((int64_t)tier->promoted));
-		json_object_object_add(row, "host_skipped_blocks", json_object_new_int64((int64_t)tier->skipped));
-		json_object_object_add(row, "host_abandoned_blocks",
-				       json_object_new_int64((int64_t)tier->abandoned));
-		json_object_object_add(row, "bytes_down_disk", json_object_new_int64((int64_t)disk_down));
-		json_object_object_add(row, "bytes_up_disk", json_object_new_int64((int64_t)disk_up));
-		json_object_object_add(row, "tier_declined_blocks",
-				       json_object_new_int64((int64_t)tier->declined));
-		json_object_object_add(row, "host_unoffered_blocks",
-				       json_object_new_int64((int64_t)(tier->disk ? 0 : unoffered)));
-		json_object_object_add(row, "disk_unoffered_blocks",
-				       json_object_new_int64((int64_t)(tier->disk ? unoffered : 0)));
-		json_object_object_add(row, "tier_unoffered", why);
-		json_object_object_add(row, "remote_bytes_in",
-				       json_object_new_int64((int64_t)tier->remote_bytes_in));
-		json_object_object_add(row, "remote_bytes_out",
-				       json_object_new_int64((int64_t)tier->remote_bytes_out));
-		json_object_object_add(row, "remote_round_p50_us",
-				       bench_json_fixed(tier->remote_round_p50_ns / 1e3, 1));
-		json_object_object_add(row, "remote_round_p99_us",
-				       bench_json_fixed(tier->remote_round_p99_ns / 1e3, 1));
-		/* The copies' own bandwidth, bytes over their time, as kvctl stats' MB/s. */
-		json_object_object_add(row, "tier_gb_per_s_down",
-				       bench_json_fixed(tier->ns_down ? (double)tier->bytes_down /
-							tier->ns_down : 0.0, 2));
-		json_object_object_add(row, "tier_gb_per_s_up",
-				       bench_json_fixed(tier->ns_up ? (double)tier->bytes_up /
-							tier->ns_up : 0.0, 2));
-		json_object_object_add(row, "allocs", json_object_new_int64(nplain));
-		json_object_object_add(row, "alloc_p50_us", bench_json_fixed(plain.median / 1e3, 1));
-		json_object_object_add(row, "alloc_p99_us", bench_json_fixed(plain.p99 / 1e3, 1));
-		json_object_object_add(row, "promoting_allocs", json_object_new_int64(npromoting));
-		json_object_object_add(row, "promoting_alloc_p50_us",
-				       bench_json_fixed(promoting.median / 1e3, 1));
-		json_object_object_add(row, "promoting_alloc_p99_us",
-				       bench_json_fixed(promoting.p99 / 1e3, 1));
-		json_object_object_add(row, "decode_allocs", json_object_new_int64((int64_t)lat->decode_n));
-		json_object_object_add(row, "decode_alloc_p50_us", bench_json_fixed(lat->decode.median / 1e3, 1));
-		json_object_object_add(row, "decode_alloc_p99_us", bench_json_fixed(lat->decode.p99 / 1e3, 1));
-		json_object_object_add(row, "bystander_nops", json_object_new_int64((int64_t)lat->nop_n));
-		json_object_object_add(row, "bystander_nop_p50_us", bench_json_fixed(lat->nop.median / 1e3, 1));
-		json_object_object_add(row, "bystander_nop_p99_us", bench_json_fixed(lat->nop.p99 / 1e3, 1));
-		json_object_object_add(row, "errors", json_object_new_int64(errors));
-		json_object_object_add(row, "elapsed_s", bench_json_fixed(elapsed_ns / 1e9, 3));
-		bench_json_line(row);
-		return;
-	}
-	printf("replay %s: %u requests, %llu prompt tokens, engines %u, pool %llu tokens, %s "
-	       "tier %llu (%s): hit rate %.4f (pool %.4f, host %.4f, disk %.4f), ceiling %.4f, one "
-	       "LRU %.4f; tier %.1f MB down, %.1f MB up, %llu unoffered, %llu declined; ALLOC "
-	       "p50/p99 %.1f/%.1f us, %u promoting %.1f/%.1f us, decode %.1f/%.1f us; %u errors; "
-	       "%.3f s\n", o->trace,
-	       n, (unsigned long long)prompt, o->engines, (unsigned long long)o->pool_tokens,
-	       o->tier_disk_tokens ? "disk" : "host",
-	       (unsigned long long)(o->tier_disk_tokens ? o->tier_disk_tokens : o->tier_host_tokens),
-	       o->tier_policy, ratio(hit, prompt),
-	       ratio(hit - tier->hit_tokens - tier->remote_hit_tokens, prompt),
-	       ratio(host_hit, prompt), ratio(disk_hit, prompt), ratio(ceiling, prompt),
-	       ratio(lru, prompt), tier->bytes_down / 1e6, tier->bytes_up / 1e6,
-	       (unsigned long long)unoffered, (unsigned long long)tier->declined,
-	       plain.median / 1e3, plain.p99 / 1e3, npromoting,
-	       promoting.median / 1e3, promoting.p99 / 1e3, lat->decode.median / 1e3,
-	       lat->decode.p99 / 1e3, errors, elapsed_ns / 1e9);
-	printf("groups %s: blocks held, mean (most) each:", o->groups);
-	for (uint32_t g = 0; g < held->ngroups; g++)
-		printf(" %.1f (%llu)", held->mean[g], (unsigned long long)held->max[g]);
-	if (held->snapshots)
-		printf("; window snapshots: %llu blocks made, %llu hit, %llu evicted, %u held",
-		       (unsigned long long)held->snap_made, (unsigned long long)held->snap_hit,
-		       (unsigned long long)held->snap_evicted, held->snap_held);
-	printf("\n");
-	if (o->bystander)
-		printf("bystander: %llu NOPs on another pool, p50/p99 %.1f/%.1f us\n",
-		       (unsigned long long)lat->nop_n, lat->nop.median / 1e3, lat->nop.p99 / 1e3);
+	return fleet_opts_check(o, seeded);
 }
 
 int bench_replay(int argc, char **argv)
@@ -576,34 +442,51 @@ int bench_replay(int argc, char **argv)
 	struct replay_opts o;
 	struct replay_req *reqs = NULL;
 	struct replay_result *res = MAP_FAILED;
-	struct replay_tier tier = { 0 };
+	struct replay_tier tiers[REPLAY_MAX_NODES] = { 0 };
 	struct replay_lat lat = { 0 };
 	struct replay_held held = { 0 };
-	uint64_t ceiling = 0, lru = 0, elapsed = 0;
+	struct replay_cluster cluster = { 0 };
+	struct replay_figures f = { .tiers = tiers };
+	uint8_t *node_of = NULL;
+	uint64_t local;
 	uint32_t n = 0;
 	int ret = parse_opts(argc, argv, &o);
 
 	if (ret)
 		return ret;
 	ret = load_trace(o.trace, &reqs, &n);
+	/* One LRU cache of everything the fleet keeps: every node's pool and tier, the cluster. */
+	local = o.pool_tokens + o.tier_host_tokens + o.tier_disk_tokens;
 	if (!ret)
-		ret = simulate(reqs, n, o.block_size, UINT64_MAX, &ceiling) ?:
-		      simulate(reqs, n, o.block_size,
-			       (o.pool_tokens + o.tier_host_tokens + o.tier_disk_tokens) /
-				       o.block_size, &lru);
+		ret = simulate(reqs, n, o.block_size, UINT64_MAX, &f.ceiling) ?:
+		      simulate(reqs, n, o.block_size, (o.nodes * local + o.tier_remote_tokens) /
+				       o.block_size, &f.lru);
+	if (!ret) {
+		node_of = malloc(n ? n : 1);
+		ret = node_of ? replay_route(&o, reqs, n, node_of) : -ENOMEM;
+		f.node_of = node_of;
+	}
+	if (!ret && o.redis_cluster) {
+		ret = replay_cluster_start(&o, &cluster);
+		o.tier_remote = cluster.url;
+		f.cluster = &cluster;
+	}
 	if (!ret) {
 		/* Shared: each engine process writes its requests' results. */
 		res = mmap(NULL, (size_t)n * sizeof(*res), PROT_READ | PROT_WRITE,
 			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		ret = res == MAP_FAILED ? -errno :
-		      replay_run(&o, reqs, n, res, &tier, &lat, &held, &elapsed);
+		      replay_run(&o, reqs, n, node_of, res, tiers, &lat, &held, &f.elapsed_ns);
 	}
 	if (!ret)
-		report(&o, reqs, n, res, &tier, &lat, &held, ceiling, lru, elapsed);
+		replay_report(&o, reqs, n, res, &lat, &held, &f);
+	if (o.redis_cluster)
+		replay_cluster_stop(&cluster);
 	if (res != MAP_FAILED)
 		munmap(res, (size_t)n * sizeof(*res));
 	for (uint32_t i = 0; i < n; i++)
 		free(reqs[i].ids);
 	free(reqs);
+	free(node_of);
 	return ret ? 1 : 0;
 }

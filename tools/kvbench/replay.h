@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench replay: a request trace (Mooncake's FAST'25 format, JSONL) through
- * a kvpoold, hit rates by tier beside what the trace allows (replay.c:
- * options, the trace, the in-process figures, the row; replay_run.c: the
- * daemon, its pool, the engines).
+ * a kvpoold, or a fleet of them on one cluster tier, hit rates by tier beside
+ * what the trace allows (replay.c: options, the trace, the in-process
+ * figures; replay_report.c: the row; replay_run.c: the daemons, their pools,
+ * the engines; replay_fleet.c: which node serves a request, the Redis
+ * Cluster a run starts).
  */
 #ifndef KVPOOL_BENCH_REPLAY_H
 #define KVPOOL_BENCH_REPLAY_H
@@ -23,9 +25,18 @@ struct replay_req {
 	uint64_t *ids;
 };
 
+enum replay_route { REPLAY_ROUND_ROBIN, REPLAY_SESSION, REPLAY_RANDOM };
+#define REPLAY_MAX_NODES 16
+
 struct replay_opts {
 	const char *trace, *daemon, *socket;
-	unsigned engines;
+	unsigned engines;            /* a node's */
+	unsigned nodes;              /* kvpoold, each a pool of pool_tokens and its local tier */
+	enum replay_route route;
+	uint64_t seed;               /* REPLAY_RANDOM's */
+	unsigned redis_cluster;      /* masters the run starts on loopback (0: none) */
+	uint64_t tier_remote_tokens; /* their memory, in tokens of KV (--redis-cluster) */
+	uint32_t tier_remote_timeout_ms; /* the pools' key; 0: the daemon's default */
 	double speed;          /* arrival times divided by it; 0: back to back */
 	bool decode, json;
 	bool bystander;        /* a process of NOPs on a pool of its own, timed, meanwhile */
@@ -34,7 +45,8 @@ struct replay_opts {
 	uint64_t pool_tokens, tier_host_tokens, tier_disk_tokens;
 	const char *tier_disk_path;
 	const char *tier_policy;     /* kvpool.conf's tier_policy: lru, second_sight */
-	const char *tier_remote;     /* kvpool.conf's tier_remote (redis://HOST:PORT); NULL: none */
+	const char *tier_remote;     /* kvpool.conf's tier_remote (redis://HOST:PORT); NULL: none
+				      * (--redis-cluster: its cluster's) */
 	const char *groups;          /* kvpool.conf's groups: "full", "full cyclic:1024", ... */
 	uint32_t max_step;           /* tokens one ALLOC adds (the pool's max_step_tokens) */
 	int64_t snapshot_every;      /* the pool's snapshot_every; -1: the daemon's default */
@@ -61,6 +73,7 @@ struct replay_tier {
 	/* Its cluster tier's (tier_remote), 0 without one */
 	uint64_t remote_hit_tokens, remote_bytes_in, remote_bytes_out;
 	uint64_t remote_round_p50_ns, remote_round_p99_ns;
+	uint64_t remote_timeouts;
 };
 
 /* Blocks each group held while the engines ran (sampled), and the pool's window snapshots. */
@@ -84,12 +97,41 @@ struct replay_lat {
 uint32_t replay_token(const uint64_t *ids, uint32_t j);
 
 /*
- * replay_run.c: the requests through a kvpoold (o->socket, or one it
- * starts), @res[i] for request i; the tier's counters into @tier; the replay's
- * wall time into *elapsed_ns. 0, or -errno with the cause printed.
+ * replay_run.c: the requests through o->nodes kvpoold (o->socket, or those it
+ * starts), request i on node @node_of[i]; @res[i] for request i; each node's
+ * tier counters into @tiers[node]; the replay's wall time into *elapsed_ns.
+ * 0, or -errno with the cause printed.
  */
 int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
-	       struct replay_result *res, struct replay_tier *tier, struct replay_lat *lat,
-	       struct replay_held *held, uint64_t *elapsed_ns);
+	       const uint8_t *node_of, struct replay_result *res, struct replay_tier *tiers,
+	       struct replay_lat *lat, struct replay_held *held, uint64_t *elapsed_ns);
+
+/* replay_fleet.c: the node of each request (@node_of[i]), as o->route says. 0 or -ENOMEM. */
+int replay_route(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
+		 uint8_t *node_of);
+const char *replay_route_name(enum replay_route route);
+
+/* The Redis Cluster a run starts (--redis-cluster M): M masters on loopback. */
+struct replay_cluster {
+	unsigned masters;
+	int pids[REPLAY_MAX_NODES];
+	int ports[REPLAY_MAX_NODES];
+	char dir[64];
+	char url[512];
+	uint64_t key_bytes;          /* a block's memory there, measured */
+};
+int replay_cluster_start(const struct replay_opts *o, struct replay_cluster *c);
+void replay_cluster_stop(struct replay_cluster *c);
+
+/* replay_report.c: the row (JSON with o->json, else a line). */
+struct replay_figures {
+	uint64_t ceiling, lru, elapsed_ns;
+	const uint8_t *node_of;
+	const struct replay_tier *tiers; /* each node's */
+	const struct replay_cluster *cluster; /* NULL: none started */
+};
+void replay_report(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
+		   const struct replay_result *res, const struct replay_lat *lat,
+		   const struct replay_held *held, const struct replay_figures *f);
 
 #endif

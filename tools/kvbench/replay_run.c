@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvbench replay's run: a pool of its own (on a kvpoold it starts, or at
- * --socket), --engines processes, request i going to engine i % engines in
- * trace order, each as an engine serves it: the prompt opened, LOOKUP, ALLOC
- * with the cache (timed, and marked when it waited for the tier), the missed
- * tokens' KV written and committed, the output decoded a token at a time,
- * then closed.
+ * kvbench replay's run: on each node a pool of its own (on a kvpoold it
+ * starts, or at --socket) and --engines processes, a node's requests going to
+ * its engines in turn, in trace order, each as an engine serves it: the
+ * prompt opened, LOOKUP, ALLOC with the cache (timed, and marked when it
+ * waited for a tier), the missed tokens' KV written and committed, the output
+ * decoded a token at a time, then closed.
  */
 #include <errno.h>
 #include <limits.h>
@@ -47,6 +47,9 @@ struct engine {
 	uint32_t ngroups;         /* the pool's: every group's KV is written */
 	struct samples *samples;
 	uint64_t sample_at;       /* this request's first decode sample */
+	unsigned node;            /* whose requests it serves: node_of[i] == node... */
+	const uint8_t *node_of;
+	const uint32_t *turn;     /* ...and turn[i] % engines == its index */
 };
 
 /* ALLOC through the ring, for its flags: 0 and the hit, or -errno. */
@@ -173,7 +176,7 @@ static int engine_main(struct engine *e, unsigned k, const struct replay_req *re
 	for (uint32_t i = 0; i < n; i++) {
 		e->sample_at = at;
 		at += e->o->decode ? reqs[i].out_len : 0;
-		if (i % e->o->engines != k)
+		if (e->node_of[i] != e->node || e->turn[i] % e->o->engines != k)
 			continue;
 		if (e->o->speed > 0) {
 			uint64_t due = e->start_ns + (uint64_t)((double)(reqs[i].ts_ms - reqs[0].ts_ms) *
@@ -203,13 +206,11 @@ static int engine_main(struct engine *e, unsigned k, const struct replay_req *re
 	return 0;
 }
 
-static int engine_process(const struct replay_opts *o, const char *sock, const char *pool,
-			  unsigned k, const struct replay_req *reqs, uint32_t n,
-			  struct replay_result *res, uint64_t start_ns, uint32_t max_in,
-			  struct samples *samples)
+static int engine_process(struct engine e, const char *sock, const char *pool, unsigned k,
+			  const struct replay_req *reqs, uint32_t n, struct replay_result *res,
+			  uint32_t max_in)
 {
-	struct engine e = { .o = o, .head_dim = o->kv_bytes_per_token / 8, .start_ns = start_ns,
-			    .samples = samples };
+	const struct replay_opts *o = e.o;
 	struct kvp_connect_opts co = { .socket_path = sock, .pool = pool,
 				       .arena_bytes = (uint64_t)max_in * 4 +
 						      (uint64_t)CHUNK * o->kv_bytes_per_token + (1u << 20) };
@@ -337,7 +338,7 @@ static int make_pool(struct kvp_client *admin, const struct replay_opts *o, cons
 		     const char *disk_dir)
 {
 	struct kvp_pool_params_v2 p;
-	char keys[512 + PATH_MAX], why[KVP_REASON_MAX] = "";
+	char keys[1024 + PATH_MAX], why[KVP_REASON_MAX] = "";
 	int n, ret;
 
 	kvp_pool_params_v2_init(&p, name);
@@ -354,6 +355,9 @@ static int make_pool(struct kvp_client *admin, const struct replay_opts *o, cons
 			      (long long)o->snapshot_every);
 	if (o->tier_remote)
 		n += snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_remote = %s\n", o->tier_remote);
+	if (o->tier_remote_timeout_ms)
+		n += snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_remote_timeout_ms = %u\n",
+			      o->tier_remote_timeout_ms);
 	if (o->tier_disk_tokens)
 		snprintf(keys + n, sizeof(keys) - (size_t)n, "tier_disk_bytes = %llu\n"
 			 "tier_disk_path = %s\n", (unsigned long long)disk_bytes(o), disk_dir);
@@ -429,6 +433,7 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 				t->remote_bytes_out = r->bytes_out;
 				t->remote_round_p50_ns = r->round_p50_ns;
 				t->remote_round_p99_ns = r->round_p99_ns;
+				t->remote_timeouts = r->timeouts;
 			}
 			if (!row)
 				continue;
@@ -450,76 +455,126 @@ static void tier_counters(struct kvp_client *admin, const char *name, struct rep
 	kvp_stats_view_release(&v);
 }
 
-int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
-	       struct replay_result *res, struct replay_tier *tier, struct replay_lat *lat,
-	       struct replay_held *held, uint64_t *elapsed_ns)
+/* One node of the run: its kvpoold (started, or --socket's), its admin client, its pool. */
+struct node {
+	struct bench_daemon dmn;
+	const char *sock;
+	struct kvp_client *admin;
+	char pool[KVP_NAME_MAX];
+	bool made;
+};
+
+/* Node @k's daemon (the one at --socket, or one it starts), its admin client and its pool. */
+static int node_start(const struct replay_opts *o, struct node *nd, unsigned k, const char *dir)
 {
-	struct bench_daemon dmn = { .pid = -1 };
-	char bin[PATH_MAX], pool[KVP_NAME_MAX], by_pool[KVP_NAME_MAX];
-	const char *disk_dir = NULL;
-	const char *sock = o->socket;
-	struct kvp_client *admin = NULL;
-	struct samples *samples;
-	pid_t *pids, by = -1, parent;
-	uint32_t max_in = 1;
-	uint64_t t0;
+	char bin[PATH_MAX];
 	int ret;
 
-	for (uint32_t i = 0; i < n; i++)
-		max_in = reqs[i].in_len > max_in ? reqs[i].in_len : max_in;
-	pids = calloc(o->engines, sizeof(*pids));
-	/* Shared with the engines and the bystander; untouched pages cost nothing. */
-	samples = mmap(NULL, sizeof(*samples), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-		       -1, 0);
-	if (!pids || samples == MAP_FAILED) {
-		ret = -ENOMEM;
-		goto out_free;
-	}
-	if (!sock) {
+	nd->dmn.pid = -1;
+	nd->sock = o->socket;
+	if (!nd->sock) {
 		if (o->daemon)
 			snprintf(bin, sizeof(bin), "%s", o->daemon);
 		else
 			bench_default_daemon(bin, sizeof(bin));
-		ret = bench_daemon_start(&dmn, bin, 50, NULL, -1);
+		ret = bench_daemon_start(&nd->dmn, bin, 50, NULL, -1);
 		if (ret) {
 			fprintf(stderr, "kvbench replay: kvpoold %s: %s\n", bin, strerror(-ret));
-			goto out_free;
+			return ret;
 		}
-		sock = dmn.socket;
+		nd->sock = nd->dmn.socket;
 	}
-	ret = kvp_connect(&(struct kvp_connect_opts){ .socket_path = sock, .admin = true,
-						     .stats_page = true, .monitor = true }, &admin);
+	ret = kvp_connect(&(struct kvp_connect_opts){ .socket_path = nd->sock, .admin = true,
+						     .stats_page = true, .monitor = true },
+			  &nd->admin);
 	if (ret) {
-		fprintf(stderr, "kvbench replay: connect to %s as admin: %s\n", sock, strerror(-ret));
-		goto out_daemon;
+		fprintf(stderr, "kvbench replay: connect to %s as admin: %s\n", nd->sock,
+			strerror(-ret));
+		return ret;
 	}
-	snprintf(pool, sizeof(pool), "replay-%d", (int)getpid());
+	/* One name a node: their disk tiers' files share a directory. */
+	if (o->nodes > 1)
+		snprintf(nd->pool, sizeof(nd->pool), "replay-%d-%u", (int)getpid(), k);
+	else
+		snprintf(nd->pool, sizeof(nd->pool), "replay-%d", (int)getpid());
+	ret = o->tier_disk_tokens && !dir ? -EIO : make_pool(nd->admin, o, nd->pool, dir);
+	nd->made = !ret;
+	return ret;
+}
+
+static void node_stop(const struct replay_opts *o, struct node *nd, const char *dir)
+{
+	/* A disk tier's file is the run's own: it goes with the pool. */
+	if (nd->made && bench_pool_drop(nd->admin, nd->pool) && o->tier_disk_tokens && !*own_dir)
+		fprintf(stderr, "kvbench replay: %s/%s.kvtier left behind\n", dir, nd->pool);
+	kvp_close(nd->admin);
+	if (nd->dmn.pid > 0)
+		bench_daemon_stop(&nd->dmn);
+}
+
+int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
+	       const uint8_t *node_of, struct replay_result *res, struct replay_tier *tiers,
+	       struct replay_lat *lat, struct replay_held *held, uint64_t *elapsed_ns)
+{
+	struct node nodes[REPLAY_MAX_NODES] = { 0 };
+	char by_pool[KVP_NAME_MAX];
+	const char *disk_dir = NULL;
+	unsigned nengines = o->nodes * o->engines, started = 0;
+	uint32_t *turn = calloc(n ? n : 1, sizeof(*turn)), seen[REPLAY_MAX_NODES] = { 0 };
+	struct samples *samples;
+	pid_t *pids, by = -1, parent;
+	uint32_t max_in = 1;
+	uint64_t t0;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		max_in = reqs[i].in_len > max_in ? reqs[i].in_len : max_in;
+		turn[i] = turn ? seen[node_of[i]]++ : 0;
+	}
+	pids = calloc(nengines, sizeof(*pids));
+	/* Shared with the engines and the bystander; untouched pages cost nothing. */
+	samples = mmap(NULL, sizeof(*samples), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		       -1, 0);
+	if (!pids || !turn || samples == MAP_FAILED) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
 	snprintf(by_pool, sizeof(by_pool), "replay-%d-by", (int)getpid());
-	disk_dir = o->tier_disk_tokens && !o->tier_disk_path ? own_disk_dir(pool) :
+	/* The first node's file is removed on a signal; the others' by their pools' drop. */
+	snprintf(nodes[0].pool, sizeof(nodes[0].pool), o->nodes > 1 ? "replay-%d-0" : "replay-%d",
+		 (int)getpid());
+	disk_dir = o->tier_disk_tokens && !o->tier_disk_path ? own_disk_dir(nodes[0].pool) :
 		   o->tier_disk_path;
-	ret = o->tier_disk_tokens && !disk_dir ? -EIO :
-	      make_pool(admin, o, pool, disk_dir) ?:
-	      (o->bystander ? make_bystander_pool(admin, by_pool) : 0);
+	for (; started < o->nodes && !ret; started++)
+		ret = node_start(o, &nodes[started], started, disk_dir);
+	if (!ret && o->bystander)
+		ret = make_bystander_pool(nodes[0].admin, by_pool);
 	if (ret)
-		goto out_pools;
+		goto out_nodes;
 	fflush(NULL);
 	parent = getpid();
 	if (o->bystander) {
 		by = fork();
 		if (by == 0)
-			_exit(dies_with(parent) ?: bystander(sock, by_pool, samples));
+			_exit(dies_with(parent) ?: bystander(nodes[0].sock, by_pool, samples));
 	}
 	t0 = bench_now_ns();
-	for (unsigned k = 0; k < o->engines; k++) {
+	for (unsigned k = 0; k < nengines; k++) {
+		unsigned node = k / o->engines;
+		struct engine e = { .o = o, .head_dim = o->kv_bytes_per_token / 8, .start_ns = t0,
+				    .samples = samples, .node = node, .node_of = node_of,
+				    .turn = turn };
+
 		pids[k] = fork();
 		if (pids[k] == 0)
 			_exit(dies_with(parent) ?:
-			      engine_process(o, sock, pool, k, reqs, n, res, t0, max_in, samples));
+			      engine_process(e, nodes[node].sock, nodes[node].pool, k % o->engines,
+					     reqs, n, res, max_in));
 	}
-	/* Meanwhile, every 20 ms, the blocks each group holds. */
-	for (unsigned left = o->engines; left;) {
+	/* Meanwhile, every 20 ms, the blocks each group of the first node's pool holds. */
+	for (unsigned left = nengines; left;) {
 		left = 0;
-		for (unsigned k = 0; k < o->engines; k++) {
+		for (unsigned k = 0; k < nengines; k++) {
 			int status = 0;
 			pid_t got;
 
@@ -535,7 +590,7 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 			pids[k] = -1;
 		}
 		if (left) {
-			sample_held(admin, pool, held);
+			sample_held(nodes[0].admin, nodes[0].pool, held);
 			nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
 		}
 	}
@@ -549,23 +604,21 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	if (ret)
 		fprintf(stderr, "kvbench replay: an engine did not finish its requests\n");
 	latencies(samples, o, reqs, n, lat);
-	kvp_pool_sync(admin, pool);
-	tier_counters(admin, pool, tier);
-	snapshot_counters(admin, pool, held);
-out_pools:
-	/* A disk tier's file is the run's own: it goes with the pool. */
-	if (bench_pool_drop(admin, pool) && o->tier_disk_tokens && !*own_dir)
-		fprintf(stderr, "kvbench replay: %s/%s.kvtier left behind\n", disk_dir, pool);
-	if (o->bystander)
-		kvp_pool_destroy(admin, by_pool);
-	kvp_close(admin);
-out_daemon:
-	if (dmn.pid > 0)
-		bench_daemon_stop(&dmn);
+	for (unsigned k = 0; k < o->nodes; k++) {
+		kvp_pool_sync(nodes[k].admin, nodes[k].pool);
+		tier_counters(nodes[k].admin, nodes[k].pool, &tiers[k]);
+	}
+	snapshot_counters(nodes[0].admin, nodes[0].pool, held);
+out_nodes:
+	if (o->bystander && nodes[0].admin)
+		kvp_pool_destroy(nodes[0].admin, by_pool);
+	while (started--)
+		node_stop(o, &nodes[started], disk_dir);
 	remove_own();
 out_free:
 	if (samples != MAP_FAILED)
 		munmap(samples, sizeof(*samples));
 	free(pids);
+	free(turn);
 	return ret;
 }

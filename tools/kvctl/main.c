@@ -51,6 +51,8 @@ static const char usage[] =
 	"                                  tier's file too with --drop-tier\n"
 	"  pool sync NAME                  wait for the copies into the pool's tier (admin)\n"
 	"  pool reset NAME                 forget the pool's prefix cache (admin)\n"
+	"  pool purge-remote NAME          delete the pool's keys from its cluster tier\n"
+	"                                  (admin): SCAN every master, UNLINK each\n"
 	"  health [--timeout MS]           exit 0 when the daemon answers a NOP, 1 with\n"
 	"                                  the reason (scripts, container probes)\n"
 	"  exporter [--listen ADDR:PORT]   serve /metrics (the stats, for Prometheus) and\n"
