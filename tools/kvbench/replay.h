@@ -56,6 +56,7 @@ struct replay_opts {
 struct replay_result {
 	uint32_t hit_tokens;
 	uint32_t tier;         /* its ALLOC waited for the tier (KVP_CQE_F_TIER) */
+	uint64_t lookup_ns;    /* its LOOKUP (a cluster tier's round included) */
 	uint64_t alloc_ns;
 	int32_t error;         /* 0, or the -errno its engine met */
 	uint32_t done;
@@ -106,7 +107,14 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	       const uint8_t *node_of, struct replay_result *res, struct replay_tier *tiers,
 	       struct replay_lat *lat, struct replay_held *held, uint64_t *elapsed_ns);
 
-/* replay_fleet.c: the node of each request (@node_of[i]), as o->route says. 0 or -ENOMEM. */
+/*
+ * replay_fleet.c: @fn runs when SIGINT, SIGTERM or SIGHUP ends kvbench (in
+ * kvbench itself, not the engines it forks): what a run made on disk, or the
+ * servers it started, go with it.
+ */
+void replay_on_signal(void (*fn)(void));
+
+/* The node of each request (@node_of[i]), as o->route says. 0 or -ENOMEM. */
 int replay_route(const struct replay_opts *o, const struct replay_req *reqs, uint32_t n,
 		 uint8_t *node_of);
 const char *replay_route_name(enum replay_route route);

@@ -26,6 +26,34 @@
 
 #define KVPD_URL_SEEDS 8 /* HOST:PORT entries tier_remote takes */
 
+/* ---- what goes with kvbench when a signal ends it ---- */
+
+static void (*on_signal[4])(void);
+static pid_t signal_owner;
+
+static void run_and_die(int sig)
+{
+	if (getpid() == signal_owner)
+		for (unsigned i = 0; i < sizeof(on_signal) / sizeof(on_signal[0]); i++)
+			if (on_signal[i])
+				on_signal[i]();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void replay_on_signal(void (*fn)(void))
+{
+	for (unsigned i = 0; i < sizeof(on_signal) / sizeof(on_signal[0]); i++)
+		if (!on_signal[i] || on_signal[i] == fn) {
+			on_signal[i] = fn;
+			break;
+		}
+	signal_owner = getpid();
+	signal(SIGINT, run_and_die);
+	signal(SIGTERM, run_and_die);
+	signal(SIGHUP, run_and_die);
+}
+
 const char *replay_route_name(enum replay_route route)
 {
 	return route == REPLAY_SESSION ? "session" : route == REPLAY_RANDOM ? "random" :
@@ -289,6 +317,14 @@ static uint64_t measure_key(const struct replay_opts *o, const struct replay_clu
 	return bytes;
 }
 
+static struct replay_cluster *running;
+
+static void stop_running(void)
+{
+	if (running)
+		replay_cluster_stop(running);
+}
+
 int replay_cluster_start(const struct replay_opts *o, struct replay_cluster *c)
 {
 	char *create[8 + REPLAY_MAX_NODES] = { "redis-cli", "--cluster", "create" };
@@ -304,6 +340,8 @@ int replay_cluster_start(const struct replay_opts *o, struct replay_cluster *c)
 		fprintf(stderr, "kvbench replay: --redis-cluster: no directory of its own\n");
 		return -EIO;
 	}
+	running = c;
+	replay_on_signal(stop_running);
 	for (unsigned k = 0; k < c->masters && !ret; k++) {
 		c->ports[k] = free_port();
 		ret = c->ports[k] < 0 ? c->ports[k] : start_server(c, k);
@@ -367,7 +405,8 @@ void replay_cluster_stop(struct replay_cluster *c)
 		snprintf(path, sizeof(path), "%s/nodes-%d.conf", c->dir, c->ports[k]);
 		unlink(path);
 	}
-	if (*c->dir && rmdir(c->dir))
+	if (*c->dir && rmdir(c->dir) && running)
 		fprintf(stderr, "kvbench replay: %s left behind: %s\n", c->dir, strerror(errno));
 	*c->dir = '\0';
+	running = NULL;
 }

@@ -76,6 +76,31 @@ static void sum_tiers(const struct replay_tier *tiers, unsigned nodes, struct re
 	}
 }
 
+/*
+ * Time to first token, modelled as bench/vllm_step.py does: the prompt's
+ * missed tokens computed at REPLAY_COMPUTE_NS a token, after the LOOKUP and
+ * the ALLOC as measured (their rounds and promotions). p50 and p99, ns.
+ */
+#define REPLAY_COMPUTE_NS 100000ull
+static void ttft(const struct replay_req *reqs, uint32_t n, const struct replay_result *res,
+		 struct bench_pct *pct)
+{
+	uint64_t *ns = malloc((n ? n : 1) * sizeof(*ns));
+	uint32_t count = 0;
+
+	*pct = (struct bench_pct){ 0, 0 };
+	if (!ns)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		if (!res[i].error)
+			ns[count++] = res[i].lookup_ns + res[i].alloc_ns +
+				      (uint64_t)(reqs[i].in_len - res[i].hit_tokens) *
+				      REPLAY_COMPUTE_NS;
+	if (count)
+		bench_percentiles(ns, count, pct);
+	free(ns);
+}
+
 /* Each node's hit rates: all, its pool's (and local tier's), the cluster's. */
 static json_object *per_node_json(const struct replay_opts *o, const struct replay_req *reqs,
 				  uint32_t n, const struct replay_result *res,
@@ -113,7 +138,7 @@ void replay_report(const struct replay_opts *o, const struct replay_req *reqs, u
 	struct replay_tier sum, *tier = &sum;
 	uint64_t prompt = 0, hit = 0, unoffered = 0;
 	uint64_t host_hit, disk_hit, host_down, disk_down, host_up, disk_up;
-	struct bench_pct plain, promoting;
+	struct bench_pct plain, promoting, first_token;
 	uint32_t nplain, npromoting, errors = 0;
 
 	sum_tiers(f->tiers, o->nodes, &sum);
@@ -129,6 +154,7 @@ void replay_report(const struct replay_opts *o, const struct replay_req *reqs, u
 		hit += res[i].hit_tokens;
 		errors += res[i].error != 0;
 	}
+	ttft(reqs, n, res, &first_token);
 	percentiles(res, n, false, &plain, &nplain);
 	percentiles(res, n, true, &promoting, &npromoting);
 	for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
@@ -214,6 +240,12 @@ void replay_report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "redis_key_bytes", json_object_new_int64(
 			(int64_t)(f->cluster ? f->cluster->key_bytes : 0)));
 		json_object_object_add(row, "per_node", per_node_json(o, reqs, n, res, f));
+		/* What the cluster tier costs the network for what it gives: both ways, all hits. */
+		json_object_object_add(row, "remote_bytes_per_hit_token", bench_json_fixed(
+			ratio(tier->remote_bytes_in + tier->remote_bytes_out, hit), 1));
+		json_object_object_add(row, "ttft_p50_ms", bench_json_fixed(first_token.median / 1e6,
+									      2));
+		json_object_object_add(row, "ttft_p99_ms", bench_json_fixed(first_token.p99 / 1e6, 2));
 		/* The copies' own bandwidth, bytes over their time, as kvctl stats' MB/s. */
 		json_object_object_add(row, "tier_gb_per_s_down",
 				       bench_json_fixed(tier->ns_down ? (double)tier->bytes_down /

@@ -133,7 +133,7 @@ static int serve(struct engine *e, const struct replay_req *r, struct replay_res
 {
 	uint32_t hit = 0, want, first;
 	bool tier = false;
-	uint64_t h;
+	uint64_t h, t0;
 	int ret;
 
 	for (uint32_t j = 0; j < r->in_len; j++)
@@ -141,7 +141,9 @@ static int serve(struct engine *e, const struct replay_req *r, struct replay_res
 	ret = kvp_seq_open(e->c, e->tokens, r->in_len, NULL, 0, -1, &h);
 	if (ret)
 		return ret;
+	t0 = bench_now_ns();
 	want = (uint32_t)kvp_lookup(e->c, h, NULL, 0);
+	res->lookup_ns = bench_now_ns() - t0;
 	first = r->in_len - want < e->o->max_step ? r->in_len - want : e->o->max_step;
 	ret = alloc_waiting(e, h, first, true, &hit, &tier, &res->alloc_ns);
 	res->hit_tokens = hit;
@@ -302,13 +304,6 @@ static void remove_own(void)
 		rmdir(own_dir);
 }
 
-static void remove_own_and_die(int sig)
-{
-	remove_own();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
 /* A forked engine or bystander goes with kvbench (a SIGINT to kvbench alone, as kill sends it,
  * would leave them replaying against a daemon that is gone). 0, or its exit status. */
 static int dies_with(pid_t parent)
@@ -328,9 +323,7 @@ static const char *own_disk_dir(const char *pool)
 		return NULL;
 	}
 	snprintf(own_file, sizeof(own_file), "%s/%s.kvtier", own_dir, pool);
-	signal(SIGINT, remove_own_and_die);
-	signal(SIGTERM, remove_own_and_die);
-	signal(SIGHUP, remove_own_and_die);
+	replay_on_signal(remove_own);
 	return own_dir;
 }
 
