@@ -478,6 +478,8 @@ int bench_replay(int argc, char **argv)
 		ret = res == MAP_FAILED ? -errno :
 		      replay_run(&o, reqs, n, node_of, res, tiers, &lat, &held, &f.elapsed_ns);
 	}
+	if (!ret && o.redis_cluster)
+		replay_cluster_census(&cluster);
 	if (!ret)
 		replay_report(&o, reqs, n, res, &lat, &held, &f);
 	if (o.redis_cluster)

@@ -127,8 +127,11 @@ struct replay_cluster {
 	char dir[64];
 	char url[512];
 	uint64_t key_bytes;          /* a block's memory there, measured */
+	uint64_t keys, evicted;      /* after the run: keys held, and evicted (maxmemory) */
 };
 int replay_cluster_start(const struct replay_opts *o, struct replay_cluster *c);
+/* The masters' keys and evictions now, into c->keys and c->evicted. */
+void replay_cluster_census(struct replay_cluster *c);
 void replay_cluster_stop(struct replay_cluster *c);
 
 /* replay_report.c: the row (JSON with o->json, else a line). */

@@ -239,6 +239,10 @@ void replay_report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "redis_cluster", json_object_new_int64(o->redis_cluster));
 		json_object_object_add(row, "redis_key_bytes", json_object_new_int64(
 			(int64_t)(f->cluster ? f->cluster->key_bytes : 0)));
+		json_object_object_add(row, "redis_keys", json_object_new_int64(
+			(int64_t)(f->cluster ? f->cluster->keys : 0)));
+		json_object_object_add(row, "redis_evicted_keys", json_object_new_int64(
+			(int64_t)(f->cluster ? f->cluster->evicted : 0)));
 		json_object_object_add(row, "per_node", per_node_json(o, reqs, n, res, f));
 		/* What the cluster tier costs the network for what it gives: both ways, all hits. */
 		json_object_object_add(row, "remote_bytes_per_hit_token", bench_json_fixed(
