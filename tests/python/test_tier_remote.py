@@ -199,6 +199,17 @@ def two_daemons(tmp_path, cluster, pools):
     return daemon_with(a_dir, cluster, pools), daemon_with(b_dir, cluster, pools)
 
 
+def hits_whole(client, prompt, data):
+    """LOOKUP and ALLOC hit a 17-token prompt's 16 tokens, their KV (data's) byte for byte."""
+    with client.open(prompt) as b:
+        assert b.lookup() == 16
+        assert b.alloc(1, use_cache=True) == 16
+        for layer in range(LAYERS):
+            k, v = b.read_kv(0, layer, 0, 16)
+            assert np.array_equal(k, data[0, layer][0][:16])
+            assert np.array_equal(v, data[0, layer][1][:16])
+
+
 def test_a_prompt_committed_on_one_daemon_is_hit_on_another(tmp_path, cluster):
     one, two = two_daemons(tmp_path, cluster, [("full", "full", "")])
     rng = np.random.default_rng(59)
@@ -208,13 +219,7 @@ def test_a_prompt_committed_on_one_daemon_is_hit_on_another(tmp_path, cluster):
             a, data = written(c1, prompt, rng)
             admin1.pool_sync("full")
         with two.client(pool="full") as c2, two.client(admin=True) as admin2:
-            with c2.open(prompt) as b:
-                assert b.lookup() == 16
-                assert b.alloc(1, use_cache=True) == 16
-                for layer in range(LAYERS):
-                    k, v = b.read_kv(0, layer, 0, 16)
-                    assert np.array_equal(k, data[0, layer][0][:16])
-                    assert np.array_equal(v, data[0, layer][1][:16])
+            hits_whole(c2, prompt, data)
             r = remote_of(admin2, "full")
             assert (r["promoted"], r["hit_tokens"], r["rounds"]) == (4, 16, 2)
             assert r["bytes_in"] == 4 * (HEAD.size + SLOT)

@@ -21,7 +21,7 @@ from conftest import DAEMON
 from daemon_proc import Daemon
 from kv_helpers import LAYERS, written
 from redis_cluster import ADMIN_NAME, Cluster
-from test_tier_remote import kvctl, remote_of
+from test_tier_remote import hits_whole, kvctl, remote_of
 from test_tier_remote_ha import (HEAD, NO_TAG, block_keys, daemon_at, log_of, prompts,
                                  two_daemons, write_all)
 
@@ -271,13 +271,7 @@ def test_over_tls_a_prompt_committed_on_one_daemon_is_hit_on_another(tmp_path, t
             assert remote_of(admin1, "full")["sent"] == 4
         assert len(tls_cluster.keys()) == 4
         with two.client(pool="full") as c2, two.client(admin=True) as admin2:
-            with c2.open(prompt) as b:
-                assert b.lookup() == 16
-                assert b.alloc(1, use_cache=True) == 16
-                for layer in range(LAYERS):
-                    k, v = b.read_kv(0, layer, 0, 16)
-                    assert np.array_equal(k, data[0, layer][0][:16])
-                    assert np.array_equal(v, data[0, layer][1][:16])
+            hits_whole(c2, prompt, data)
             r = remote_of(admin2, "full")
             assert r["promoted"] == 4 and r["refused"] == REFUSED_NONE, str(r)
     finally:
