@@ -105,6 +105,14 @@ static int events_check(const struct kvpd_pool_spec *spec, char *why, size_t len
 	return 0;
 }
 
+/* A TLS file of the cluster tier's set (the first such in @spec), or NULL. */
+static const char *remote_tls_key_set(const struct kvpd_pool_spec *spec)
+{
+	return *spec->tier_remote_ca_file ? "tier_remote_ca_file" :
+	       *spec->tier_remote_cert_file ? "tier_remote_cert_file" :
+	       *spec->tier_remote_cert_key_file ? "tier_remote_cert_key_file" : NULL;
+}
+
 /* A key of the cluster tier's set (the first such in @spec), for "set without" reasons. */
 static const char *remote_key_set(const struct kvpd_pool_spec *spec)
 {
@@ -120,15 +128,13 @@ static const char *remote_key_set(const struct kvpd_pool_spec *spec)
 		return "tier_remote_auth_file";
 	if (*spec->tier_remote_key_file)
 		return "tier_remote_key_file";
-	return NULL;
+	return remote_tls_key_set(spec);
 }
 
 /* TLS's files: only with rediss://, a certificate only with its key. */
 static int remote_tls_check(const struct kvpd_pool_spec *spec, bool tls, char *why, size_t len)
 {
-	const char *set = *spec->tier_remote_ca_file ? "tier_remote_ca_file" :
-			  *spec->tier_remote_cert_file ? "tier_remote_cert_file" :
-			  *spec->tier_remote_cert_key_file ? "tier_remote_cert_key_file" : NULL;
+	const char *set = remote_tls_key_set(spec);
 
 	if (!tls && set)
 		return kvpd_refuse(why, len, -EINVAL, "%s: set with redis:// (TLS is rediss://)", set);
@@ -153,10 +159,6 @@ static int remote_check(const struct kvpd_pool_spec *spec, char *why, size_t len
 	if (!*spec->tier_remote) {
 		const char *set = remote_key_set(spec);
 
-		if (!set)
-			set = *spec->tier_remote_ca_file ? "tier_remote_ca_file" :
-			      *spec->tier_remote_cert_file ? "tier_remote_cert_file" :
-			      *spec->tier_remote_cert_key_file ? "tier_remote_cert_key_file" : NULL;
 		if (set)
 			return kvpd_refuse(why, len, -EINVAL, "%s: set without tier_remote", set);
 		return 0;

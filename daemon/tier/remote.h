@@ -281,7 +281,6 @@ struct kvpd_remote {
 	uint32_t ttl_s;              /* every value's (0: none) */
 	struct remote_charge *charges; /* tenants' bytes in the cluster */
 	uint32_t ncharges;
-	uint32_t charge_s;           /* a span's seconds: the TTL's 64th */
 	const struct kvpd_client *acting; /* whose request runs now: its committed blocks' tenant */
 	uint32_t stamp_s;            /* the known set's time unit */
 	/*

@@ -16,10 +16,12 @@
 #include "tier/tier_internal.h"
 #include "tier/remote.h"
 
-/* The span of time @r's writes are counted in now, and how many spans the TTL covers. */
+/* The span of time @r's writes are counted in now: a 64th of the TTL, a second at least. */
 static uint64_t span_now(const struct kvpd_remote *r)
 {
-	return kvpd_now_ns() / 1000000000ull / r->charge_s;
+	uint32_t span_s = r->ttl_s ? (r->ttl_s + REMOTE_CHARGE_SPANS - 1) / REMOTE_CHARGE_SPANS : 1;
+
+	return kvpd_now_ns() / 1000000000ull / span_s;
 }
 
 static uint64_t charged(const struct kvpd_remote *r, const struct remote_charge *ch, uint64_t now)

@@ -40,7 +40,6 @@ int remote_known_init(struct kvpd_remote *r, uint32_t pool_blocks, uint32_t ttl_
 	r->known_mask = (uint32_t)(n - 1);
 	r->ttl_s = ttl_s;
 	r->stamp_s = ttl_s ? (ttl_s + TTL_UNITS - 1) / TTL_UNITS : 1;
-	r->charge_s = ttl_s ? (ttl_s + REMOTE_CHARGE_SPANS - 1) / REMOTE_CHARGE_SPANS : 1;
 	return r->known ? 0 : -ENOMEM;
 }
 
