@@ -493,14 +493,17 @@ int kvp_submit(struct kvp_client *c)
 
 int kvp_peek_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 {
-	uint32_t head = *c->cq_head;
+	for (;;) {
+		uint32_t head = *c->cq_head;
 
-	if (c->broken)
-		return c->broken;
-	if (__atomic_load_n(c->cq_tail, __ATOMIC_ACQUIRE) == head)
-		return -EAGAIN;
-	*cqe = &c->cqes[head & (c->cq_entries - 1)];
-	return 0;
+		if (c->broken)
+			return c->broken;
+		if (__atomic_load_n(c->cq_tail, __ATOMIC_ACQUIRE) == head)
+			return -EAGAIN;
+		*cqe = &c->cqes[head & (c->cq_entries - 1)];
+		if (!c->tickets_out || !kvp_ticket_reap(c, *cqe))
+			return 0;
+	}
 }
 
 /* The socket's end of file (or an error) means the daemon is gone; it sends nothing after setup. */
@@ -530,18 +533,18 @@ static void sleep_on_cq(struct kvp_client *c, uint32_t tail, uint64_t ns)
  * HANGUP_CHECK_NS, looking at the socket between them: nothing the daemon
  * could be made to wait on, and its death is noticed within a slice.
  */
-int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
+int kvp_wait_cqe_until(struct kvp_client *c, struct kvp_cqe **cqe, uint64_t deadline,
+		       bool for_lookup)
 {
-	uint64_t start, deadline, now;
+	uint64_t start, now, reaped = c->tickets_reaped;
 	unsigned spins = 0;
 	int ret;
 
 	/* Batches find their completions there: no clock read for them. */
 	ret = kvp_peek_cqe(c, cqe);
-	if (ret != -EAGAIN)
+	if (ret != -EAGAIN || (for_lookup && c->tickets_reaped != reaped))
 		return ret;
 	start = kvp_now_ns();
-	deadline = start + c->timeout_ns;
 	/*
 	 * Spinning only pays while the daemon spins too: once it sleeps (too many
 	 * spinners for the cores), a spinning client only takes the core it needs
@@ -549,8 +552,9 @@ int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 	 */
 	while (c->spin_us && !(__atomic_load_n(c->sq_flags, __ATOMIC_RELAXED) & KVP_SQ_NEED_WAKEUP) &&
 	       kvp_now_ns() - start < c->spin_us * 1000ull) {
-		if (kvp_peek_cqe(c, cqe) == 0)
-			return 0;
+		ret = kvp_peek_cqe(c, cqe);
+		if (ret != -EAGAIN || (for_lookup && c->tickets_reaped != reaped))
+			return ret;
 		/* Never hold a shared core for a time slice: see the daemon's loop. */
 		if (++spins % 32 == 0)
 			sched_yield();
@@ -562,24 +566,34 @@ int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
 		/* Pairs with the daemon's fence between publishing its tail and reading our flag. */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		ret = kvp_peek_cqe(c, cqe);
-		if (ret != -EAGAIN)
+		if (ret != -EAGAIN || (for_lookup && c->tickets_reaped != reaped))
 			break;
 		now = kvp_now_ns();
 		if (now >= deadline) {
-			/* A completion may still land where the next call would stage its data. */
-			c->broken = -ENOTCONN;
+			/*
+			 * A request's completion may still land where the next
+			 * call would stage its data; a lookup stages nothing.
+			 */
+			if (!for_lookup)
+				c->broken = -ENOTCONN;
 			ret = -ETIMEDOUT;
 			break;
 		}
 		sleep_on_cq(c, *c->cq_head, deadline - now < HANGUP_CHECK_NS ? deadline - now :
 								     HANGUP_CHECK_NS);
-		if (kvp_peek_cqe(c, cqe) == -EAGAIN && socket_hung_up(c)) {
+		if (kvp_peek_cqe(c, cqe) == -EAGAIN && !(for_lookup && c->tickets_reaped != reaped) &&
+		    socket_hung_up(c)) {
 			ret = daemon_gone(c);
 			break;
 		}
 	}
 	__atomic_store_n(c->cq_flags, 0, __ATOMIC_RELAXED);
 	return ret;
+}
+
+int kvp_wait_cqe(struct kvp_client *c, struct kvp_cqe **cqe)
+{
+	return kvp_wait_cqe_until(c, cqe, kvp_now_ns() + c->timeout_ns, false);
 }
 
 void kvp_cqe_seen(struct kvp_client *c, struct kvp_cqe *cqe)

@@ -4,6 +4,7 @@
 #define LIBKVPOOL_CLIENT_H
 
 #include <poll.h>
+#include <stdbool.h>
 #include <time.h>
 
 #include "libkvpool.h"
@@ -33,8 +34,33 @@ struct kvp_client {
 	struct kvp_pool_info pool;
 	void *stats_map;
 	size_t stats_bytes;
+	/* Lookups out (kvp_lookup_start): their completions set aside as the CQ is read. */
+	struct kvp_ticket {
+		uint64_t user_data;  /* KVP_TICKET_BIT | a count; 0: a free slot */
+		int32_t res;
+		uint8_t state;       /* TICKET_OUT, TICKET_DONE, TICKET_DROPPED */
+	} tickets[KVP_LOOKUPS_MAX];
+	uint32_t tickets_out;    /* submitted, completion not reaped: the CQ owes them */
+	uint64_t tickets_made;
+	uint64_t tickets_reaped; /* a wait for one lookup looks for this to move */
 };
 
+/* The user_data bit a lookup's entry carries: ring-level callers keep it clear. */
+#define KVP_TICKET_BIT (1ull << 63)
+
+/*
+ * When the completion at the CQ's head is a lookup's, records it and reaps
+ * it: true. kvp_peek_cqe calls this, so every reader of the CQ sets them aside.
+ */
+bool kvp_ticket_reap(struct kvp_client *c, const struct kvp_cqe *cqe);
+
+/*
+ * kvp_wait_cqe until @deadline. @for_lookup: a wait for a lookup set aside,
+ * which also ends (-EAGAIN) once one is, and leaves the connection usable
+ * when the deadline passes (-ETIMEDOUT).
+ */
+int kvp_wait_cqe_until(struct kvp_client *c, struct kvp_cqe **cqe, uint64_t deadline,
+		       bool for_lookup);
 /* Waits until @fd is readable, at most until @deadline (kvp_now_ns): -ETIMEDOUT after. */
 int kvp_wait_readable(int fd, uint64_t deadline);
 /*

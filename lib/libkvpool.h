@@ -193,6 +193,34 @@ int kvp_append(struct kvp_client *c, uint64_t handle, const uint32_t *tokens, ui
 int kvp_lookup(struct kvp_client *c, uint64_t handle, struct kvp_block_lists *lists,
 	       size_t lists_bytes);
 
+/* Lookups one connection may have out at once (kvp_lookup_start). */
+#define KVP_LOOKUPS_MAX 64
+
+/*
+ * kvp_lookup_start - kvp_lookup without waiting for its answer, which may take
+ * a network round: a pool with a cluster tier asks the cluster (up to its
+ * tier_remote_timeout_ms) for the blocks past its local hit. *@ticket names it
+ * for kvp_lookup_poll. Until it completes, the daemon holds the sequence (its
+ * other requests answer -EBUSY); the connection's other calls, blocking or of
+ * the ring level, go on: the library sets the lookup's completion aside when
+ * they meet it. Ring-level callers then keep bit 63 of their user_data clear.
+ * -EAGAIN with KVP_LOOKUPS_MAX lookups out, -EBUSY with the SQ full.
+ */
+int kvp_lookup_start(struct kvp_client *c, uint64_t handle, uint64_t *ticket);
+
+/*
+ * kvp_lookup_poll - the lookup's answer once it came: the hit in tokens (as
+ * kvp_lookup's), or -errno; the ticket is spent then. -EINPROGRESS while it is
+ * out, after waiting up to @wait_ns for it (0: only a look). A wait ends early
+ * when the CQ's next completion is a ring-level request's the caller has not
+ * reaped. -ENOENT for a ticket not out; the connection's error once it is
+ * broken.
+ */
+int kvp_lookup_poll(struct kvp_client *c, uint64_t ticket, uint64_t wait_ns);
+
+/* kvp_lookup_drop - forget a lookup out: its completion is reaped and dropped when it comes. */
+void kvp_lookup_drop(struct kvp_client *c, uint64_t ticket);
+
 /*
  * kvp_alloc - allocate slots for @new_tokens (+ @lookahead); with @use_cache,
  * look the prefix cache up and take the hit atomically, reporting its length

@@ -2,7 +2,8 @@
 /*
  * libkvpool's blocking calls: each stages its input at the start of the arena,
  * submits one entry and waits for its completion. They need the rings to
- * themselves (-EBUSY while requests of the caller's own are in flight).
+ * themselves (-EBUSY while requests of the caller's own are in flight), but
+ * for lookups out (lookup_async.c), whose completions are set aside.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -52,7 +53,8 @@ static int run(struct kvp_client *c, struct call *call)
 
 	if (c->broken)
 		return c->broken;
-	if (c->sq_local_tail != __atomic_load_n(c->cq_head, __ATOMIC_RELAXED))
+	/* Lookups out are the library's: their completions are set aside as this one is awaited. */
+	if (c->sq_local_tail - __atomic_load_n(c->cq_head, __ATOMIC_RELAXED) != c->tickets_out)
 		return -EBUSY;
 	sqe = kvp_get_sqe(c);
 	if (!sqe)

@@ -25,6 +25,7 @@ from ._kvpool import (
     Disconnected,
     Error,
     KVView,
+    Lookup,
     NoData,
     NoSpace,
     NotFound,
@@ -39,6 +40,6 @@ from ._kvpool import (
 
 __all__ = [
     "ABI_VERSION", "Batch", "BatchError", "Client", "Disconnected", "Error", "KVView",
-    "NoData", "NoSpace", "NotFound", "PermissionDenied", "PoolInfo", "PoolMap",
+    "Lookup", "NoData", "NoSpace", "NotFound", "PermissionDenied", "PoolInfo", "PoolMap",
     "QuotaExceeded", "Sequence", "Timeout", "__version__",
 ]

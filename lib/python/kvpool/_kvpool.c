@@ -241,7 +241,8 @@ static int module_exec(PyObject *m)
 	    add_type(m, &kvpy_sequence_spec, &st->sequence_type, "Sequence") < 0 ||
 	    add_type(m, &kvpy_batch_spec, &st->batch_type, "Batch") < 0 ||
 	    add_type(m, &kvpy_mapping_spec, &st->mapping_type, "PoolMap") < 0 ||
-	    add_type(m, &kvpy_region_spec, &st->region_type, "KVView") < 0)
+	    add_type(m, &kvpy_region_spec, &st->region_type, "KVView") < 0 ||
+	    add_type(m, &kvpy_lookup_spec, &st->lookup_type, "Lookup") < 0)
 		return -1;
 	st->pool_info_type = PyStructSequence_NewType(&pool_info_desc);
 	if (!st->pool_info_type ||
@@ -260,6 +261,7 @@ static int module_exec(PyObject *m)
 		visit((st)->batch_type);                                       \
 		visit((st)->mapping_type);                                     \
 		visit((st)->region_type);                                      \
+		visit((st)->lookup_type);                                      \
 		visit((st)->pool_info_type);                                   \
 		visit((st)->error); visit((st)->no_space); visit((st)->quota_exceeded);    \
 		visit((st)->no_data); visit((st)->permission_denied);                      \

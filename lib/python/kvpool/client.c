@@ -27,6 +27,8 @@ int kvpy_lock(ClientObject *self)
 		kvpy_raise(self->st, -ENOTCONN, "client", "closed");
 		return -1;
 	}
+	while (self->ndrops)
+		kvp_lookup_drop(self->c, self->drops[--self->ndrops]);
 	return 0;
 }
 

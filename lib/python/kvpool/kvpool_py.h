@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "libkvpool.h"
 
@@ -28,7 +29,7 @@
 /* What the module owns: its types and exception classes, numpy's and json's entry points. */
 struct kvpy_state {
 	PyTypeObject *client_type, *sequence_type, *batch_type, *mapping_type, *region_type;
-	PyTypeObject *pool_info_type;
+	PyTypeObject *pool_info_type, *lookup_type;
 	PyObject *error, *no_space, *quota_exceeded, *no_data, *permission_denied, *not_found,
 		*timeout, *disconnected, *batch_error;
 	PyObject *np_empty;   /* numpy.empty, imported at first use */
@@ -43,6 +44,8 @@ typedef struct {
 	PyThread_type_lock lock;
 	PyObject *pool_name;  /* str, or None when attached to none */
 	uint64_t arena_bytes;
+	uint64_t drops[KVP_LOOKUPS_MAX]; /* lookups let go while out: dropped at the next call */
+	unsigned ndrops;
 } ClientObject;
 
 typedef struct {
@@ -178,6 +181,18 @@ PyObject *kvpy_attend(ClientObject *client, PyObject *args, PyObject *kwds);
 /* sequence.c: WRITE_KV's arguments checked: group and layer, K and V of the pool's geometry. */
 int kvpy_kv_arrays(ClientObject *client, unsigned group, unsigned layer, PyObject *k_obj,
 		   PyObject *v_obj, struct kvpy_array *k, struct kvpy_array *v);
+
+/* lookup.c: kvpool.Lookup, a LOOKUP out (libkvpool's ticket). */
+extern PyType_Spec kvpy_lookup_spec;
+PyObject *kvpy_lookup_new(SequenceObject *seq, uint64_t ticket);
+
+static inline uint64_t kvpy_monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* batch.c */
 extern PyType_Spec kvpy_batch_spec;

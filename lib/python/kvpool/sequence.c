@@ -121,6 +121,19 @@ static PyObject *sequence_lookup(SequenceObject *self, PyObject *unused)
 	return PyLong_FromLong(ret);
 }
 
+static PyObject *sequence_lookup_async(SequenceObject *self, PyObject *unused)
+{
+	uint64_t h, ticket = 0;
+	int ret;
+
+	(void)unused;
+	HANDLE_OR_RAISE(self, h);
+	KVPY_LOCKED_CALL(self->client, ret, kvp_lookup_start(self->client->c, h, &ticket));
+	if (ret < 0)
+		return done(self, ret, "lookup_async");
+	return kvpy_lookup_new(self, ticket);
+}
+
 static PyObject *sequence_alloc(SequenceObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = { "new_tokens", "lookahead", "use_cache", NULL };
@@ -375,6 +388,10 @@ static PyMethodDef sequence_methods[] = {
 	  "append(tokens)\n--\n\nAdd generated tokens to the sequence." },
 	{ "lookup", (PyCFunction)sequence_lookup, METH_NOARGS,
 	  "lookup()\n--\n\nThe prefix-cache hit, tokens, the sequence would get now (advisory)." },
+	{ "lookup_async", (PyCFunction)sequence_lookup_async, METH_NOARGS,
+	  "lookup_async()\n--\n\nlookup() without waiting: a kvpool.Lookup, whose done() says\n"
+	  "whether the answer came and result() gives it. A pool's cluster tier may take a\n"
+	  "network round to answer; meanwhile the sequence answers EBUSY to anything else." },
 	{ "alloc", (PyCFunction)(void (*)(void))sequence_alloc, METH_VARARGS | METH_KEYWORDS,
 	  "alloc(new_tokens, lookahead=0, use_cache=False)\n--\n\n"
 	  "Allocate slots for new_tokens (+ lookahead); with use_cache take the prefix-cache\n"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import kvpool
 
-from .geometry import check, from_vllm
+from .geometry import ConfigError, check, from_vllm
 from .kv_layout import LAYOUT_VERSION
 from .link import Failures, Interval, Link
 from .meta import Copy, KvpoolMeta
@@ -43,6 +43,18 @@ def salt_of(request):
     return f"kvpool.vllm/{LAYOUT_VERSION}:{len(salt)}:{salt}{lora}".encode()
 
 
+def lookup_wait_of(extra):
+    """kv_connector_extra_config's lookup_wait_ms, in seconds."""
+    wait = extra.get("lookup_wait_ms", 0.5)
+    try:
+        seconds = float(wait) / 1000
+    except (TypeError, ValueError):
+        seconds = -1
+    if not seconds >= 0:
+        raise ConfigError(f"lookup_wait_ms {wait!r}: milliseconds, 0 or more")
+    return seconds
+
+
 @dataclass
 class _Req:
     seq: "kvpool.Sequence | None"   # None: not in kvpool (the daemon away, or let go)
@@ -59,6 +71,7 @@ class _Req:
     table: list = field(default_factory=list)  # vLLM's block table per group, as scheduled
     pool_new: list = field(default_factory=list)  # per group: position -> block, allocated
     #                                              and not yet handed to the workers
+    lookup: object = None   # a kvpool.Lookup out: the offer waits for its answer
     busy: int = 0           # copies of its blocks in flight, or made and not published
     stopped: bool = False   # saves stopped (a failure): never published past committed
     ended: bool = False     # vLLM finished it: let go once nothing is in flight
@@ -73,7 +86,10 @@ class SchedulerSide:
         self.max_len = None
         # What a deployment wants to see: offers, pins cut short, saves; failures by cause.
         self.counts = dict(offered_tokens=0, loaded_tokens=0, lost_tokens=0, saved_tokens=0,
-                           save_skipped=0, multimodal=0, prompt_embeds=0)
+                           save_skipped=0, multimodal=0, prompt_embeds=0, offers_deferred=0)
+        # How long an offer waits for its LOOKUP before vLLM is told to ask again later
+        # (None): a local answer comes in tens of microseconds, a cluster's takes a round.
+        self.lookup_wait = lookup_wait_of(extra)
         self.num_groups = len(want.groups)
         self.failures = Failures(self.counts)
         self.interval = Interval(self.counts)
@@ -90,6 +106,7 @@ class SchedulerSide:
         self.plans = {}       # step -> [(_Req, end, tokens)]: saves awaiting the workers
         self.to_publish = []  # [(_Req, end, tokens)]: saves made, for the next step's batch
         self.loading = {}     # request id -> _Req: loads awaiting the workers
+        self.lingering = []   # ended requests whose LOOKUP is still out: closed once back
         self.step = 0
         self.meta = KvpoolMeta()
 
@@ -108,9 +125,27 @@ class SchedulerSide:
 
     def _settle(self, r):
         """Lets r's sequence go once vLLM is done with it and no copy of its blocks is in
-        flight: a block released under a worker's copy could be another request's by then."""
+        flight: a block released under a worker's copy could be another request's by then.
+        A LOOKUP out holds it in the daemon: closed once that is back."""
         if r.ended and r.busy == 0:
+            if r.lookup is not None and self._live(r) and not self._lookup_back(r):
+                self.lingering.append(r)
+                return
+            r.lookup = None
             self._close(r)
+
+    def _lookup_back(self, r):
+        try:
+            return r.lookup.done()
+        except kvpool.Error:
+            return True  # the connection's failure: its next call says it
+
+    def _linger(self):
+        """Closes the ended requests whose LOOKUP came back since."""
+        if self.lingering:
+            waiting, self.lingering = self.lingering, []
+            for r in waiting:
+                self._settle(r)
 
     def _reap(self):
         """Closes the dropped connections no request in flight still has blocks on."""
@@ -136,6 +171,8 @@ class SchedulerSide:
                 self.reqs[request.request_id] = None
             return 0, False
         r = self.reqs.get(request.request_id)
+        if r is not None and r.lookup is not None:
+            return self._offer(r, request, num_computed, 0)
         if r is not None and (r.lost or r.busy or not self._live(r)):
             return 0, False
         client = self.link.get()
@@ -154,10 +191,30 @@ class SchedulerSide:
                 r.seq.free()
                 r.pinned = r.committed = r.planned = 0
                 r.allocated = False
-            hit = r.seq.lookup()
+            # Without waiting: a pool with a cluster tier may ask the network, and the
+            # scheduler has other requests to serve meanwhile.
+            r.lookup = r.seq.lookup_async()
         except kvpool.Error as e:
             self.link.failed(e, f"request {request.request_id}: no offer")
             return 0, False
+        return self._offer(r, request, num_computed, self.lookup_wait)
+
+    def _offer(self, r, request, num_computed, wait):
+        """The offer once r's LOOKUP is back (waiting for it up to wait seconds); until then
+        None, vLLM's "not known yet": it asks again at a later step, scheduling others."""
+        if not self._live(r):
+            r.lookup = None  # its connection dropped: the request is a miss from here
+            return 0, False
+        try:
+            hit = r.lookup.result(timeout=wait)
+        except kvpool.Error as e:  # before TimeoutError: kvpool.Timeout is one too
+            r.lookup = None
+            self.link.failed(e, f"request {request.request_id}: no offer")
+            return 0, False
+        except TimeoutError:
+            self.counts["offers_deferred"] += 1
+            return None, False
+        r.lookup = None
         bs = self.block_size
         # vLLM computes the last token itself, to sample the next: never offer it.
         hit = min(hit, (request.num_tokens - 1) // bs * bs)
@@ -262,6 +319,7 @@ class SchedulerSide:
         full blocks this step computes. The publication of the last step's saves and this
         step's allocations go to the daemon together, in one batch (one wake-up a step)."""
         self.step += 1
+        self._linger()
         self._reap()
         meta, self.meta = self.meta, KvpoolMeta()
         meta.step = self.step
@@ -492,7 +550,13 @@ class SchedulerSide:
         self._publish(publish)  # one batch: the line then counts them
         # Before the sequences' closes: vLLM kills the engine core 5 s after SIGTERM.
         logger.info("kvpool: %s", ", ".join(f"{k} {v}" for k, v in self.counts.items()))
-        for r in list(self.reqs.values()) + [p[0] for ps in self.plans.values() for p in ps]:
+        for r in list(self.reqs.values()) + [p[0] for ps in self.plans.values() for p in ps] + \
+                self.lingering:
             if r is not None:
+                if r.lookup is not None and self._live(r):
+                    try:
+                        r.lookup.result(timeout=1)  # a round's deadline at most
+                    except (TimeoutError, kvpool.Error):
+                        pass
                 self._close(r)
         self.link.close()

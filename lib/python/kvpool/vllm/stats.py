@@ -20,6 +20,8 @@ COUNTERS = {
     "lost_tokens": "Offered tokens the pool lost before they could be pinned",
     "saved_tokens": "Tokens saved into the pool and published",
     "save_skipped": "Requests not saved (the pool could not take them)",
+    "offers_deferred": "Scheduler steps an offer waited for its lookup (the cluster tier's "
+                       "round): vLLM asked again later",
     "multimodal": "Multimodal requests passed through (their KV depends on more than tokens)",
     "prompt_embeds": "Requests with prompt embeddings passed through",
     "loaded_blocks": "Blocks copied from the pool into vLLM's KV cache",
