@@ -3,8 +3,16 @@
 on free loopback ports in a temporary directory, joined by `redis-cli --cluster create`, in
 plain TCP or TLS (a CA of the test's own, made with the openssl CLI), with ACL users; kill -9
 of a master and its failover, reshards; and a small RESP client to look at what kvpoold wrote
-(redis-cli's text output mangles binary values)."""
+(redis-cli's text output mangles binary values).
 
+In a network namespace (Cluster(netns=NAME, bind=..., announce_ip=...)): the nodes and every
+redis-cli run under `ip netns exec NAME`, and this helper's own connections are made from inside
+it (setns(2) around socket() and connect(): a socket stays in the namespace it was made in), so
+a test in the root namespace looks at a cluster it has no route to."""
+
+import contextlib
+import ctypes
+import os
 import shutil
 import socket
 import ssl
@@ -15,6 +23,7 @@ import pytest
 
 SLOTS = 16384
 ADMIN_NAME = "kvpool-tests"  # the client name of this helper's connections
+CLONE_NEWNET = 0x40000000    # setns(2)'s nstype for a network namespace
 
 
 def free_ports(n):
@@ -35,16 +44,43 @@ def free_ports(n):
     return ports
 
 
+@contextlib.contextmanager
+def in_netns(name):
+    """This thread in network namespace `name` (ip netns add's, /run/netns/NAME) for the block,
+    then back in the one it was in; name None: nothing. Root only (CAP_SYS_ADMIN)."""
+    if name is None:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    there = os.open("/run/netns/" + name, os.O_RDONLY)
+    try:
+        if libc.setns(there, CLONE_NEWNET) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "setns(%s): %s" % (name, os.strerror(e)))
+        try:
+            yield
+        finally:
+            if libc.setns(back, CLONE_NEWNET) != 0:  # never go on in the wrong namespace
+                os._exit(99)
+    finally:
+        os.close(there)
+        os.close(back)
+
+
 class Resp:
     """One connection to one node: commands in, replies out (errors as RespError).
     tls: an ssl.SSLContext (the node's certificate checked against it); user, password: AUTH
     at connect (password alone: the default user's); name: CLIENT SETNAME, so that CLIENT
-    LIST tells this helper's connections from kvpoold's."""
+    LIST tells this helper's connections from kvpoold's. host: the node's address; netns: the
+    network namespace the connection is made in (None: this process's)."""
 
-    def __init__(self, port, tls=None, user=None, password=None, name=None):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    def __init__(self, port, tls=None, user=None, password=None, name=None, host="127.0.0.1",
+                 netns=None):
+        with in_netns(netns):
+            self.sock = socket.create_connection((host, port), timeout=10)
         if tls is not None:
-            self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.buf = b""
         if password is not None:
             self.call("AUTH", *([user] if user else []), password)
@@ -113,10 +149,10 @@ def _openssl(*args, cwd):
                    stderr=subprocess.PIPE, timeout=60)
 
 
-def make_certs(d):
-    """A CA, a server certificate it signed for 127.0.0.1 and localhost, a client certificate
-    it signed, and another CA that signed nothing here. P-256 keys: RSA's keygen costs seconds
-    on a loaded 2-core machine."""
+def make_certs(d, ip="127.0.0.1"):
+    """A CA, a server certificate it signed for 127.0.0.1 (and ip) and localhost, a client
+    certificate it signed, and another CA that signed nothing here. P-256 keys: RSA's keygen
+    costs seconds on a loaded 2-core machine."""
     if not shutil.which("openssl"):
         pytest.skip("no openssl (apt-get install openssl)")
     d.mkdir(exist_ok=True)
@@ -124,7 +160,8 @@ def make_certs(d):
     for ca in ("ca", "other-ca"):
         _openssl("req", "-x509", "-new", *ec, "-keyout", ca + ".key", "-out", ca + ".crt",
                  "-days", "2", "-subj", "/CN=kvpool test " + ca, cwd=d)
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ips = "".join(",IP:" + a for a in dict.fromkeys(["127.0.0.1", ip]))[1:]
+    (d / "server.ext").write_text("subjectAltName=%s,DNS:localhost\n" % ips)
     (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
     for who, cn in (("server", "localhost"), ("client", "kvpool-client")):
         _openssl("req", "-new", *ec, "-keyout", who + ".key", "-out", who + ".csr",
@@ -142,12 +179,21 @@ class Cluster:
     failed over). tls: TLS only (no plain port), node to node too. acl: [(user, password,
     rules)] set on every node; the default user stays open, for this helper's own calls.
     full_coverage: cluster-require-full-coverage (no: the live masters keep serving their slots
-    while a dead one's are not failed over yet)."""
+    while a dead one's are not failed over yet).
+    netns: a network namespace (ip netns add's) the nodes run in, redis-cli too, and this
+    helper's connections are made in (in_netns); the caller makes it, with the addresses.
+    bind: the nodes' --bind (default 127.0.0.1; "0.0.0.0": every address). announce_ip: the
+    address the nodes give clients and each other (cluster-announce-ip) and the one this helper,
+    redis-cli and `url` use; default: bind's, or 127.0.0.1 for 0.0.0.0."""
 
     def __init__(self, tmp_path, masters=3, replicas=0, node_timeout_ms=2000, tls=None, acl=None,
-                 full_coverage=True):
+                 full_coverage=True, netns=None, bind="127.0.0.1", announce_ip=None):
         if not shutil.which("redis-server") or not shutil.which("redis-cli"):
             pytest.skip("no redis-server or redis-cli (apt-get install redis-server redis-tools)")
+        self.netns = netns
+        self.bind = bind
+        self.announce_ip = announce_ip
+        self.host = announce_ip or ("127.0.0.1" if bind in ("0.0.0.0", "*") else bind)
         self.dir = tmp_path / "redis"
         self.dir.mkdir()
         self.tls = bool(tls)
@@ -157,7 +203,7 @@ class Cluster:
         self.ctx = None
         if self.tls:
             certs = self.dir / "tls"
-            make_certs(certs)
+            make_certs(certs, self.host)
             self.ca_file = str(certs / "ca.crt")
             self.other_ca_file = str(certs / "other-ca.crt")
             self.server_cert, self.server_key = str(certs / "server.crt"), str(certs / "server.key")
@@ -173,7 +219,7 @@ class Cluster:
                 self.start_node(port)
             # redis-cli takes the first `masters` addresses as the masters (one host: no
             # interleaving), and gives each the next ones as replicas.
-            addrs = ["127.0.0.1:%d" % p for p in self.ports]
+            addrs = ["%s:%d" % (self.host, p) for p in self.ports]
             self.cli("--cluster", "create", *addrs, "--cluster-replicas", str(replicas),
                      "--cluster-yes")
             for port in self.ports:
@@ -188,10 +234,14 @@ class Cluster:
 
     # ---- processes ----
 
+    def cmd(self, *args):
+        """A command line to run in the cluster's namespace (as is without one)."""
+        return (["ip", "netns", "exec", self.netns] if self.netns else []) + list(args)
+
     def start_node(self, port):
         d = self.dir / str(port)
         d.mkdir(exist_ok=True)
-        args = ["redis-server", "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+        args = ["redis-server", "--bind", self.bind, "--cluster-enabled", "yes",
                 "--cluster-config-file", str(d / "nodes.conf"), "--dir", str(d),
                 "--logfile", str(d / "redis.log"), "--save", "", "--appendonly", "no",
                 "--cluster-node-timeout", str(self.node_timeout_ms), "--protected-mode", "no",
@@ -202,6 +252,8 @@ class Cluster:
                 "--cluster-require-full-coverage", "yes" if self.full_coverage else "no",
                 # A replica's first sync at once (7.0 waits 5 s for more replicas by default).
                 "--repl-diskless-sync-delay", "0"]
+        if self.announce_ip:
+            args += ["--cluster-announce-ip", self.announce_ip]
         if self.tls:
             args += ["--port", "0", "--tls-port", str(port), "--tls-cert-file", self.server_cert,
                      "--tls-key-file", self.server_key, "--tls-ca-cert-file", self.ca_file,
@@ -210,7 +262,9 @@ class Cluster:
         else:
             args += ["--port", str(port)]
         err = open(d / "stderr", "w")
-        self.procs[port] = subprocess.Popen(args, stdout=err, stderr=subprocess.STDOUT)
+        # ip netns exec execs the command: the Popen's process is redis-server itself.
+        self.procs[port] = subprocess.Popen(self.cmd(*args), stdout=err,
+                                            stderr=subprocess.STDOUT)
         err.close()
         for _ in range(250):
             if self.procs[port].poll() is not None:
@@ -234,14 +288,16 @@ class Cluster:
     def resp(self, port, user=None, password=None):
         """A connection to the node on port (TLS when the cluster is), AUTHed when given; the
         helper's own (the default user's) named ADMIN_NAME."""
-        return Resp(port, self.ctx, user, password, None if user else ADMIN_NAME)
+        return Resp(port, self.ctx, user, password, None if user else ADMIN_NAME,
+                    host=self.host, netns=self.netns)
 
     def cli_args(self):
         """redis-cli's arguments for this cluster's transport."""
         return ["--tls", "--cacert", self.ca_file] if self.tls else []
 
     def cli(self, *args, timeout=120):
-        r = subprocess.run(["redis-cli", *self.cli_args(), *args], stdin=subprocess.DEVNULL,
+        r = subprocess.run(self.cmd("redis-cli", *self.cli_args(), *args),
+                           stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0 or "[ERR]" in r.stdout:
             raise RuntimeError("redis-cli %s: %s%s" % (" ".join(args), r.stdout[-2000:],
@@ -427,7 +483,7 @@ class Cluster:
         with self.resp(from_port) as c:
             keys = c.call("CLUSTER", "GETKEYSINSLOT", slot, 1000)
             if keys:
-                c.call("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+                c.call("MIGRATE", self.host, to_port, "", 0, 5000, "KEYS", *keys)
         return len(keys)
 
     def end_migration(self, slot, to_port):
@@ -441,10 +497,10 @@ class Cluster:
         """Moves the `slots` lowest slots of from_port's master to to_port's (redis-cli
         --cluster reshard: keys by MIGRATE, clients answered ASK meanwhile). wait=False: the
         running redis-cli (a Popen, output in the cluster's directory); reshard_done() waits."""
-        args = ["redis-cli", *self.cli_args(), "--cluster", "reshard",
-                "127.0.0.1:%d" % from_port, "--cluster-from", self.ids[from_port],
-                "--cluster-to", self.ids[to_port], "--cluster-slots", str(slots),
-                "--cluster-yes"]
+        args = self.cmd("redis-cli", *self.cli_args(), "--cluster", "reshard",
+                        "%s:%d" % (self.host, from_port), "--cluster-from", self.ids[from_port],
+                        "--cluster-to", self.ids[to_port], "--cluster-slots", str(slots),
+                        "--cluster-yes")
         out = open(self.dir / "reshard.log", "w")
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT)
@@ -473,7 +529,7 @@ class Cluster:
     @property
     def url(self):
         scheme = "rediss://" if self.tls else "redis://"
-        return scheme + ",".join("127.0.0.1:%d" % p for p in self.ports[:2])
+        return scheme + ",".join("%s:%d" % (self.host, p) for p in self.ports[:2])
 
     # ---- keys ----
 
