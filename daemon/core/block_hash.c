@@ -68,3 +68,9 @@ const struct kvc_hash *kvc_seq_hashes(struct kvc_seq *seq, uint32_t *n)
 	kvc_seq_hash_upto(seq, *n);
 	return seq->hashes;
 }
+
+const uint32_t *kvc_seq_tokens(const struct kvc_seq *seq, uint32_t *n)
+{
+	*n = seq->ntokens;
+	return seq->tokens;
+}

@@ -185,12 +185,15 @@ void kvc_pool_set_tier(struct kvc_pool *pool, const struct kvc_tier_ops *ops, vo
  * Told of each hashed block a commit completed (kvc_seq_computed, from the
  * previous count to the new one), group by group in position order, before
  * the windows drop any: its group, position, block and key, the block in use
- * by the sequence. It may pin the block (kvc_pin) and must not change the
- * pool otherwise. Cyclic groups' ring blocks are never hashed: never told.
- * The cluster tier sends these. NULL: none.
+ * by the sequence, its parent's key (NULL at position 0) and its block_size
+ * tokens (both valid for the call only). It may pin the block (kvc_pin) and
+ * must not change the pool otherwise. Cyclic groups' ring blocks are never
+ * hashed: never told. The cluster tier sends these (and the events room says
+ * them once the cluster holds them). NULL: none.
  */
 typedef void (*kvc_committed_fn)(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
-				 const struct kvc_hash *key);
+				 const struct kvc_hash *key, const struct kvc_hash *parent,
+				 const uint32_t *tokens);
 void kvc_pool_set_committed_hook(struct kvc_pool *pool, kvc_committed_fn fn, void *ctx);
 
 /*
@@ -270,6 +273,8 @@ void kvc_seq_destroy(struct kvc_seq *seq);
  * but for its last token), *@n of them; valid until its tokens change.
  */
 const struct kvc_hash *kvc_seq_hashes(struct kvc_seq *seq, uint32_t *n);
+/* The tokens of @seq, *@n of them; valid until they change. */
+const uint32_t *kvc_seq_tokens(const struct kvc_seq *seq, uint32_t *n);
 
 /* Adds generated tokens. -E2BIG past KVC_MAX_TOKENS, -ENOMEM. */
 int kvc_seq_append(struct kvc_seq *seq, const uint32_t *tokens, uint32_t n);

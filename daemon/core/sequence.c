@@ -449,7 +449,9 @@ static void tell_committed(struct kvc_seq *seq, uint32_t from, uint32_t to)
 
 			if (t->ids[p] != KVC_NULL_BLOCK && b->hashed &&
 			    !memcmp(&b->hash, &seq->hashes[p], sizeof(b->hash)))
-				pool->committed(pool->committed_ctx, g, p, t->ids[p], &seq->hashes[p]);
+				pool->committed(pool->committed_ctx, g, p, t->ids[p], &seq->hashes[p],
+						p ? &seq->hashes[p - 1] : NULL,
+						seq->tokens + (size_t)p * bs);
 		}
 	}
 }

@@ -64,9 +64,9 @@ static struct ev_pending *open_event(struct kvpd_events *ev, enum kvpd_event_typ
 	return p;
 }
 
-static void announce_stored(struct kvpd_events *ev, uint32_t group, const char *medium,
-			    uint32_t pos, const struct kvc_hash *key, const struct kvc_hash *parent,
-			    const uint32_t *tokens)
+void kvpd_ev_stored(struct kvpd_events *ev, uint32_t group, const char *medium, uint32_t pos,
+		    const struct kvc_hash *key, const struct kvc_hash *parent,
+		    const uint32_t *tokens)
 {
 	struct ev_pending *p = ev->npend ? &ev->pend[ev->npend - 1] : NULL;
 
@@ -88,8 +88,8 @@ static void announce_stored(struct kvpd_events *ev, uint32_t group, const char *
 	ev->stored++;
 }
 
-static void announce_removed(struct kvpd_events *ev, uint32_t group, const char *medium,
-			     const struct kvc_hash *key)
+void kvpd_ev_removed(struct kvpd_events *ev, uint32_t group, const char *medium,
+		     const struct kvc_hash *key)
 {
 	struct ev_pending *p = ev->npend ? &ev->pend[ev->npend - 1] : NULL;
 
@@ -112,12 +112,12 @@ static void core_stored(void *ctx, uint32_t group, uint32_t pos, const struct kv
 	struct ev_entry *e;
 
 	if (ev->idx) {
-		e = kvpd_ev_index_find(ev, group, key);
+		e = kvpd_ev_index_find(ev->idx, group, key);
 		if (e) {
 			e->in_pool = true; /* the tier's: announced already */
 			return;
 		}
-		e = kvpd_ev_index_add(ev, group, pos, key, parent, tokens);
+		e = kvpd_ev_index_add(ev->idx, group, pos, key, parent, tokens);
 		if (e)
 			e->in_pool = true;
 		else if (!ev->idx->full_logged && (ev->idx->full_logged = true))
@@ -125,7 +125,7 @@ static void core_stored(void *ctx, uint32_t group, uint32_t pos, const struct kv
 				 "blocks is full (%u): a block the tier keeps may be withdrawn early",
 				 ev->pool->name, ev->idx->cap);
 	}
-	announce_stored(ev, group, ev->medium, pos, key, parent, tokens);
+	kvpd_ev_stored(ev, group, ev->medium, pos, key, parent, tokens);
 }
 
 /* The core: a key's last copy in the pool forgot it. */
@@ -134,21 +134,22 @@ static void core_removed(void *ctx, uint32_t group, const struct kvc_hash *key)
 	struct kvpd_events *ev = ctx;
 	struct ev_entry *e;
 
-	if (ev->idx && (e = kvpd_ev_index_find(ev, group, key))) {
+	if (ev->idx && (e = kvpd_ev_index_find(ev->idx, group, key))) {
 		e->in_pool = false;
 		if (e->in_tier)
 			return; /* still hittable here */
-		kvpd_ev_index_del(ev, e);
+		kvpd_ev_index_del(ev->idx, e);
 	}
-	announce_removed(ev, group, ev->medium, key);
+	kvpd_ev_removed(ev, group, ev->medium, key);
 }
 
-static void stored_entry(struct kvpd_events *ev, const struct ev_entry *e)
+void kvpd_ev_stored_entry(struct kvpd_events *ev, const struct ev_index *x,
+			  const struct ev_entry *e, const char *medium)
 {
 	struct kvc_hash parent = { e->parent, 0 };
 
-	announce_stored(ev, e->group, ev->tier_medium, e->pos, &e->key,
-			e->has_parent ? &parent : NULL, kvpd_ev_index_tokens(ev, e));
+	kvpd_ev_stored(ev, e->group, medium, e->pos, &e->key, e->has_parent ? &parent : NULL,
+		       kvpd_ev_index_tokens(x, e));
 }
 
 /* Every tier entry in the index, parents first; what only the pool held is forgotten. */
@@ -161,15 +162,18 @@ static void announce_tier(struct kvpd_events *ev)
 		ev->lost = true;
 		return;
 	}
-	n = kvpd_ev_index_reset(ev, order);
+	n = kvpd_ev_index_reset(ev->idx, order);
 	ev->cut = true;
 	for (uint32_t i = 0; i < n; i++)
-		stored_entry(ev, &ev->idx->e[order[i]]);
+		kvpd_ev_stored_entry(ev, ev->idx, &ev->idx->e[order[i]], ev->tier_medium);
 	free(order);
 	ev->cut = true;
 }
 
-/* The core: a reset. What the tier holds is hittable still: said again after the clear. */
+/*
+ * The core: a reset. What the tier holds is hittable still, and what the
+ * cluster holds (a reset does not touch it): said again after the clear.
+ */
 static void core_cleared(void *ctx)
 {
 	struct kvpd_events *ev = ctx;
@@ -179,6 +183,8 @@ static void core_cleared(void *ctx)
 	ev->cleared++;
 	if (ev->idx)
 		announce_tier(ev);
+	if (ev->rem)
+		kvpd_ev_remote_again(ev);
 }
 
 const struct kvc_event_ops kvpd_events_core_ops = {
@@ -197,7 +203,7 @@ void kvpd_events_tier_held(struct kvpd_events *ev, uint32_t group, const struct 
 	struct ev_entry *e;
 
 	/* Copied down while the pool held it: announced with the pool's copy. */
-	if (ev && ev->idx && (e = kvpd_ev_index_find(ev, group, key)))
+	if (ev && ev->idx && (e = kvpd_ev_index_find(ev->idx, group, key)))
 		e->in_tier = true;
 }
 
@@ -205,13 +211,13 @@ void kvpd_events_tier_gone(struct kvpd_events *ev, uint32_t group, const struct 
 {
 	struct ev_entry *e;
 
-	if (!ev || !ev->idx || !(e = kvpd_ev_index_find(ev, group, key)))
+	if (!ev || !ev->idx || !(e = kvpd_ev_index_find(ev->idx, group, key)))
 		return;
 	e->in_tier = false;
 	if (e->in_pool)
 		return;
-	kvpd_ev_index_del(ev, e);
-	announce_removed(ev, group, ev->tier_medium, key);
+	kvpd_ev_index_del(ev->idx, e);
+	kvpd_ev_removed(ev, group, ev->tier_medium, key);
 }
 
 void kvpd_events_tier_restored(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key,
@@ -220,9 +226,10 @@ void kvpd_events_tier_restored(struct kvpd_events *ev, uint32_t group, const str
 	struct kvc_hash parent = { o ? o->parent : 0, 0 };
 	struct ev_entry *e;
 
-	if (!ev || !ev->idx || !o || kvpd_ev_index_find(ev, group, key))
+	if (!ev || !ev->idx || !o || kvpd_ev_index_find(ev->idx, group, key))
 		return;
-	e = kvpd_ev_index_add(ev, group, o->pos, key, o->has_parent ? &parent : NULL, o->tokens);
+	e = kvpd_ev_index_add(ev->idx, group, o->pos, key, o->has_parent ? &parent : NULL,
+			      o->tokens);
 	if (e)
 		e->in_tier = true;
 }
@@ -236,12 +243,12 @@ void kvpd_events_tier_announce(struct kvpd_events *ev)
 bool kvpd_events_origin(const struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key,
 			struct kvpd_block_origin *o)
 {
-	const struct ev_entry *e = ev && ev->idx ? kvpd_ev_index_find(ev, group, key) : NULL;
+	const struct ev_entry *e = ev && ev->idx ? kvpd_ev_index_find(ev->idx, group, key) : NULL;
 
 	if (!e)
 		return false;
 	*o = (struct kvpd_block_origin){ .pos = e->pos, .has_parent = e->has_parent,
-					 .parent = e->parent, .tokens = kvpd_ev_index_tokens(ev, e) };
+					 .parent = e->parent, .tokens = kvpd_ev_index_tokens(ev->idx, e) };
 	return true;
 }
 

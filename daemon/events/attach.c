@@ -56,7 +56,8 @@ static void events_free(struct kvpd_events *ev)
 	/* What the turn holds goes first: a destroy loses nothing the loop made. */
 	kvpd_events_flush(ev);
 	kvpd_ev_pub_stop(ev->pub);
-	kvpd_ev_index_free(ev);
+	kvpd_ev_index_free(ev->idx);
+	kvpd_ev_remote_free(ev);
 	kvpd_events_pending_free(ev);
 	free(ev);
 }
@@ -132,7 +133,7 @@ int kvpd_events_tier_start(struct kvpd_events *ev, uint32_t slots, bool disk)
 		return 0;
 	ev->tier_medium = disk ? "DISK" : "CPU";
 	/* The pool's cached keys and the tier's entries, each at most once. */
-	return kvpd_ev_index_init(ev, ev->pool->params.num_blocks + slots);
+	return kvpd_ev_index_init(&ev->idx, ev->pool->params.num_blocks + slots, ev->block_size);
 }
 
 /* @ev's row, written when it moved (in a bracket @open opens once). */

@@ -7,7 +7,9 @@
  * What is announced is the union of the pool and its tier: BlockStored when a
  * (group, hash) becomes hittable here (the pool's first cached copy, or a disk
  * tier's block found at start), BlockRemoved when neither holds it anymore,
- * AllBlocksCleared at a reset (then the tier's blocks again). The core and the
+ * AllBlocksCleared at a reset (then the tier's blocks again); with a cluster
+ * tier, what this machine wrote to it or read from it, medium "REMOTE", until
+ * it learns the cluster lost it (remote.c). The core and the
  * tier report what moves, on the loop (announce.c); the turn's events leave
  * as one batch, encoded on the loop (encode.c) and handed to the pool's
  * publisher thread through a bounded queue (publish.c), which sends them on a
@@ -78,5 +80,32 @@ void kvpd_events_tier_announce(struct kvpd_events *ev);
 /* The origin of an announced (group, hash) into @o (its tokens @ev's): false when unknown. */
 bool kvpd_events_origin(const struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key,
 			struct kvpd_block_origin *o);
+
+/*
+ * The cluster tier's side (tier/remote*.c, remote.c here): medium "REMOTE",
+ * what this machine knows the cluster holds, kept apart from the pool's and
+ * its tier's. Started at the cluster tier's attach, bounded by @pool_blocks,
+ * the values living @ttl_s (0: no end): 0 (@ev NULL: no events, nothing
+ * kept), -ENOMEM.
+ */
+int kvpd_events_remote_start(struct kvpd_events *ev, uint32_t pool_blocks, uint32_t ttl_s);
+/* Whether @ev says what the cluster holds (the sends then keep their blocks' origins). */
+bool kvpd_events_remote_on(const struct kvpd_events *ev);
+/*
+ * The cluster holds (group, @key) since @at_ns (kvpd_now_ns; no later than
+ * its TTL began): written or read. Announced with origin @o unless it is
+ * already (then renewed); @o NULL: renewed only.
+ */
+void kvpd_events_remote_held(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key,
+			     const struct kvpd_block_origin *o, uint64_t at_ns);
+/* Block @pos of @seq (group @group) read whole from the cluster: held, its origin @seq's. */
+void kvpd_events_remote_read(struct kvpd_events *ev, struct kvc_seq *seq, uint32_t group,
+			     uint32_t pos, uint64_t at_ns);
+/* The cluster lacks (group, @key): a miss, a read refused. Withdrawn if announced. */
+void kvpd_events_remote_lost(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key);
+/* The pool's keys purged from the cluster: every one withdrawn. */
+void kvpd_events_remote_purged(struct kvpd_events *ev);
+/* Housekeeping: each pool's REMOTE blocks past their TTL withdrawn. */
+void kvpd_events_expire(struct kvpd *d);
 
 #endif

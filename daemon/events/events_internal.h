@@ -37,7 +37,22 @@ struct ev_index {
 	uint32_t *tokens;        /* cap * block_size: entry i's at i * block_size */
 	uint32_t *buckets, mask;
 	uint32_t cap, free_head, used;
+	uint32_t fresh;          /* entries [fresh, cap) never used */
+	uint32_t block_size;
 	bool full_logged;
+};
+
+/*
+ * What this machine announced with medium "REMOTE": the blocks the cluster
+ * holds as far as it knows (remote.c). An index of its own, in the order each
+ * was learnt or renewed (oldest first), with the time it was.
+ */
+struct ev_remote {
+	struct ev_index *x;
+	uint32_t *prev, *next;   /* cap each: the order, EV_END at its ends */
+	uint64_t *at_ns;         /* cap: when the cluster's TTL of it began, at the latest */
+	uint32_t oldest, newest;
+	uint64_t ttl_ns;         /* 0: none */
 };
 
 struct ev_publisher;
@@ -63,6 +78,7 @@ struct kvpd_events {
 	bool cut;                /* the next block opens a new event */
 	bool lost;               /* an array could not grow: the turn's batch is dropped */
 	struct ev_index *idx;    /* with a tier; NULL without */
+	struct ev_remote *rem;   /* with a cluster tier; NULL without */
 	/* Counted on the loop */
 	uint64_t batches, events, stored, removed, cleared, unmade;
 	struct ev_publisher *pub;
@@ -72,21 +88,42 @@ struct kvpd_events {
 extern const struct kvc_event_ops kvpd_events_core_ops;
 /* The turn's events as one batch, to the publisher. */
 void kvpd_events_flush(struct kvpd_events *ev);
+/* A (group, key) hittable, with its origin, in the turn's events (chained when it follows). */
+void kvpd_ev_stored(struct kvpd_events *ev, uint32_t group, const char *medium, uint32_t pos,
+		    const struct kvc_hash *key, const struct kvc_hash *parent,
+		    const uint32_t *tokens);
+void kvpd_ev_removed(struct kvpd_events *ev, uint32_t group, const char *medium,
+		     const struct kvc_hash *key);
+/* Entry @e of @x announced again, with its origin, as @medium's. */
+void kvpd_ev_stored_entry(struct kvpd_events *ev, const struct ev_index *x,
+			  const struct ev_entry *e, const char *medium);
 void kvpd_events_pending_free(struct kvpd_events *ev);
 
-/* index.c */
-int kvpd_ev_index_init(struct kvpd_events *ev, uint32_t cap);
-void kvpd_ev_index_free(struct kvpd_events *ev);
-struct ev_entry *kvpd_ev_index_find(const struct kvpd_events *ev, uint32_t group,
+/* index.c: an index of @cap entries at most, each with @block_size tokens. -ENOMEM. */
+int kvpd_ev_index_init(struct ev_index **out, uint32_t cap, uint32_t block_size);
+void kvpd_ev_index_free(struct ev_index *x);
+struct ev_entry *kvpd_ev_index_find(const struct ev_index *x, uint32_t group,
 				    const struct kvc_hash *key);
 /* A new entry with its origin, in neither place yet; NULL when the index is full. */
-struct ev_entry *kvpd_ev_index_add(struct kvpd_events *ev, uint32_t group, uint32_t pos,
+struct ev_entry *kvpd_ev_index_add(struct ev_index *x, uint32_t group, uint32_t pos,
 				   const struct kvc_hash *key, const struct kvc_hash *parent,
 				   const uint32_t *tokens);
-void kvpd_ev_index_del(struct kvpd_events *ev, struct ev_entry *e);
-const uint32_t *kvpd_ev_index_tokens(const struct kvpd_events *ev, const struct ev_entry *e);
+void kvpd_ev_index_del(struct ev_index *x, struct ev_entry *e);
+const uint32_t *kvpd_ev_index_tokens(const struct ev_index *x, const struct ev_entry *e);
+/*
+ * Entries @in (n of them, sorted here) into @out, each chain whole and parents
+ * first: the blocks of one sequence then join one BlockStored, and a router
+ * links each block to a parent it knows. -ENOMEM: @out is @in by (group,
+ * position).
+ */
+int kvpd_ev_index_chain(struct ev_index *x, uint32_t *in, uint32_t n, uint32_t *out);
 /* After a reset: the pool holds nothing; the tier's entries, each chain whole, parents first. */
-uint32_t kvpd_ev_index_reset(struct kvpd_events *ev, uint32_t *out);
+uint32_t kvpd_ev_index_reset(struct ev_index *x, uint32_t *out);
+
+/* remote.c */
+void kvpd_ev_remote_free(struct kvpd_events *ev);
+/* After a clear: every REMOTE entry announced again, each chain whole, parents first. */
+void kvpd_ev_remote_again(struct kvpd_events *ev);
 
 /* publish.c */
 struct ev_pub_config {

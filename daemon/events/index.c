@@ -21,7 +21,7 @@ static uint32_t bucket_of(const struct ev_index *x, uint32_t group, const struct
 	       x->mask;
 }
 
-int kvpd_ev_index_init(struct kvpd_events *ev, uint32_t cap)
+int kvpd_ev_index_init(struct ev_index **out, uint32_t cap, uint32_t block_size)
 {
 	struct ev_index *x = calloc(1, sizeof(*x));
 	uint32_t nb = 1;
@@ -32,41 +32,34 @@ int kvpd_ev_index_init(struct kvpd_events *ev, uint32_t cap)
 		nb <<= 1;
 	x->cap = cap;
 	x->mask = nb - 1;
+	x->block_size = block_size;
+	/* Untouched until used (a fresh entry is taken past the freed ones): calloc's pages. */
 	x->e = calloc(cap, sizeof(*x->e));
-	x->tokens = calloc((size_t)cap * ev->block_size, sizeof(*x->tokens));
+	x->tokens = calloc((size_t)cap * block_size, sizeof(*x->tokens));
 	x->buckets = malloc((size_t)nb * sizeof(*x->buckets));
 	if (!x->e || !x->tokens || !x->buckets) {
-		free(x->e);
-		free(x->tokens);
-		free(x->buckets);
-		free(x);
+		kvpd_ev_index_free(x);
 		return -ENOMEM;
 	}
 	memset(x->buckets, 0xff, (size_t)nb * sizeof(*x->buckets));
-	for (uint32_t i = 0; i < cap; i++)
-		x->e[i].hnext = i + 1 < cap ? i + 1 : EV_END;
-	x->free_head = cap ? 0 : EV_END;
-	ev->idx = x;
+	x->free_head = EV_END;
+	*out = x;
 	return 0;
 }
 
-void kvpd_ev_index_free(struct kvpd_events *ev)
+void kvpd_ev_index_free(struct ev_index *x)
 {
-	struct ev_index *x = ev->idx;
-
 	if (!x)
 		return;
 	free(x->e);
 	free(x->tokens);
 	free(x->buckets);
 	free(x);
-	ev->idx = NULL;
 }
 
-struct ev_entry *kvpd_ev_index_find(const struct kvpd_events *ev, uint32_t group,
+struct ev_entry *kvpd_ev_index_find(const struct ev_index *x, uint32_t group,
 				    const struct kvc_hash *key)
 {
-	const struct ev_index *x = ev->idx;
 
 	for (uint32_t i = x->buckets[bucket_of(x, group, key)]; i != EV_END; i = x->e[i].hnext)
 		if (x->e[i].group == group && x->e[i].key.lo == key->lo && x->e[i].key.hi == key->hi)
@@ -74,28 +67,29 @@ struct ev_entry *kvpd_ev_index_find(const struct kvpd_events *ev, uint32_t group
 	return NULL;
 }
 
-struct ev_entry *kvpd_ev_index_add(struct kvpd_events *ev, uint32_t group, uint32_t pos,
+struct ev_entry *kvpd_ev_index_add(struct ev_index *x, uint32_t group, uint32_t pos,
 				   const struct kvc_hash *key, const struct kvc_hash *parent,
 				   const uint32_t *tokens)
 {
-	struct ev_index *x = ev->idx;
 	uint32_t i = x->free_head, *head;
 
-	if (i == EV_END)
+	if (i != EV_END)
+		x->free_head = x->e[i].hnext;
+	else if (x->fresh < x->cap)
+		i = x->fresh++;
+	else
 		return NULL;
-	x->free_head = x->e[i].hnext;
 	head = &x->buckets[bucket_of(x, group, key)];
 	x->e[i] = (struct ev_entry){ .key = *key, .group = group, .pos = pos, .hnext = *head,
 				     .has_parent = parent != NULL, .parent = parent ? parent->lo : 0 };
 	*head = i;
-	memcpy(x->tokens + (size_t)i * ev->block_size, tokens, ev->block_size * sizeof(*tokens));
+	memcpy(x->tokens + (size_t)i * x->block_size, tokens, x->block_size * sizeof(*tokens));
 	x->used++;
 	return &x->e[i];
 }
 
-void kvpd_ev_index_del(struct kvpd_events *ev, struct ev_entry *e)
+void kvpd_ev_index_del(struct ev_index *x, struct ev_entry *e)
 {
-	struct ev_index *x = ev->idx;
 	uint32_t i = (uint32_t)(e - x->e);
 	uint32_t *link = &x->buckets[bucket_of(x, e->group, &e->key)];
 
@@ -107,9 +101,9 @@ void kvpd_ev_index_del(struct kvpd_events *ev, struct ev_entry *e)
 	x->used--;
 }
 
-const uint32_t *kvpd_ev_index_tokens(const struct kvpd_events *ev, const struct ev_entry *e)
+const uint32_t *kvpd_ev_index_tokens(const struct ev_index *x, const struct ev_entry *e)
 {
-	return ev->idx->tokens + (size_t)(e - ev->idx->e) * ev->block_size;
+	return x->tokens + (size_t)(e - x->e) * x->block_size;
 }
 
 static int by_group_pos(const void *a, const void *b, void *entries)
@@ -161,12 +155,7 @@ static uint32_t child_of(const struct ev_entry *all, const uint32_t *kids, uint3
 	return EV_END;
 }
 
-/*
- * @in (n entries) into @out, each chain whole and parents first: the blocks
- * of one sequence then join one BlockStored, and a router links each block
- * to a parent it knows. -ENOMEM: @out is @in by (group, position).
- */
-static int chain_order(struct ev_index *x, uint32_t *in, uint32_t n, uint32_t *out)
+int kvpd_ev_index_chain(struct ev_index *x, uint32_t *in, uint32_t n, uint32_t *out)
 {
 	uint32_t *kids = malloc((size_t)n * sizeof(*kids) + 1);
 	uint8_t *placed = calloc(x->cap ? x->cap : 1, 1);
@@ -195,9 +184,8 @@ static int chain_order(struct ev_index *x, uint32_t *in, uint32_t n, uint32_t *o
 	return 0;
 }
 
-uint32_t kvpd_ev_index_reset(struct kvpd_events *ev, uint32_t *out)
+uint32_t kvpd_ev_index_reset(struct ev_index *x, uint32_t *out)
 {
-	struct ev_index *x = ev->idx;
 	uint32_t n = 0, *tier = malloc((size_t)x->used * sizeof(*tier) + 1);
 
 	for (uint32_t b = 0; b <= x->mask; b++) {
@@ -219,7 +207,7 @@ uint32_t kvpd_ev_index_reset(struct kvpd_events *ev, uint32_t *out)
 		}
 	}
 	if (tier)
-		chain_order(x, tier, n, out);
+		kvpd_ev_index_chain(x, tier, n, out);
 	else
 		qsort_r(out, n, sizeof(*out), by_group_pos, x->e);
 	free(tier);

@@ -45,6 +45,12 @@ struct remote_send {
 	uint32_t *blocks, *groups;
 	uint32_t *charges;           /* each block's tenant charge (remote_charge_take's) */
 	struct kvc_hash *keys;
+	/*
+	 * With REMOTE events: each block's origin (its tokens in @tokens; NULL:
+	 * unknown, never announced), said once its SET is back OK. NULL without.
+	 */
+	struct kvpd_block_origin *origins;
+	uint32_t *tokens;
 	uint8_t *sent;               /* the thread's answer: SEND_* */
 	uint64_t bytes_out;          /* the thread's: what went out */
 };
@@ -68,21 +74,25 @@ int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kv
 
 static struct remote_send *send_new(struct kvpd_remote *r)
 {
-	uint32_t cap = r->queue_cap / 4;
+	uint32_t cap = r->queue_cap / 4, bs = r->pool->params.block_size;
+	bool origins = kvpd_events_remote_on(r->pool->events);
 	struct remote_send *s;
 
 	if (cap < SEND_JOB_MIN)
 		cap = SEND_JOB_MIN;
-	s = calloc(1, sizeof(*s) + cap * (4 * sizeof(uint32_t) + sizeof(struct kvc_hash)));
+	s = calloc(1, sizeof(*s) + cap * (4 * sizeof(uint32_t) + sizeof(struct kvc_hash)) +
+		   (origins ? cap * (sizeof(*s->origins) + bs * sizeof(uint32_t)) : 0));
 	if (!s)
 		return NULL;
 	s->r = r;
 	s->cap = cap;
 	s->keys = (struct kvc_hash *)(s + 1);
-	s->blocks = (uint32_t *)(s->keys + cap);
+	s->origins = origins ? (struct kvpd_block_origin *)(s->keys + cap) : NULL;
+	s->blocks = origins ? (uint32_t *)(s->origins + cap) : (uint32_t *)(s->keys + cap);
 	s->groups = s->blocks + cap;
 	s->charges = s->groups + cap;
-	s->sent = (uint8_t *)(s->charges + cap);
+	s->tokens = origins ? s->charges + cap : NULL;
+	s->sent = (uint8_t *)(s->charges + cap + (origins ? (size_t)cap * bs : 0));
 	s->head.kind = REMOTE_SEND;
 	s->head.job.type = KVPD_JOB_REMOTE;
 	s->head.job.pool = r->pool;
@@ -109,8 +119,23 @@ static void send_submit(struct kvpd *d, struct kvpd_remote *r)
 	kvpd_tier_copier_push(r->send_thread, &s->head.job, false);
 }
 
+/* Block @i of @s came from @o (NULL: unknown): kept to announce it once it is sent. */
+static void send_origin(struct remote_send *s, uint32_t i, const struct kvpd_block_origin *o)
+{
+	uint32_t bs = s->r->pool->params.block_size;
+
+	if (!s->origins)
+		return;
+	s->origins[i] = o ? *o : (struct kvpd_block_origin){ 0 };
+	if (!o)
+		return;
+	s->origins[i].tokens = s->tokens + (size_t)i * bs;
+	memcpy(s->tokens + (size_t)i * bs, o->tokens, bs * sizeof(*o->tokens));
+}
+
 void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint32_t group,
-		       uint32_t block, const struct kvc_hash *key)
+		       uint32_t block, const struct kvc_hash *key,
+		       const struct kvpd_block_origin *o)
 {
 	struct remote_send *s = r->filling;
 	uint32_t charge;
@@ -134,6 +159,7 @@ void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint3
 	s->blocks[s->n] = block;
 	s->groups[s->n] = group;
 	s->charges[s->n] = charge;
+	send_origin(s, s->n, o);
 	s->keys[s->n++] = *key;
 	r->st.queued++;
 	/* Known from now on: a second commit of it while this send is in flight sends nothing. */
@@ -144,12 +170,14 @@ void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint3
 
 /* The core's committed hook: a block to send, pinned until its send is back. */
 static void committed(void *ctx, uint32_t group, uint32_t pos, uint32_t block,
-		      const struct kvc_hash *key)
+		      const struct kvc_hash *key, const struct kvc_hash *parent,
+		      const uint32_t *tokens)
 {
 	struct kvpd_remote *r = ctx;
+	struct kvpd_block_origin o = { .pos = pos, .has_parent = parent != NULL,
+				       .parent = parent ? parent->lo : 0, .tokens = tokens };
 
-	(void)pos;
-	kvpd_remote_offer(r, r->acting, group, block, key);
+	kvpd_remote_offer(r, r->acting, group, block, key, &o);
 }
 
 /* The value of block @block: its chunks, copied out of the pool after the header's room. */
@@ -312,9 +340,16 @@ void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job)
 	if (((struct remote_head *)job)->kind == REMOTE_PURGE)
 		return kvpd_remote_purge_done(d, job);
 
+	/* The send's blocks the cluster holds now: one event, as the commit's were. */
+	if (s->origins)
+		kvpd_events_cut(r->pool->events);
 	for (uint32_t i = 0; i < s->n; i++) {
 		if (s->sent[i] == SEND_OK) {
 			KVPD_PROBE(remote_send, r->pool->name, s->groups[i], s->keys[i].lo);
+			/* Submitted before its SET ran: no later than the key's TTL began. */
+			kvpd_events_remote_held(r->pool->events, s->groups[i], &s->keys[i],
+						s->origins && s->origins[i].tokens ?
+						&s->origins[i] : NULL, s->head.job.start_ns);
 		} else {
 			kvpd_remote_forget(r, s->groups[i], &s->keys[i]);
 			remote_charge_give(r, s->charges[i], r->data_bytes);
@@ -466,7 +501,8 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	ret = remote_known_init(r, l->num_blocks, spec->tier_remote_ttl_set ?
 			       spec->tier_remote_ttl_s : KVPD_REMOTE_TTL_S) ?:
 	      kvpd_tier_copier_start(&r->send_thread, "kvpool-send", true, remote_run, r) ?:
-	      kvpd_tier_copier_start(&r->ask_thread, "kvpool-ask", false, remote_run, r);
+	      kvpd_tier_copier_start(&r->ask_thread, "kvpool-ask", false, remote_run, r) ?:
+	      kvpd_events_remote_start(pool->events, l->num_blocks, r->ttl_s);
 	if (ret) {
 		remote_free(r);
 		return kvpd_refuse(why, why_len, ret, "tier_remote: %s", ret == -ENOMEM ?

@@ -236,6 +236,7 @@ struct kvpd_remote_stats {
 
 struct tier_copier;
 struct remote_ask;
+struct kvpd_block_origin;
 
 /* Every job of the tier's thread starts so: what it is, and the link as it left it. */
 enum remote_kind { REMOTE_SEND, REMOTE_ASK, REMOTE_PURGE };
@@ -340,10 +341,12 @@ int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *po
 /*
  * Block @block, in use, cached under (@group, @key), goes to the cluster
  * unless it is known to hold it (committed blocks; those promoted from the
- * local tier): pinned until its send is back.
+ * local tier): pinned until its send is back. @o: where it came from, for
+ * its REMOTE announcement (NULL: unknown, not announced).
  */
 void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint32_t group,
-		       uint32_t block, const struct kvc_hash *key);
+		       uint32_t block, const struct kvc_hash *key,
+		       const struct kvpd_block_origin *o);
 /* Block (group, @h)'s key into @buf: its length. */
 int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kvc_hash *h,
 		    char *buf, size_t len);

@@ -413,9 +413,16 @@ static void exists_done(struct kvpd *d, struct remote_ask *a)
 	KVPD_PROBE(remote_round, a->c->gen, a->sqe.handle, a->n, a->round_ns);
 	if (!a->answered)
 		r->quiet_until = kvpd_now_ns() + QUIET_NS;
+	/* The misses of one round are one BlockRemoved a group. */
+	if (kvpd_events_remote_on(r->pool->events))
+		kvpd_events_cut(r->pool->events);
 	for (uint32_t i = 0; i < a->n; i++)
-		if (a->state[i] == KEY_MISSING)
+		if (a->state[i] == KEY_MISSING) {
 			kvpd_remote_forget(r, a->groups[i], &a->keys[i]);
+			kvpd_events_remote_lost(r->pool->events, a->groups[i], &a->keys[i]);
+		}
+	if (kvpd_events_remote_on(r->pool->events))
+		kvpd_events_cut(r->pool->events);
 	if (a->sqe.opcode == KVP_OP_ALLOC && seq) {
 		/* Which of the held keys the hit's masks read: the lookup's tier positions. */
 		r->answer = a;
@@ -439,6 +446,22 @@ static void exists_done(struct kvpd *d, struct remote_ask *a)
 	submit(d, a);
 }
 
+/* The values read whole, group by group so that chains join: their TTL renewed by the read. */
+static void read_held(struct remote_ask *a)
+{
+	struct kvpd_events *ev = a->r->pool->events;
+	struct kvc_seq *seq = kvpd_seq_get(a->c, a->sqe.handle);
+
+	if (!kvpd_events_remote_on(ev) || !seq)
+		return;
+	kvpd_events_cut(ev);
+	for (uint32_t g = 0; g < a->r->pool->params.num_groups; g++)
+		for (uint32_t i = 0; i < a->n; i++)
+			if (a->groups[i] == g && a->state[i] == KEY_READ)
+				kvpd_events_remote_read(ev, seq, g, a->pos[i], a->head.job.start_ns);
+	kvpd_events_cut(ev);
+}
+
 /* The reads' end: the hit is cut before the first position a read failed at. */
 static void get_done(struct kvpd *d, struct remote_ask *a)
 {
@@ -452,6 +475,7 @@ static void get_done(struct kvpd *d, struct remote_ask *a)
 				cut = a->pos[i];
 			r->st.refused[a->refused[i]]++;
 			kvpd_remote_forget(r, a->groups[i], &a->keys[i]);
+			kvpd_events_remote_lost(r->pool->events, a->groups[i], &a->keys[i]);
 		}
 	for (uint32_t i = 0; i < a->n; i++) {
 		if (a->pos[i] >= cut && a->state[i] != KEY_REFUSED)
@@ -459,6 +483,7 @@ static void get_done(struct kvpd *d, struct remote_ask *a)
 		else if (a->state[i] == KEY_READ)
 			kvpd_remote_know(r, a->groups[i], &a->keys[i]);
 	}
+	read_held(a);
 	resume(d, a);
 }
 

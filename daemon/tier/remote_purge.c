@@ -160,6 +160,7 @@ void kvpd_remote_purge_done(struct kvpd *d, struct kvpd_job *job)
 	kvpd_remote_head_done(r, &p->head);
 	remote_known_clear(r);
 	remote_charges_clear(r);
+	kvpd_events_remote_purged(r->pool->events);
 	kvpd_log(d, KVPD_LOG_NOTICE, "pool %s: %llu keys purged from the cluster tier%s",
 		 r->pool->name, (unsigned long long)p->purged,
 		 p->error ? " (a master was not reached: its keys stay)" : "");

@@ -295,9 +295,13 @@ void kvpd_tier_up_done(struct kvpd *d, struct tier_job *tj)
 		else
 			KVPD_PROBE(tier_load, t->pool->name, e->group, e->key.lo);
 		/* Up from this machine's tier: the cluster may lack it (written through as a commit). */
-		if (!err && !bad && !tj->ring[i] && t->pool->remote)
+		if (!err && !bad && !tj->ring[i] && t->pool->remote) {
+			struct kvpd_block_origin o;
+
 			kvpd_remote_offer(t->pool->remote, tj->client, e->group, tj->blocks[i],
-					  &e->key);
+					  &e->key, kvpd_events_origin(t->pool->events, e->group,
+								      &e->key, &o) ? &o : NULL);
+		}
 		kvpd_tier_unpin(t, tj->slots[i]);
 		/*
 		 * Up, not copied: the pool has the block now, and a copy kept here would

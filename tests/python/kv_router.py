@@ -6,6 +6,10 @@ socket. Machines are named on the command line, NAME=PUB_ENDPOINT,REPLAY_ENDPOIN
 A block is known by its parent's hash and its tokens (what BlockStored says): a request's hit
 on a machine is its longest run of blocks from the start whose hashes that machine has
 announced and not withdrawn, capped as vLLM caps a hit (at least the last token is computed).
+Liveness is per (hash, medium): a BlockRemoved withdraws its medium's announcement alone, and
+a block is hittable while any medium has it (a machine's "REMOTE": what it knows its cluster
+holds). The pool and its local tier count as one medium, as kvpool announces them: once, and
+withdrawn once in the medium of the copy that went last (docs/events.md).
 A gap in a machine's sequence numbers is filled by a replay before what follows is applied.
 
 Commands on stdin, one JSON a line; answers on stdout, likewise:
@@ -21,6 +25,12 @@ import zmq
 from kv_events_sub import unpack
 
 
+def medium_of(event):
+    """Where an announcement is held: "REMOTE" (the cluster), or "local" (the pool and its
+    tier, one announcement whatever medium each of its events names)."""
+    return "REMOTE" if event.get("medium") == "REMOTE" else "local"
+
+
 class Machine:
     def __init__(self, name, pub, replay, ctx):
         self.name, self.replay_endpoint, self.ctx = name, replay, ctx
@@ -28,7 +38,7 @@ class Machine:
         self.sock.setsockopt(zmq.SUBSCRIBE, b"")
         self.sock.connect(pub)
         self.known = {}   # (parent hash or None, tokens) -> hash
-        self.live = set()
+        self.live = {}    # hash -> the media it is live in
         self.last = -1    # the last sequence number applied
         self.replays = 0
 
@@ -39,10 +49,14 @@ class Machine:
                 bs, parent = e["block_size"], e["parent_block_hash"]
                 for i, h in enumerate(e["block_hashes"]):
                     self.known[(parent, tuple(e["token_ids"][i * bs:(i + 1) * bs]))] = h
-                    self.live.add(h)
+                    self.live.setdefault(h, set()).add(medium_of(e))
                     parent = h
             elif kind == "BlockRemoved":
-                self.live.difference_update(e["block_hashes"])
+                for h in e["block_hashes"]:
+                    media = self.live.get(h, set())
+                    media.discard(medium_of(e))
+                    if not media:
+                        self.live.pop(h, None)
             elif kind == "AllBlocksCleared":
                 self.live.clear()
 
