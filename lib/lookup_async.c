@@ -42,7 +42,7 @@ bool kvp_ticket_reap(struct kvp_client *c, const struct kvp_cqe *cqe)
 
 int kvp_lookup_start(struct kvp_client *c, uint64_t handle, uint64_t *ticket)
 {
-	struct kvp_ticket *t = ticket_of(c, 0);
+	struct kvp_ticket *t = NULL;
 	struct kvp_sqe *sqe;
 	int ret;
 
