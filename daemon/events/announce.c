@@ -128,19 +128,30 @@ static void core_stored(void *ctx, uint32_t group, uint32_t pos, const struct kv
 	kvpd_ev_stored(ev, group, ev->medium, pos, key, parent, tokens);
 }
 
+/*
+ * The medium a withdrawal names: the one its announcement named (a router
+ * keys what it learns by hash and medium), whichever copy goes last.
+ */
+static const char *said_medium(const struct kvpd_events *ev, const struct ev_entry *e)
+{
+	return e->said_tier ? ev->tier_medium : ev->medium;
+}
+
 /* The core: a key's last copy in the pool forgot it. */
 static void core_removed(void *ctx, uint32_t group, const struct kvc_hash *key)
 {
 	struct kvpd_events *ev = ctx;
+	const char *medium = ev->medium;
 	struct ev_entry *e;
 
 	if (ev->idx && (e = kvpd_ev_index_find(ev->idx, group, key))) {
 		e->in_pool = false;
 		if (e->in_tier)
 			return; /* still hittable here */
+		medium = said_medium(ev, e);
 		kvpd_ev_index_del(ev->idx, e);
 	}
-	kvpd_ev_removed(ev, group, ev->medium, key);
+	kvpd_ev_removed(ev, group, medium, key);
 }
 
 void kvpd_ev_stored_entry(struct kvpd_events *ev, const struct ev_index *x,
@@ -164,8 +175,10 @@ static void announce_tier(struct kvpd_events *ev)
 	}
 	n = kvpd_ev_index_reset(ev->idx, order);
 	ev->cut = true;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		ev->idx->e[order[i]].said_tier = true;
 		kvpd_ev_stored_entry(ev, ev->idx, &ev->idx->e[order[i]], ev->tier_medium);
+	}
 	free(order);
 	ev->cut = true;
 }
@@ -209,6 +222,7 @@ void kvpd_events_tier_held(struct kvpd_events *ev, uint32_t group, const struct 
 
 void kvpd_events_tier_gone(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key)
 {
+	const char *medium;
 	struct ev_entry *e;
 
 	if (!ev || !ev->idx || !(e = kvpd_ev_index_find(ev->idx, group, key)))
@@ -216,8 +230,9 @@ void kvpd_events_tier_gone(struct kvpd_events *ev, uint32_t group, const struct 
 	e->in_tier = false;
 	if (e->in_pool)
 		return;
+	medium = said_medium(ev, e);
 	kvpd_ev_index_del(ev->idx, e);
-	kvpd_ev_removed(ev, group, ev->tier_medium, key);
+	kvpd_ev_removed(ev, group, medium, key);
 }
 
 void kvpd_events_tier_restored(struct kvpd_events *ev, uint32_t group, const struct kvc_hash *key,

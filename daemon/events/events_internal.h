@@ -30,6 +30,7 @@ struct ev_entry {
 	uint32_t group, pos;
 	uint32_t hnext;          /* bucket chain, or the free list */
 	bool in_pool, in_tier, has_parent;
+	bool said_tier;          /* announced with the tier's medium: withdrawn with it too */
 };
 
 struct ev_index {

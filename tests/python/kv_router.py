@@ -8,8 +8,8 @@ on a machine is its longest run of blocks from the start whose hashes that machi
 announced and not withdrawn, capped as vLLM caps a hit (at least the last token is computed).
 Liveness is per (hash, medium): a BlockRemoved withdraws its medium's announcement alone, and
 a block is hittable while any medium has it (a machine's "REMOTE": what it knows its cluster
-holds). The pool and its local tier count as one medium, as kvpool announces them: once, and
-withdrawn once in the medium of the copy that went last (docs/events.md).
+holds). kvpool announces a block the pool and its local tier both hold once, and withdraws it
+in the medium it announced it in (docs/events.md).
 A gap in a machine's sequence numbers is filled by a replay before what follows is applied.
 
 Commands on stdin, one JSON a line; answers on stdout, likewise:
@@ -26,9 +26,9 @@ from kv_events_sub import unpack
 
 
 def medium_of(event):
-    """Where an announcement is held: "REMOTE" (the cluster), or "local" (the pool and its
-    tier, one announcement whatever medium each of its events names)."""
-    return "REMOTE" if event.get("medium") == "REMOTE" else "local"
+    """Where an announcement is held: its medium ("CPU", "GPU", "DISK", "REMOTE"), as llm-d's
+    index keys a pod's block (a withdrawal names the medium its announcement named)."""
+    return event.get("medium")
 
 
 class Machine:

@@ -333,6 +333,50 @@ def test_a_restart_announces_the_disk_tiers_blocks_first(tmp_path):
         d.stop()
 
 
+
+def test_a_withdrawal_names_the_medium_its_announcement_named(tmp_path):
+    """A router keys what it learns by hash and medium: a block announced from the pool
+    ("CPU") and dropped last by the disk tier is withdrawn as "CPU"; one announced from the
+    disk at a restart ("DISK") is withdrawn as "DISK"."""
+    config = DISK_CONFIG.format(bytes=4 * 1024, tmp=tmp_path)  # 4 blocks of 1 KiB of KV
+    rng = np.random.default_rng(7)
+    y_tokens, z_tokens = list(range(700, 716)), list(range(800, 816))
+    h, y, z = chain(PROMPT, 4), chain(y_tokens, 4), chain(z_tokens, 4)
+
+    def commit_and_push_out(d, c, admin, tokens):
+        """tokens committed, copied to disk, pushed out of the pool's 8 blocks."""
+        with c.open(tokens) as q:
+            q.alloc(len(tokens))
+            write_and_commit(q, tokens, rng)
+        admin.pool_sync("disk")
+        with c.open(list(range(5000, 5032))) as other:
+            other.alloc(32)
+        admin.pool_sync("disk")
+
+    d = Daemon(tmp_path, config, DAEMON)
+    d.tmp = tmp_path
+    try:
+        s = sub(d, "disk")
+        with d.client(pool="disk") as c, d.client(admin=True) as admin:
+            commit_and_push_out(d, c, admin, PROMPT)
+            assert s.events() == [stored(h, None, PROMPT[:16], 4)]
+            commit_and_push_out(d, c, admin, y_tokens)
+            assert s.events() == [stored(y, None, y_tokens, 4), removed(h[::-1])]
+    finally:
+        d.stop()
+    d = Daemon(tmp_path, config, DAEMON)
+    d.tmp = tmp_path
+    try:
+        got = replay("ipc://%s/disk.replay" % tmp_path, 0)
+        assert msgpack.unpackb(got[0][1])[1] == [stored(y, None, y_tokens, 4, medium="DISK")]
+        s = sub(d, "disk")
+        with d.client(pool="disk") as c, d.client(admin=True) as admin:
+            commit_and_push_out(d, c, admin, z_tokens)
+            assert s.events() == [stored(z, None, z_tokens, 4),
+                                  removed(y[::-1], medium="DISK")]
+    finally:
+        d.stop()
+
 REPLAY_CONFIG = """
 [pool.ev]
 blocks = 129
