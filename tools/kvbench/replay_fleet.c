@@ -225,7 +225,8 @@ static int start_server(struct replay_cluster *c, unsigned k)
 	if (c->pids[k] == 0) {
 		char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
 				 "--appendonly", "no", "--dir", c->dir, "--logfile", "/dev/null",
-				 "--maxmemory-policy", "allkeys-lru", "--cluster-enabled",
+				 "--maxmemory-policy", "allkeys-lru", "--maxmemory-samples", "10",
+				 "--cluster-enabled",
 				 c->masters > 1 ? "yes" : "no", "--cluster-config-file", conf, NULL };
 		int null = open("/dev/null", O_RDWR);
 
