@@ -25,11 +25,15 @@
  * Blocks in flight at most: 256 MiB, and a sixteenth of the pool, since a
  * block waiting for its send is pinned, out of the LRU (a backlog of the whole
  * pool would leave it only the blocks just sent to evict: on Mooncake's
- * trace a queue as large as the pool cut its hit rate from 0.148 to 0.036).
- * A send carries a quarter of that at most, so that sends follow each other.
+ * trace a queue as large as the pool cut its hit rate from 0.148 to 0.036);
+ * a small pool's, 128 or a quarter of it: 32 blocks of a 512-block pool sent
+ * too slowly to keep up with prompts of 300 (0.64 of an LRU's hits on
+ * conversations, 128: all). Offers past it wait unpinned (remote_wait.c). A
+ * send carries half of that at most, so that sends follow each other.
  */
 #define SEND_QUEUE_BYTES (256ull << 20)
 #define SEND_QUEUE_POOL_SHIFT 4
+#define SEND_QUEUE_SMALL 128u
 #define SEND_JOB_MIN 4u
 /* A send's deadline: a floor, and its bytes at this rate (MB/s) on top. */
 #define SEND_FLOOR_MS 1000u
@@ -60,7 +64,9 @@ struct remote_sync {
 	struct remote_sync *next;
 	struct kvpd_client *client;
 	uint64_t user_data;
-	uint64_t upto;
+	uint64_t upto;               /* the sends it waits for: those made up to this seq */
+	uint64_t wait_upto;          /* ...once the offers waiting before it have gone to one */
+	bool waited;
 };
 
 /* A block's key: PREFIX:GEOMETRY:GROUP:HASH, all hex (readable by SCAN and redis-cli). */
@@ -74,7 +80,7 @@ int kvpd_remote_key(const struct kvpd_remote *r, uint32_t group, const struct kv
 
 static struct remote_send *send_new(struct kvpd_remote *r)
 {
-	uint32_t cap = r->queue_cap / 4, bs = r->pool->params.block_size;
+	uint32_t cap = r->queue_cap / 2, bs = r->pool->params.block_size;
 	bool origins = kvpd_events_remote_on(r->pool->events);
 	struct remote_send *s;
 
@@ -133,39 +139,52 @@ static void send_origin(struct remote_send *s, uint32_t i, const struct kvpd_blo
 	memcpy(s->tokens + (size_t)i * bs, o->tokens, bs * sizeof(*o->tokens));
 }
 
-void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint32_t group,
-		       uint32_t block, const struct kvc_hash *key,
+bool remote_send_queue(struct kvpd_remote *r, uint32_t group, uint32_t block,
+		       const struct kvc_hash *key, uint32_t charge,
 		       const struct kvpd_block_origin *o)
 {
 	struct remote_send *s = r->filling;
-	uint32_t charge;
 
-	r->dirty = true;
-	if (remote_known(r, group, key)) {
-		r->st.deduplicated++;
-		return;
-	}
-	if (r->st.queued >= r->queue_cap || (!s && !(s = r->filling = send_new(r)))) {
-		r->st.skipped++;
-		return;
-	}
-	charge = remote_charge_take(r, c, r->data_bytes);
-	if (charge == REMOTE_CHARGE_OVER || kvc_pin(r->pool->core, &block, 1)) {
-		if (charge != REMOTE_CHARGE_OVER)
-			remote_charge_give(r, charge, r->data_bytes);
-		r->st.skipped++;
-		return;
-	}
+	if ((!s && !(s = r->filling = send_new(r))) || kvc_pin(r->pool->core, &block, 1))
+		return false;
 	s->blocks[s->n] = block;
 	s->groups[s->n] = group;
 	s->charges[s->n] = charge;
 	send_origin(s, s->n, o);
 	s->keys[s->n++] = *key;
 	r->st.queued++;
-	/* Known from now on: a second commit of it while this send is in flight sends nothing. */
-	kvpd_remote_know(r, group, key);
 	if (s->n == s->cap)
 		send_submit(r->d, r);
+	return true;
+}
+
+void kvpd_remote_offer(struct kvpd_remote *r, const struct kvpd_client *c, uint32_t group,
+		       uint32_t block, const struct kvc_hash *key,
+		       const struct kvpd_block_origin *o)
+{
+	uint32_t charge;
+	bool taken;
+
+	r->dirty = true;
+	if (remote_known(r, group, key)) {
+		r->st.deduplicated++;
+		return;
+	}
+	charge = remote_charge_take(r, c, r->data_bytes);
+	if (charge == REMOTE_CHARGE_OVER) {
+		r->st.skipped++;
+		return;
+	}
+	taken = r->st.queued < r->queue_cap && !r->waiting.n ?
+		remote_send_queue(r, group, block, key, charge, o) :
+		remote_wait(r, group, block, key, charge, o);
+	if (!taken) {
+		remote_charge_give(r, charge, r->data_bytes);
+		r->st.skipped++;
+		return;
+	}
+	/* Known from now on: a second commit of it while it is on its way sends nothing. */
+	kvpd_remote_know(r, group, key);
 }
 
 /* The core's committed hook: a block to send, pinned until its send is back. */
@@ -319,7 +338,11 @@ static void syncs_done(struct kvpd *d, struct kvpd_remote *r)
 	for (struct remote_sync **p = &r->syncs; *p;) {
 		struct remote_sync *s = *p;
 
-		if (s->upto >= oldest) {
+		if (!s->waited && r->waiting.taken >= s->wait_upto) {
+			s->waited = true;
+			s->upto = r->next_seq; /* the sends they went to */
+		}
+		if (!s->waited || s->upto >= oldest) {
 			p = &s->next;
 			continue;
 		}
@@ -362,6 +385,8 @@ void kvpd_remote_job_done(struct kvpd *d, struct kvpd_job *job)
 	r->st.queued -= s->n;
 	kvpd_remote_head_done(r, &s->head);
 	kvc_unpin(r->pool->core, s->blocks, s->n);
+	remote_wait_drain(r);
+	send_submit(d, r); /* what the drain queued: a POOL_SYNC may wait for it */
 	for (p = &r->inflight; *p != s; p = &(*p)->next_inflight)
 		;
 	*p = s->next_inflight;
@@ -380,7 +405,7 @@ int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *po
 
 	if (r)
 		send_submit(d, r);
-	if (!r || !r->inflight) {
+	if (!r || (!r->inflight && !r->waiting.n)) {
 		if (r)
 			kvpd_remote_publish(d, r);
 		if (post)
@@ -391,7 +416,8 @@ int kvpd_remote_sync(struct kvpd *d, struct kvpd_client *c, struct kvpd_pool *po
 	if (!s)
 		return -ENOMEM;
 	*s = (struct remote_sync){ .next = r->syncs, .client = c, .user_data = user_data,
-				   .upto = r->next_seq };
+				   .upto = r->next_seq, .wait_upto = r->waiting.added,
+				   .waited = !r->waiting.n };
 	r->syncs = s;
 	if (!post)
 		kvpd_client_job_out(c, 0);
@@ -444,6 +470,7 @@ static void remote_free(struct kvpd_remote *r)
 	free(r->arena_mem);
 	free(r->filling);
 	free(r->known);
+	remote_wait_free(r);
 	free(r);
 }
 
@@ -463,7 +490,7 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	struct kvpd_remote_addr seeds[KVPD_REMOTE_MAX_SEEDS];
 	struct kvtier_geometry geo;
 	struct kvpd_remote *r;
-	uint32_t timeout;
+	uint32_t timeout, pool_cap;
 	bool tls;
 	int n, ret;
 
@@ -490,8 +517,11 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	r->geometry = XXH3_64bits(&geo, sizeof(geo));
 	r->data_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
 	r->queue_cap = (uint32_t)(SEND_QUEUE_BYTES / r->data_bytes);
-	if (r->queue_cap > l->num_blocks >> SEND_QUEUE_POOL_SHIFT)
-		r->queue_cap = l->num_blocks >> SEND_QUEUE_POOL_SHIFT;
+	pool_cap = l->num_blocks >> SEND_QUEUE_POOL_SHIFT;
+	if (pool_cap < SEND_QUEUE_SMALL && pool_cap < l->num_blocks / 4)
+		pool_cap = SEND_QUEUE_SMALL < l->num_blocks / 4 ? SEND_QUEUE_SMALL : l->num_blocks / 4;
+	if (r->queue_cap > pool_cap)
+		r->queue_cap = pool_cap;
 	if (r->queue_cap < 4 * SEND_JOB_MIN)
 		r->queue_cap = 4 * SEND_JOB_MIN;
 	timeout = spec->tier_remote_timeout_ms ? spec->tier_remote_timeout_ms :
@@ -500,6 +530,7 @@ int kvpd_remote_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	link_init(r, &r->ask_link, seeds, (uint32_t)n, timeout);
 	ret = remote_known_init(r, l->num_blocks, spec->tier_remote_ttl_set ?
 			       spec->tier_remote_ttl_s : KVPD_REMOTE_TTL_S) ?:
+	      remote_wait_init(r, l->num_blocks, kvpd_events_remote_on(pool->events)) ?:
 	      kvpd_tier_copier_start(&r->send_thread, "kvpool-send", true, remote_run, r) ?:
 	      kvpd_tier_copier_start(&r->ask_thread, "kvpool-ask", false, remote_run, r) ?:
 	      kvpd_events_remote_start(pool->events, l->num_blocks, r->ttl_s);

@@ -300,6 +300,13 @@ struct kvpd_remote {
 	/* The loop's */
 	struct remote_send *filling; /* this turn's blocks, sent at its end */
 	struct remote_send *inflight;
+	/* Offers past queue_cap, not pinned: sent as sends come back, if still held */
+	struct remote_waiting {
+		struct remote_offer *e;   /* a ring of cap */
+		uint32_t *tokens;         /* with REMOTE events: each entry's block_size tokens */
+		uint32_t head, n, cap;
+		uint64_t added, taken;    /* entries ever: a POOL_SYNC waits for those before it */
+	} waiting;
 	uint64_t next_seq;
 	uint32_t queue_cap;          /* blocks in flight at most */
 	uint64_t *known;             /* fingerprints of (group, key) the cluster holds, direct
@@ -372,6 +379,21 @@ void remote_charge_give(struct kvpd_remote *r, uint32_t charge, uint64_t bytes);
 uint64_t remote_charged(const struct kvpd_remote *r, const struct kvpd_tenant *tenant);
 void remote_charges_clear(struct kvpd_remote *r);
 void remote_charges_free(struct kvpd_remote *r);
+
+/* remote.c: pins @block and puts it in this turn's send; false when it cannot (no memory). */
+bool remote_send_queue(struct kvpd_remote *r, uint32_t group, uint32_t block,
+		       const struct kvc_hash *key, uint32_t charge,
+		       const struct kvpd_block_origin *o);
+/* remote_wait.c: room for a pool's worth of offers (with @origins: their tokens too). */
+int remote_wait_init(struct kvpd_remote *r, uint32_t pool_blocks, bool origins);
+void remote_wait_free(struct kvpd_remote *r);
+/* An offer past queue_cap, kept unpinned: false when the ring is full (skipped). */
+bool remote_wait(struct kvpd_remote *r, uint32_t group, uint32_t block,
+		 const struct kvc_hash *key, uint32_t charge, const struct kvpd_block_origin *o);
+/* Sends came back: the oldest offers waiting queued while there is room, if still held. */
+void remote_wait_drain(struct kvpd_remote *r);
+/* Every offer waiting skipped (a purge). */
+void remote_wait_drop(struct kvpd_remote *r);
 
 /* remote_known.c: the known set for a pool of @pool_blocks blocks, values living @ttl_s. */
 int remote_known_init(struct kvpd_remote *r, uint32_t pool_blocks, uint32_t ttl_s);

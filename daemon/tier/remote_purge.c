@@ -158,6 +158,7 @@ void kvpd_remote_purge_done(struct kvpd *d, struct kvpd_job *job)
 	r->pool->inflight--;
 	d->jobs_inflight--;
 	kvpd_remote_head_done(r, &p->head);
+	remote_wait_drop(r); /* blocks committed before the purge: not sent after it */
 	remote_known_clear(r);
 	remote_charges_clear(r);
 	kvpd_events_remote_purged(r->pool->events);
