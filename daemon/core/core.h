@@ -125,6 +125,8 @@ void kvc_queue_init(struct kvc_pool *pool);
 /* Takes the head block for @group (its stale cache entry, if any, is evicted). */
 uint32_t kvc_queue_pop(struct kvc_pool *pool, uint32_t group);
 void kvc_queue_remove(struct kvc_pool *pool, uint32_t id);
+/* Every block but the null one into the queue in @in's order (a fresh pool's: state.c). */
+void kvc_queue_reorder(struct kvc_pool *pool, const struct kvc_saved_block *in, uint32_t n);
 
 /* One call lowering the refs of a list of blocks (vLLM's free_blocks). */
 struct kvc_release {

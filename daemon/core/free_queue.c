@@ -4,6 +4,8 @@
  * the sentinel at index N. Allocation pops the head; cached blocks wait in it
  * (hittable) until they are popped, which is when they lose their hash.
  */
+#include <string.h>
+
 #include "core.h"
 
 static inline uint32_t sentinel(const struct kvc_pool *pool)
@@ -102,4 +104,16 @@ void kvc_release_block(struct kvc_pool *pool, struct kvc_release *rel, uint32_t 
 	}
 	link_after(pool, rel->cursor, id);
 	rel->cursor = id;
+}
+
+void kvc_queue_reorder(struct kvc_pool *pool, const struct kvc_saved_block *in, uint32_t n)
+{
+	uint32_t s = sentinel(pool);
+
+	pool->blocks[s].q_prev = pool->blocks[s].q_next = s;
+	pool->nfree = 0;
+	for (uint32_t i = 0; i < n; i++)
+		link_after(pool, pool->blocks[s].q_prev, in[i].id);
+	/* Every block was free before and is after: none is in use. */
+	memset(pool->counters.in_use, 0, sizeof(pool->counters.in_use));
 }

@@ -235,6 +235,33 @@ struct kvc_block_state {
 /* -EINVAL for an id out of range (0 included). */
 int kvc_block_state(const struct kvc_pool *pool, uint32_t id, struct kvc_block_state *st);
 
+/*
+ * A pool carried across a planned restart (state.c): every block but the
+ * null one, in the free queue's order, head first; a cached block's key and
+ * its rank among the blocks sharing that key (0: the oldest, which a lookup
+ * finds).
+ */
+struct kvc_saved_block {
+	struct kvc_hash hash; /* hashed: its cache key */
+	uint32_t id;
+	uint32_t rank;
+	uint16_t group;       /* the group that took it last (and owns its key) */
+	uint8_t hashed;
+	uint8_t pad;
+};
+/*
+ * kvc_pool_save - num_blocks - 1 entries into @out; -EBUSY while a block is in
+ * use or pinned (a sequence not ended, a copy in flight).
+ */
+int kvc_pool_save(const struct kvc_pool *pool, struct kvc_saved_block *out);
+/*
+ * kvc_pool_restore - rebuilds what kvc_pool_save wrote in a new pool of the
+ * same configuration: the queue in that order, the keys, each key's copies in
+ * their order. -EINVAL unless @in lists every block once with groups in
+ * range; -EBUSY for a pool that is not new (a sequence, a cached key).
+ */
+int kvc_pool_restore(struct kvc_pool *pool, const struct kvc_saved_block *in, uint32_t n);
+
 /* Clears every cache hash if no block is in use: 0, else -EBUSY. */
 int kvc_pool_reset(struct kvc_pool *pool);
 
