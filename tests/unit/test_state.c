@@ -29,6 +29,20 @@ static void describe(char *buf, size_t len, const char *const *probes)
 	}
 }
 
+/* P replaced by a new pool of @groups restored from @saved: it describes itself as @before. */
+static void restarted(const char *groups, const struct kvc_saved_block *saved,
+		      const char *const *probes_, const char *before)
+{
+	char after[HBUF];
+
+	pool_teardown(NULL);
+	pool_new(NB, 4, groups);
+	assert_int_equal(kvc_pool_restore(P, saved, NB - 1), 0);
+	check_pool();
+	describe(after, sizeof(after), probes_);
+	assert_string_equal(after, before);
+}
+
 /* ALLOC with the cache of @n tokens, whatever it hands out. */
 static void alloc_ok(struct kvc_seq *s, uint32_t n)
 {
@@ -60,7 +74,7 @@ static const char *const probes[] = {
 static void test_a_restored_pool_answers_as_the_saved_one(void **state)
 {
 	struct kvc_saved_block saved[NB - 1];
-	char before[HBUF], after[HBUF], old_alloc[HBUF], new_alloc[HBUF];
+	char before[HBUF], old_alloc[HBUF], new_alloc[HBUF];
 	struct kvc_seq *a, *b, *s;
 
 	(void)state;
@@ -85,13 +99,7 @@ static void test_a_restored_pool_answers_as_the_saved_one(void **state)
 	alloc_ok(s, 21);
 	fmt_tables(old_alloc, sizeof(old_alloc), s);
 	kvc_seq_destroy(s);
-	pool_teardown(NULL);
-
-	pool_new(NB, 4, "full swa:8");
-	assert_int_equal(kvc_pool_restore(P, saved, NB - 1), 0);
-	check_pool();
-	describe(after, sizeof(after), probes);
-	assert_string_equal(after, before);
+	restarted("full swa:8", saved, probes, before);
 	s = seq_new("1 2 3 4 5 6 7 8 80 81 82 83 84 85 86 87 88 89 90 91 92");
 	alloc_ok(s, 21);
 	fmt_tables(new_alloc, sizeof(new_alloc), s);
@@ -104,7 +112,7 @@ static void test_a_keys_copies_keep_their_order(void **state)
 {
 	static const char *const probe[] = { "40 41 42 43 44", NULL };
 	struct kvc_saved_block saved[NB - 1];
-	char before[HBUF], after[HBUF];
+	char before[HBUF];
 	uint32_t ranks[2] = { 0, 0 };
 	struct kvc_seq *a, *b;
 
@@ -125,13 +133,8 @@ static void test_a_keys_copies_keep_their_order(void **state)
 			ranks[saved[i].rank]++;
 	assert_int_equal(ranks[0], 1);
 	assert_int_equal(ranks[1], 1);
-	pool_teardown(NULL);
-	pool_new(NB, 4, "full");
-	assert_int_equal(kvc_pool_restore(P, saved, NB - 1), 0);
-	check_pool();
-	describe(after, sizeof(after), probe);
-	assert_string_equal(after, before);
-	assert_string_equal(strchr(after, '|'), "| 4 [3]"); /* b's block, not a's (1) */
+	restarted("full", saved, probe, before);
+	assert_string_equal(strchr(before, '|'), "| 4 [3]"); /* b's block, not a's (1) */
 }
 
 static void test_a_pool_in_use_is_not_saved(void **state)
