@@ -80,7 +80,7 @@ PY_EXT := $(if $(VARIANT),,$(if $(wildcard $(PY_INCLUDE)/Python.h),lib/python/kv
 ATTN_SRC ?= $(filter-out daemon/attn/bench_kernel.c,$(wildcard daemon/attn/*.c))
 ATTN_OBJ := $(ATTN_SRC:%.c=$(BUILD)/%.o)
 # The daemon's rooms, top first (daemon/ROOMS ranks them; tests/rooms.sh checks the includes).
-DAEMON_ROOMS := requests data tier events session pools tenants observe loop config
+DAEMON_ROOMS := requests handover data tier events session pools tenants observe loop config
 DAEMON_SRC := $(wildcard daemon/*.c $(DAEMON_ROOMS:%=daemon/%/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o) $(ATTN_OBJ)
 
@@ -298,6 +298,7 @@ $(BUILD)/tests/test_gpu_attend: $(BUILD)/tests/unit/test_gpu_attend.o \
 $(BUILD)/tests/test_workers: $(BUILD)/daemon/pools/workers.o
 $(BUILD)/tests/test_sizes: $(BUILD)/daemon/session/sizes.o
 $(BUILD)/tests/test_event_encode: $(BUILD)/daemon/events/encode.o
+$(BUILD)/tests/test_state_file: $(BUILD)/daemon/handover/state_file.o
 
 $(BUILD)/tests/integration/%: $(BUILD)/tests/integration/%.o \
 		$(INTEG_LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_A)

@@ -8,9 +8,13 @@
  * pages; a slot of a page no entry holds, written whole; any free slot,
  * whose page then holds other entries' data, read before it is written
  * (read-modify-write, down lane). Pages empty as the least recently used
- * entries, stored together, leave together, so the last is rare.
+ * entries, stored together, leave together, so the last is rare. And where a
+ * host tier's slots live.
  */
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "tier/tier_internal.h"
 
@@ -131,4 +135,30 @@ uint32_t kvpd_tier_slot_take(struct kvpd_tier *t)
 	unlink_free(t, i);
 	kvpd_tier_slot_held(t, i);
 	return i;
+}
+
+/*
+ * A host tier's slots: a memfd, sealed at its size, so that a planned restart
+ * hands it to the next run as it does the pool's (a memfd outlives its
+ * process while one holds it). Untouched pages cost nothing: the tier's
+ * memory is taken as blocks are stored. NULL (errno) when it cannot be had.
+ */
+uint8_t *kvpd_tier_host_memory(struct kvpd_tier *t)
+{
+	size_t bytes = (size_t)t->nslots * t->slot_bytes;
+	void *mem = MAP_FAILED;
+
+	t->mem_fd = memfd_create("kvpool-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (t->mem_fd < 0)
+		return NULL;
+	if (ftruncate(t->mem_fd, (off_t)bytes) == 0 &&
+	    fcntl(t->mem_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+		mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+			   t->mem_fd, 0);
+	if (mem == MAP_FAILED) {
+		close(t->mem_fd);
+		t->mem_fd = -1;
+		return NULL;
+	}
+	return mem;
 }

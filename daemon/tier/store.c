@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "observe/probes.h"
 #include "tier/disk.h"
@@ -398,6 +399,8 @@ static void tier_free(struct kvpd_tier *t, bool drop)
 	free(t->block_owner);
 	if (t->mem)
 		munmap(t->mem, (size_t)t->nslots * t->slot_bytes);
+	if (t->mem_fd >= 0)
+		close(t->mem_fd);
 	free(t->e);
 	free(t->buckets);
 	free(t->blk);
@@ -438,13 +441,8 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 		if (!t->ghost)
 			return -ENOMEM;
 	}
-	if (!t->disk) {
-		/* Untouched pages cost nothing: the tier's memory is taken as blocks are stored. */
-		t->mem = mmap(NULL, (size_t)t->nslots * t->slot_bytes, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (t->mem == MAP_FAILED)
-			t->mem = NULL;
-	}
+	if (!t->disk)
+		t->mem = kvpd_tier_host_memory(t);
 	if (!t->buckets || !t->e || !t->loader || !t->block_owner || !t->owners ||
 	    (!t->mem && !t->disk) || kvpd_tier_window_init(t, num_blocks) ||
 	    kvpd_tier_slots_init(t))
@@ -506,6 +504,7 @@ static int local_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_
 		return -ENOMEM;
 	t->d = d;
 	t->pool = pool;
+	t->mem_fd = -1;
 	t->slot_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
 	ret = disk ? kvpd_tier_disk_open(t, why, why_len) : host_slots(t, why, why_len);
 	if (ret)

@@ -133,6 +133,7 @@ struct kvpd_tier {
 	uint32_t capacity;           /* blocks it keeps (its size: kvctl's SLOTS) */
 	uint32_t regular;            /* entries that count against it: all but the window's */
 	uint8_t *mem;
+	int mem_fd;                  /* a host tier's memory: a memfd, for a restart to hand on */
 	struct tier_entry *e;        /* nslots + 2: the LRU's sentinel, the free slots' */
 	uint32_t *buckets, mask;
 	uint32_t nfree;
@@ -227,6 +228,8 @@ void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job, bool fi
  * (at start, after a disk tier's restore).
  */
 int kvpd_tier_slots_init(struct kvpd_tier *t);
+/* A host tier's slots in a memfd (t->mem_fd), mapped; NULL (errno) when it cannot be had. */
+uint8_t *kvpd_tier_host_memory(struct kvpd_tier *t);
 void kvpd_tier_slots_rest(struct kvpd_tier *t);
 /* A free slot taken (TIER_END: none), or @i's (which is free). */
 uint32_t kvpd_tier_slot_take(struct kvpd_tier *t);

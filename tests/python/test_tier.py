@@ -5,6 +5,7 @@ Each pool below has 8 usable blocks of 4 tokens and a tier of 64 blocks, so a pr
 tokens from another sequence evicts everything the pool cached; `pool_sync` waits for the
 copies down before the test counts. Expected hits are worked out by hand from vLLM's rules."""
 
+import fcntl
 import os
 import signal
 import time
@@ -123,6 +124,22 @@ def test_full_prefix_comes_back_from_the_tier_bit_for_bit(daemon, rng):
         admin.pool_sync("full")
         t = tier_of(admin, "full")
         assert (t["held"], t["stored"], t["bytes_down"]) == (4, 8, 8 * SLOT)
+
+
+def test_a_host_tier_lives_in_a_sealed_memfd(daemon):
+    """A restart hands a host tier on as it does a pool: its memory is a memfd, sealed at
+    its size, held by the daemon beside the pools'."""
+    seals = []
+    fds = "/proc/%d/fd" % daemon.proc.pid
+    for fd in os.listdir(fds):
+        if os.readlink(os.path.join(fds, fd)).startswith("/memfd:kvpool-tier"):
+            mine = os.open(os.path.join(fds, fd), os.O_RDONLY)
+            try:
+                seals.append(fcntl.fcntl(mine, 1034))  # F_GET_SEALS: the inode's
+            finally:
+                os.close(mine)
+    # F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW, one a pool with a tier: all but "plain".
+    assert seals == [0x7] * 6
 
 
 @pytest.mark.parametrize("pool,needed", [("swa", 2), ("chunked", 1), ("rswa", 5)])
