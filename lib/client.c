@@ -171,6 +171,7 @@ static int map_rings(struct kvp_client *c, const struct kvp_setup_reply *r, int 
 	c->daemon_version = r->version;
 	c->boot_id = r->boot_id;
 	c->pool = r->pool;
+	c->pool_generation = r->pool_generation;
 	return 0;
 }
 
@@ -414,6 +415,11 @@ uint64_t kvp_features(const struct kvp_client *c)
 uint64_t kvp_boot_id(const struct kvp_client *c)
 {
 	return c->boot_id;
+}
+
+uint64_t kvp_pool_generation(const struct kvp_client *c)
+{
+	return c->pool_generation;
 }
 
 uint32_t kvp_daemon_version(const struct kvp_client *c)

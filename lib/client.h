@@ -29,6 +29,7 @@ struct kvp_client {
 	uint64_t features;
 	uint32_t daemon_version; /* KVP_VERSION_CODE of the daemon's release */
 	uint64_t boot_id;        /* the daemon's run (kvp_setup_reply.boot_id) */
+	uint64_t pool_generation; /* the attached pool's (setup reply, then ATTACH's) */
 	unsigned spin_us;
 	uint64_t next_user_data;
 	struct kvp_pool_info pool;

@@ -94,6 +94,16 @@ uint64_t kvp_features(const struct kvp_client *c);
  */
 uint64_t kvp_boot_id(const struct kvp_client *c);
 
+/*
+ * kvp_pool_generation - the attached pool's generation: random when the pool
+ * was built, never 0, the same for as long as that pool is (a planned restart
+ * of the daemon hands it on), another once it is built again (destroyed and
+ * created, a changed geometry). An engine that reconnects and finds the same
+ * one may keep what it knew of the pool's blocks. 0 attached to none, or from
+ * a daemon before generations. Set at connect and by kvp_attach.
+ */
+uint64_t kvp_pool_generation(const struct kvp_client *c);
+
 /* kvp_daemon_version - the daemon's release, KVP_VERSION_CODE(major, minor, patch); 0 before 0.2.0. */
 uint32_t kvp_daemon_version(const struct kvp_client *c);
 

@@ -240,13 +240,17 @@ int kvp_attach(struct kvp_client *c, const char *name)
 {
 	struct call call = { 0 };
 	int ret = stage_name(c, &call, KVP_OP_ATTACH, name) ?:
-		  reserve_out(c, &call, sizeof(c->pool)) ?: run(c, &call);
+		  reserve_out(c, &call, KVP_ATTACH_REPLY_BYTES) ?: run(c, &call);
 
 	if (ret == 0) {
-		if (call.cqe.aux == sizeof(c->pool))
+		/* A daemon before generations writes the pool's info alone. */
+		memset(&c->pool, 0, sizeof(c->pool));
+		c->pool_generation = 0;
+		if (call.cqe.aux == sizeof(c->pool) || call.cqe.aux == KVP_ATTACH_REPLY_BYTES)
 			memcpy(&c->pool, out_ptr(c, &call), sizeof(c->pool));
-		else
-			memset(&c->pool, 0, sizeof(c->pool));
+		if (call.cqe.aux == KVP_ATTACH_REPLY_BYTES)
+			memcpy(&c->pool_generation, (uint8_t *)out_ptr(c, &call) + sizeof(c->pool),
+			       sizeof(c->pool_generation));
 	}
 	return ret;
 }

@@ -126,6 +126,9 @@ struct kvp_pool_info {
 	__u32 layers_per_group; /* layers stored per group */
 };
 
+/* KVP_OP_ATTACH's reply with the pool's generation: its kvp_pool_info, then a __u64. */
+#define KVP_ATTACH_REPLY_BYTES (sizeof(struct kvp_pool_info) + 8)
+
 /*
  * Daemon -> client, the reply to the setup. A refusal (result < 0) is followed
  * by a second message, the reason: NUL-terminated text of at most
@@ -154,7 +157,10 @@ struct kvp_setup_reply {
 				* older daemon): block ids and handles mean something only to
 				* the daemon that gave them, and two clients tell whether theirs is
 				* the same one by it */
-	__u64 resv[1];         /* zero */
+	__u64 pool_generation; /* the attached pool's: random when the pool was built, never 0,
+				* the same for as long as that pool is (a planned restart hands
+				* it on), another once it is built again; 0 attached to none, or
+				* from an older daemon */
 };
 
 /* A version as kvp_setup_reply.version carries it: 0.2.0 is 0x000200. */
@@ -201,8 +207,10 @@ enum kvp_opcode {
 	KVP_OP_STATS,         /* out: struct kvp_stats_header, pools, clients. res: bytes,
 			       * cqe.aux: bytes needed (-EOVERFLOW when out_len is short) */
 	KVP_OP_ATTACH,        /* addr: pool name (len bytes, no NUL; 0 detaches); out_addr: the
-			       * pool's kvp_pool_info when out_len holds it; -EBUSY while a
-			       * sequence is open */
+			       * pool's kvp_pool_info when out_len holds it, then its __u64
+			       * generation (kvp_setup_reply.pool_generation) when out_len is
+			       * KVP_ATTACH_REPLY_BYTES or more; cqe.aux: the bytes written;
+			       * -EBUSY while a sequence is open */
 	KVP_OP_WRITE_KV,      /* handle, arg1: first position, len: tokens, arg2: KVP_KV_SEL;
 			       * addr: K then V, each [len][kv_heads][head_dim] in the pool dtype.
 			       * Only positions >= computed (-EPERM) and < allocated slots (-EINVAL) */
@@ -891,7 +899,8 @@ _Static_assert(__builtin_offsetof(struct kvp_setup_reply, version) == 236,
 	       "kvp_setup_reply.version");
 _Static_assert(__builtin_offsetof(struct kvp_setup_reply, boot_id) == 240,
 	       "kvp_setup_reply.boot_id");
-_Static_assert(__builtin_offsetof(struct kvp_setup_reply, resv) == 248, "kvp_setup_reply.resv");
+_Static_assert(__builtin_offsetof(struct kvp_setup_reply, pool_generation) == 248,
+	       "kvp_setup_reply.pool_generation");
 
 _Static_assert(sizeof(struct kvp_sqe) == 64, "kvp_sqe");
 _Static_assert(__builtin_offsetof(struct kvp_sqe, opcode) == 0, "kvp_sqe.opcode");

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "pools/pools.h"
 #include "tenants/tenants.h"
@@ -200,6 +201,12 @@ int kvpd_pool_prepare(struct kvpd *d, const struct kvpd_pool_spec *spec,
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return -ENOMEM;
+	while (!pool->generation)
+		if (getrandom(&pool->generation, sizeof(pool->generation), 0) !=
+		    (ssize_t)sizeof(pool->generation)) {
+			free(pool);
+			return -EIO;
+		}
 	pool->params = *p1;
 	pool->spec = *spec;
 	/* Every client gets these params: no stray bytes of the creator's past num_groups. */

@@ -29,6 +29,7 @@ struct kvpd_pool {
 	char name[KVP_NAME_MAX];
 	struct kvc_pool *core;
 	struct kvp_pool_params params;
+	uint64_t generation; /* random when built, never 0: kvp_setup_reply.pool_generation */
 	uint32_t clients;   /* attached */
 	uint32_t sequences; /* open, over all clients */
 	struct kvpd_kv_layout layout; /* slot_bytes 0: the pool holds no KV */

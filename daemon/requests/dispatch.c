@@ -628,6 +628,14 @@ static int dispatch(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 			/* The new geometry, as the setup reply gives it for the pool named there. */
 			kvpd_fill_pool_info(c, out);
 			cqe->aux = sizeof(struct kvp_pool_info);
+			/* Then its generation, to a client that made room for it (ABI 2's). */
+			if (sqe->out_len >= KVP_ATTACH_REPLY_BYTES &&
+			    (out = kvpd_arena_range(c, sqe->out_addr, KVP_ATTACH_REPLY_BYTES))) {
+				uint64_t gen = c->pool ? c->pool->generation : 0;
+
+				memcpy((uint8_t *)out + sizeof(struct kvp_pool_info), &gen, sizeof(gen));
+				cqe->aux = KVP_ATTACH_REPLY_BYTES;
+			}
 		}
 		return ret;
 	}

@@ -367,6 +367,7 @@ static int setup_session(struct kvpd *d, struct kvpd_client *c, const struct kvp
 		r->stats_bytes = d->stats->bytes;
 	}
 	kvpd_fill_pool_info(c, &r->pool);
+	r->pool_generation = c->pool ? c->pool->generation : 0;
 	return 0;
 }
 

@@ -46,6 +46,29 @@ def test_pool_info_of_config_pools(daemon):
         assert (c.pool.name, c.pool.num_blocks, c.pool.dtype) == ("shared-block", 32, "f32")
 
 
+def test_pool_generation_names_one_build_of_a_pool(daemon):
+    """PoolInfo.generation: the same to every client of a pool and through attach, another for
+    another pool and for the pool built again, never 0; not in the tuple."""
+    with daemon.client(pool="small") as a, daemon.client(pool="small") as b, \
+            daemon.client(pool="kv") as k, daemon.client(admin=True) as admin:
+        g = a.pool.generation
+        assert g != 0 and b.pool.generation == g and k.pool.generation not in (0, g)
+        assert len(tuple(a.pool)) == 9
+        admin.attach("small")
+        assert admin.pool.generation == g
+        generations = []
+        for _ in range(2):  # an owned pool goes with its creator: then made again
+            with daemon.client(admin=True) as owner:
+                owner.create_pool("again", 8, 4, [("full", 0)], owned=True)
+                owner.attach("again")
+                generations.append(owner.pool.generation)
+            deadline = time.monotonic() + 5
+            while "again" in [p["name"] for p in admin.stats()["pools"]]:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert 0 not in generations and len({g, *generations}) == 3
+
+
 def test_client_without_pool_then_attach(daemon):
     with daemon.client() as c:
         assert c.pool is None

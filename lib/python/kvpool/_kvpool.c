@@ -117,6 +117,10 @@ static PyStructSequence_Field pool_info_fields[] = {
 	{ "dtype", "'f32' 'f16' or 'bf16'" },
 	{ "layers_per_group", "layers stored per group" },
 	{ "max_len", "the longest sequence, tokens" },
+	{ "generation", "random when the pool was built, the same for as long as it is (a planned "
+			"restart of the daemon hands it on): another pool of the same name, or the "
+			"pool built again, has another (0 from an older daemon); by name only, not "
+			"in the tuple" },
 	{ NULL, NULL },
 };
 
@@ -163,6 +167,7 @@ PyObject *kvpy_pool_info(ClientObject *self)
 	PyStructSequence_SetItem(info, 6, PyUnicode_FromString(kvpy_dtype_label(p->dtype)));
 	PyStructSequence_SetItem(info, 7, PyLong_FromUnsignedLong(p->layers_per_group));
 	PyStructSequence_SetItem(info, 8, PyLong_FromUnsignedLong(p->max_len));
+	PyStructSequence_SetItem(info, 9, PyLong_FromUnsignedLongLong(kvp_pool_generation(self->c)));
 	if (PyErr_Occurred()) {
 		Py_DECREF(info);
 		return NULL;
