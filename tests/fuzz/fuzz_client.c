@@ -27,6 +27,15 @@ struct kvpd_client *fz_client_of(struct kvpd *d, const struct fz_client *fc)
 	return c && c->ready ? c : NULL;
 }
 
+/* What a setup reply's pool_generation must be: its pool's, 0 refused or attached to none. */
+static uint64_t generation_of(struct kvpd *d, const struct fz_client *fc,
+			      const struct kvp_setup_reply *r)
+{
+	struct kvpd_client *c = r->result ? NULL : fz_client_of(d, fc);
+
+	return c && c->pool ? c->pool->generation : 0;
+}
+
 /*
  * The connection's credentials are the harness's own; another uid's
  * connection is modelled by moving the client to that uid's tenant, as
@@ -109,11 +118,12 @@ static void read_reply(struct kvpd *d, struct fz_client *fc, const struct kvp_se
 		if (fz_client_of(d, fc))
 			fz_fail("a client is set up but got no reply (%zd)", n);
 	} else if (r.abi_version != KVP_ABI_VERSION || r.version != KVPOOL_VERSION_CODE ||
-		   r.boot_id != d->boot_id || r.resv[0]) {
+		   r.boot_id != d->boot_id || r.pool_generation != generation_of(d, fc, &r)) {
 		fz_fail("setup reply: abi %u, version %#x, boot id %#llx (the daemon's %#llx), "
-			"reserved field %llu", r.abi_version, r.version,
+			"pool generation %#llx (its pool's %#llx)", r.abi_version, r.version,
 			(unsigned long long)r.boot_id, (unsigned long long)d->boot_id,
-			(unsigned long long)r.resv[0]);
+			(unsigned long long)r.pool_generation,
+			(unsigned long long)generation_of(d, fc, &r));
 	} else if (r.result) {
 		if (nfds || fz_client_of(d, fc))
 			fz_fail("refused (%d) but %d descriptors came, or the client stays", r.result, nfds);
