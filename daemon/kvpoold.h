@@ -30,6 +30,7 @@ struct kvpd_workers;     /* pools/jobs.h */
 struct kvpd_plugin;      /* pools/plugin.h */
 struct kvpd_statpage;    /* observe/statpage.h */
 struct kvpd_statview;
+struct kvpd_handover;    /* handover/handover.h */
 
 /* A request's answer when it completes later (the workers, a tier): no result is an INT_MIN. */
 #define KVPD_LATER INT_MIN
@@ -69,6 +70,7 @@ struct kvpd {
 	struct kvpd_plugin *cuda;         /* the CUDA backend, loaded by the first cuda pool */
 	uint32_t jobs_inflight;
 	struct kvpd_statpage *stats;      /* the full page, for admin readers */
+	struct kvpd_handover *handover;   /* a planned restart: this run's and the last's */
 	struct kvpd_statview *stat_views; /* the uids' pages */
 	uint64_t taken_ns; /* when the entry being dispatched was taken */
 	struct kvpd_client *batch_pending; /* clients with an op_batch to fire */

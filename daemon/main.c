@@ -20,11 +20,8 @@
 #include <unistd.h>
 
 #include "serve.h"
+#include "handover/handover.h"
 #include "pools/pools.h"
-
-#ifndef SO_PASSRIGHTS
-#define SO_PASSRIGHTS 83 /* Linux 6.16 */
-#endif
 
 static const char usage[] =
 	"Usage: kvpoold [OPTION]...\n"
@@ -99,6 +96,12 @@ static const char usage[] =
 	"LISTEN_FDS=1, kvpoold.socket's ListenSequentialPacket=), the daemon serves\n"
 	"on it, takes no lock and leaves the path to systemd at exit; --socket and\n"
 	"socket= are then not used.\n"
+	"\n"
+	"A planned restart (kvctl daemon restart) keeps the cache: the daemon finishes\n"
+	"the requests it took, closes every connection and execs the binary it was\n"
+	"started from (or the one named) in the same process, handing over its pools'\n"
+	"KV memory, prefix cache and host tiers, its socket and SOCKET.lock; a pool\n"
+	"whose shape changed in the config starts empty, logged (docs/reliability.md).\n"
 	"\n"
 	"Without --config the daemon starts with no pool; admin clients (root or the\n"
 	"daemon's uid) create pools with `kvctl pool create`. SIGTERM or SIGINT stops\n"
@@ -195,215 +198,6 @@ static void fit_descriptors(struct kvpd *d)
 	}
 }
 
-/* A daemon killed a moment ago holds its lock until the kernel has closed its files. */
-#define LOCK_WAIT_MS 1000
-
-/*
- * SOCKET.lock, flock(2)ed for the daemon's life: a live daemon holds it, a dead
- * one does not, however it died. A held lock is tried again for LOCK_WAIT_MS:
- * a restart right after a kill -9 finds the old daemon still exiting. The
- * lock file is removed at exit while still held; one whose path no longer
- * names it was removed by a daemon exiting while we opened it, so it is
- * opened again.
- */
-static int lock_socket_path(const char *path, int *out)
-{
-	char lock[PATH_MAX];
-	struct stat held, named;
-	unsigned waited_ms = 0;
-	int fd, ret;
-
-	if (snprintf(lock, sizeof(lock), "%s.lock", path) >= (int)sizeof(lock))
-		return -ENAMETOOLONG;
-	for (;;) {
-		fd = open(lock, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (fd < 0)
-			return -errno;
-		if (flock(fd, LOCK_EX | LOCK_NB)) {
-			ret = errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
-			close(fd);
-			if (ret != -EADDRINUSE || waited_ms >= LOCK_WAIT_MS)
-				return ret;
-			usleep(10000);
-			waited_ms += 10;
-			continue;
-		}
-		if (fstat(fd, &held) == 0 && stat(lock, &named) == 0 && held.st_ino == named.st_ino &&
-		    held.st_dev == named.st_dev)
-			break;
-		close(fd);
-	}
-	*out = fd;
-	return 0;
-}
-
-static void unlock_socket_path(const char *path, int fd)
-{
-	char lock[PATH_MAX];
-
-	if (fd < 0)
-		return;
-	snprintf(lock, sizeof(lock), "%s.lock", path);
-	unlink(lock);
-	close(fd);
-}
-
-/* Whether something accepts connections at @path. */
-static bool socket_answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	bool answers;
-
-	if (fd < 0)
-		return false;
-	strcpy(sa.sun_path, path);
-	/* EAGAIN: a full backlog, someone is listening. */
-	answers = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN;
-	close(fd);
-	return answers;
-}
-
-/*
- * With the lock held, a socket file at the path is a dead daemon's and is
- * replaced. Unless it still answers: a daemon killed a moment ago closes its
- * lock before its listening socket, and one that takes no lock (older than
- * the lock, or not a kvpoold) must keep its socket. Tried for LOCK_WAIT_MS.
- */
-static int claim_path(const char *path)
-{
-	struct stat st;
-
-	if (lstat(path, &st))
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISSOCK(st.st_mode))
-		return -EEXIST;
-	for (unsigned waited_ms = 0; socket_answers(path); waited_ms += 10) {
-		if (waited_ms >= LOCK_WAIT_MS)
-			return -EADDRINUSE;
-		usleep(10000);
-	}
-	return unlink(path) ? -errno : 0;
-}
-
-/* The first descriptor systemd passes (sd_listen_fds(3)'s SD_LISTEN_FDS_START). */
-#define LISTEN_FDS_START 3
-
-/*
- * Socket activation, by the LISTEN_FDS protocol (no libsystemd): 1 and the
- * socket in d->listen_fd when systemd passed one, 0 when it passed none,
- * else -errno with @why filled. The variables are unset so that nothing the
- * daemon starts takes them for its own.
- */
-static int inherit_socket(struct kvpd *d, char *why, size_t why_len)
-{
-	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
-	struct sockaddr_un sa;
-	socklen_t len = sizeof(sa);
-	int type = 0, listening = 0, fd = LISTEN_FDS_START;
-	socklen_t optlen = sizeof(int);
-	char *path;
-
-	if (!pid || !fds || strtol(pid, NULL, 10) != getpid())
-		return 0;
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	if (strcmp(fds, "1")) {
-		snprintf(why, why_len, "LISTEN_FDS=%s: kvpoold takes exactly one socket", fds);
-		return -EINVAL;
-	}
-	if (getsockname(fd, (struct sockaddr *)&sa, &len) || sa.sun_family != AF_UNIX ||
-	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &optlen) || type != SOCK_SEQPACKET ||
-	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) || !listening ||
-	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
-		snprintf(why, why_len, "the socket systemd passed (fd %d) is not a listening "
-			 "AF_UNIX SOCK_SEQPACKET socket with a path (ListenSequentialPacket=)", fd);
-		return -EINVAL;
-	}
-	if (fcntl(fd, F_SETFD, FD_CLOEXEC) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) {
-		snprintf(why, why_len, "the socket systemd passed: %s", strerror(errno));
-		return -errno;
-	}
-	path = strndup(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
-	if (!path)
-		return -ENOMEM;
-	/* As listen_on's: descriptors a client would send are refused at its end. */
-	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
-	d->inherited_path = path;
-	d->cfg.socket_path = path;
-	d->listen_fd = fd;
-	return 1;
-}
-
-static int listen_on(struct kvpd *d)
-{
-	const char *path = d->cfg.socket_path;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char dir[sizeof(sa.sun_path)];
-	char *slash;
-	int fd, ret;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	strcpy(dir, path);
-	slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		if (mkdir(dir, 0755) && errno != EEXIST)
-			return -errno;
-	}
-	ret = lock_socket_path(path, &d->lock_fd);
-	if (ret)
-		return ret;
-	ret = claim_path(path);
-	if (ret)
-		goto err_unlock;
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		ret = -errno;
-		goto err_unlock;
-	}
-	/*
-	 * Descriptors a client sends would be ours to release, and a release can
-	 * be slow (an epoll set with many watches): refused at the client's end
-	 * (Linux 6.16 on; connections inherit it from here, also while they wait
-	 * for accept). Older kernels queue them with the setup message, which is
-	 * only peeked at: they leave with the socket, on the courier.
-	 */
-	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0660))
-		goto err_close;
-	if (d->cfg.socket_group) {
-		struct group *gr = getgrnam(d->cfg.socket_group);
-
-		if (!gr) {
-			errno = ENOENT;
-			goto err_unlink;
-		}
-		if (chown(path, (uid_t)-1, gr->gr_gid))
-			goto err_unlink;
-	}
-	if (listen(fd, 128))
-		goto err_unlink;
-	d->listen_fd = fd;
-	return 0;
-
-err_unlink:
-	ret = -errno;
-	unlink(path);
-	close(fd);
-	goto err_unlock;
-err_close:
-	ret = -errno;
-	close(fd);
-err_unlock:
-	unlock_socket_path(path, d->lock_fd);
-	d->lock_fd = -1;
-	return ret;
-}
-
 static int parse_args(struct kvpd *d, int argc, char **argv)
 {
 	enum { OPT_SPIN = 256, OPT_BUDGET, OPT_MAX_CLIENTS, OPT_EVENT_LOOP, OPT_PLUGIN_DIR };
@@ -496,10 +290,11 @@ int main(int argc, char **argv)
 	struct kvpd_workers workers = { 0 };
 	struct kvpd_plugin cuda = { 0 };
 	struct kvpd_statpage stats = { .fd = -1 };
+	struct kvpd_handover handover = { .exe_fd = -1, .self_fd = -1, .state_fd = -1 };
 	struct kvpd d = {
 		.log = { .level = KVPD_LOG_DEFAULT, .journal = kvpd_log_to_journal() },
 		.listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1,
-		.workers = &workers, .cuda = &cuda, .stats = &stats,
+		.workers = &workers, .cuda = &cuda, .stats = &stats, .handover = &handover,
 	};
 	char why[KVP_REASON_MAX];
 	sigset_t stop;
@@ -514,6 +309,10 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &stop, NULL);
 	kvpd_config_defaults(&d.cfg);
 	ret = parse_args(&d, argc, argv);
+	if (ret)
+		goto out_config;
+	/* A planned restart's: the socket and lock, the state (restored with the pools below). */
+	ret = kvpd_handover_start(&d, argc, argv);
 	if (ret)
 		goto out_config;
 	if (d.cfg.socket_group && !getgrnam(d.cfg.socket_group)) {
@@ -550,13 +349,13 @@ int main(int argc, char **argv)
 	ret = kvpd_pools_start(&d);
 	if (ret)
 		goto out_pools;
-	ret = inherit_socket(&d, why, sizeof(why));
+	ret = d.listen_fd >= 0 ? 1 : kvpd_inherit_socket(&d, why, sizeof(why));
 	if (ret < 0) {
 		kvpd_log(&d, KVPD_LOG_ERR, "%s", why);
 		goto out_pools;
 	}
 	if (ret == 0) {
-		ret = listen_on(&d);
+		ret = kvpd_listen_on(&d);
 		if (ret) {
 			kvpd_log(&d, KVPD_LOG_ERR, "%s: %s", d.cfg.socket_path,
 				 ret == -EADDRINUSE ? "another kvpoold is listening there" :
@@ -564,7 +363,7 @@ int main(int argc, char **argv)
 			goto out_pools;
 		}
 	} else {
-		if (d.cli.socket && strcmp(d.cli.socket, d.cfg.socket_path))
+		if (d.inherited_path && d.cli.socket && strcmp(d.cli.socket, d.cfg.socket_path))
 			kvpd_log(&d, KVPD_LOG_WARNING, "--socket %s ignored: systemd passed %s",
 				 d.cli.socket, d.cfg.socket_path);
 		ret = 0;
@@ -586,6 +385,13 @@ int main(int argc, char **argv)
 		 d.cfg.socket_path, d.inherited_path ? " (from systemd)" : "", d.ncpus, d.cfg.spin_us,
 		 KVPOOL_VERSION);
 	ret = kvpd_loop_run(&d);
+	/* A restart: the cache's state written once every client is gone, or serving on. */
+	while (!ret && handover.requested) {
+		kvpd_clients_close_all(&d, "daemon restarting");
+		if (!kvpd_handover_save(&d))
+			break;
+		ret = kvpd_loop_resume(&d) ?: kvpd_loop_run(&d);
+	}
 	if (ret)
 		kvpd_log(&d, KVPD_LOG_ERR, "event loop: %s", strerror(-ret));
 	kvpd_loop_exit(&d);
@@ -594,10 +400,13 @@ out_courier:
 out_workers:
 	kvpd_workers_stop(d.workers);
 out_listen:
-	close(d.listen_fd);
-	if (!d.inherited_path) { /* else the path is systemd's, as is the socket */
-		unlink(d.cfg.socket_path);
-		unlock_socket_path(d.cfg.socket_path, d.lock_fd);
+	/* A restart hands the socket and the lock to the next run: no gap, no other daemon. */
+	if (!kvpd_handover_keeps_socket(&d)) {
+		close(d.listen_fd);
+		if (!d.inherited_path) { /* else the path is systemd's, as is the socket */
+			unlink(d.cfg.socket_path);
+			kvpd_unlock_socket_path(d.cfg.socket_path, d.lock_fd);
+		}
 	}
 out_pools:
 	kvpd_pools_release(&d);
@@ -608,7 +417,9 @@ out_clients:
 	free(d.clients);
 	free(d.active);
 out_config:
+	if (kvpd_handover_keeps_socket(&d) && !ret)
+		kvpd_handover_exec(&d); /* returns only when nothing could run */
 	kvpd_config_release(&d.cfg);
 	free(d.inherited_path);
-	return ret ? 1 : 0;
+	return ret || handover.state_fd >= 0 ? 1 : 0;
 }

@@ -16,6 +16,7 @@
 #include "serve.h"
 #include "data/data.h"
 #include "events/events.h"
+#include "handover/handover.h"
 #include "pools/pools.h"
 #include "tenants/tenants.h"
 #include "tier/tier.h"
@@ -60,17 +61,10 @@ static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvp
 {
 	const struct kvp_pool_params_v2 *a = &sa->v2, *b = &sb->v2;
 	const struct kvp_pool_params *x = &a->v1, *y = &b->v1;
+	const char *shape = kvpd_pool_shape_changed(sa, sb);
 
-	if (x->num_blocks != y->num_blocks)
-		return "blocks";
-	if (x->block_size != y->block_size)
-		return "block_size";
-	if (x->num_groups != y->num_groups ||
-	    memcmp(x->group_kind, y->group_kind, x->num_groups) ||
-	    memcmp(x->group_param, y->group_param, x->num_groups * sizeof(x->group_param[0])))
-		return "groups";
-	if (x->caching != y->caching)
-		return "caching";
+	if (shape)
+		return shape;
 	if (x->free_order != y->free_order)
 		return "free_order";
 	if (x->publish != y->publish)
@@ -79,24 +73,10 @@ static const char *changed_key(const struct kvpd_pool_spec *sa, const struct kvp
 		return "max_len";
 	if (x->max_step_tokens != y->max_step_tokens)
 		return "max_step_tokens";
-	if (x->kv_heads != y->kv_heads)
-		return "kv_heads";
-	if (x->head_dim != y->head_dim)
-		return "head_dim";
-	if (x->dtype != y->dtype)
-		return "dtype";
-	if (x->layers_per_group != y->layers_per_group)
-		return "layers_per_group";
-	if (a->backend != b->backend)
-		return "backend";
 	if (a->device != b->device)
 		return "device";
-	if (a->layout != b->layout)
-		return "layout";
 	if (strncmp(a->namespace_, b->namespace_, KVP_NAME_MAX))
 		return "namespace";
-	if (sa->tier_host_bytes != sb->tier_host_bytes)
-		return "tier_host_bytes";
 	if (sa->snapshot_every_set != sb->snapshot_every_set ||
 	    sa->snapshot_every != sb->snapshot_every)
 		return "snapshot_every";
@@ -280,12 +260,15 @@ int kvpd_pools_start(struct kvpd *d)
 			ret = kvpd_tier_probe(pool, why, sizeof(why)) ?:
 			      kvpd_events_attach(d, pool, why, sizeof(why)) ?:
 			      kvpd_tier_attach(d, pool, why, sizeof(why));
+			if (!ret)
+				kvpd_handover_pool(d, pool); /* after a planned restart */
 		}
 		if (ret) {
 			kvpd_log(d, KVPD_LOG_ERR, "pool %s: %s", name, *why ? why : strerror(-ret));
 			return ret;
 		}
 	}
+	kvpd_handover_finish(d); /* the pools kvctl made, the descriptors left over */
 	kvpd_tier_turn(d); /* the tiers' stats rows, before any client reads the page */
 	kvpd_events_turn(d); /* a disk tier's blocks, announced first */
 	kvpd_events_stats(d);

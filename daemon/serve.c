@@ -19,6 +19,7 @@
 #include "serve.h"
 #include "data/data.h"
 #include "events/events.h"
+#include "handover/handover.h"
 #include "loop/spin.h"
 #include "observe/probes.h"
 #include "requests/requests.h"
@@ -127,11 +128,23 @@ err_fini:
 	return ret;
 }
 
-void kvpd_loop_exit(struct kvpd *d)
+void kvpd_clients_close_all(struct kvpd *d, const char *why)
 {
 	for (unsigned i = 0; i < d->cfg.max_clients; i++)
 		if (d->clients[i])
-			kvpd_client_close(d, d->clients[i], "daemon exiting");
+			kvpd_client_close(d, d->clients[i], why);
+}
+
+int kvpd_loop_resume(struct kvpd *d)
+{
+	d->stopping = false;
+	kvpd_handover_refused(d);
+	return d->ev->accept_start(d);
+}
+
+void kvpd_loop_exit(struct kvpd *d)
+{
+	kvpd_clients_close_all(d, "daemon exiting");
 	d->ev->fini(d);
 	d->ev = NULL;
 	if (d->timer_fd >= 0)
@@ -208,7 +221,9 @@ static void handle_signal(struct kvpd *d)
 				kvpd_reload(d);
 			continue;
 		}
-		kvpd_log(d, KVPD_LOG_NOTICE, "signal %u: finishing in-flight work and exiting", si.ssi_signo);
+		kvpd_log(d, KVPD_LOG_NOTICE, "signal %u: finishing in-flight work and exiting%s",
+			 si.ssi_signo, d->handover->requested ? " (the restart under way is called off)" : "");
+		kvpd_handover_refused(d);
 		stop_accepting(d);
 	}
 }

@@ -18,8 +18,20 @@ void kvpd_signal_set(sigset_t *set);
 int kvpd_loop_init(struct kvpd *d);
 int kvpd_loop_run(struct kvpd *d);
 void kvpd_loop_exit(struct kvpd *d);
+/* A restart: every client closed, saying @why (their sequences end, their blocks freed). */
+void kvpd_clients_close_all(struct kvpd *d, const char *why);
+/* A restart refused after the drain: accepting again, taking requests again. */
+int kvpd_loop_resume(struct kvpd *d);
 /* What the rooms above the stats page add to it (kvpd_statpage_init). */
 extern const struct kvpd_stats_hooks kvpd_stats_hooks;
+
+/* listen.c */
+/* The socket at d->cfg.socket_path, SOCKET.lock held in d->lock_fd: 0 or -errno. */
+int kvpd_listen_on(struct kvpd *d);
+/* systemd's socket (LISTEN_FDS): 1 taken, 0 none passed, -errno with @why. */
+int kvpd_inherit_socket(struct kvpd *d, char *why, size_t why_len);
+/* SOCKET.lock removed while held, then closed (@fd -1: none). */
+void kvpd_unlock_socket_path(const char *path, int fd);
 
 /* reload.c: SIGHUP: read the config file again (see reload.c for what applies). */
 void kvpd_reload(struct kvpd *d);

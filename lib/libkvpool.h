@@ -538,6 +538,17 @@ int kvp_pool_destroy_flags(struct kvp_client *c, const char *name, uint32_t flag
  */
 int kvp_pool_sync(struct kvp_client *c, const char *name);
 /*
+ * kvp_daemon_restart - a planned restart of the daemon (admin): it execs
+ * @path (NULL: the binary it was started from) once the requests it took are
+ * done, with its pools' cache handed over (docs/reliability.md). 0: under way,
+ * this connection is closed when it execs (kvp_boot_id tells the next run
+ * from this one); -ENOENT, -EACCES, -ENOEXEC: @path is not a kvpoold that runs
+ * here, -EALREADY: a restart is under way, with the reason in @why. A daemon
+ * older than the opcode answers -EINVAL.
+ */
+int kvp_daemon_restart(struct kvp_client *c, const char *path, char *why, size_t why_len);
+
+/*
  * kvp_pool_purge_remote - delete pool @name's keys (NULL: the attached pool's)
  * from its cluster tier, every master's; *@purged (if not NULL): how many.
  * -EOPNOTSUPP: the pool has no cluster tier; -EHOSTUNREACH: a master was not

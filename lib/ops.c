@@ -292,6 +292,27 @@ int kvp_pool_map_request(struct kvp_client *c, uint64_t *tag, char *why, size_t 
 	return ret;
 }
 
+int kvp_daemon_restart(struct kvp_client *c, const char *path, char *why, size_t why_len)
+{
+	struct call call = { .sqe.opcode = KVP_OP_DAEMON_RESTART };
+	size_t len = path ? strlen(path) : 0;
+	int64_t off = stage(c, &call, path, len);
+	int ret;
+
+	if (why && why_len)
+		*why = '\0';
+	if (off < 0)
+		return (int)off;
+	call.sqe.addr = (uint64_t)off;
+	call.sqe.len = (uint32_t)len;
+	ret = reserve_out(c, &call, KVP_REASON_MAX);
+	if (ret)
+		return ret;
+	ret = run(c, &call);
+	take_reason(c, &call, ret, why, why_len);
+	return ret < 0 ? ret : 0;
+}
+
 int kvp_pool_destroy(struct kvp_client *c, const char *name)
 {
 	return kvp_pool_destroy_flags(c, name, 0);

@@ -23,6 +23,7 @@ static const char *const opcode_names[KVP_STATS_OPS] = {
 	[KVP_OP_RESET] = "RESET",       [KVP_OP_DUMP_FREEQ] = "DUMP_FREEQ",
 	[KVP_OP_CHECK] = "CHECK",       [KVP_OP_POOL_SYNC] = "POOL_SYNC",
 	[KVP_OP_POOL_PURGE_REMOTE] = "POOL_PURGE_REMOTE",
+	[KVP_OP_DAEMON_RESTART] = "DAEMON_RESTART",
 };
 
 const char *kvp_opcode_name(unsigned opcode)

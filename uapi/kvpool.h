@@ -247,6 +247,12 @@ enum kvp_opcode {
 			       * -EOPNOTSUPP without a cluster
 			       * tier, -EHOSTUNREACH when a master could not be reached (the
 			       * others' keys deleted all the same) */
+	KVP_OP_DAEMON_RESTART, /* addr: the binary's path (len bytes, no NUL; len 0: the one
+			       * the daemon was started from); out: a refusal's reason. res
+			       * 0: the daemon stops accepting and taking requests, finishes
+			       * the ones it took, closes every connection and execs it with
+			       * the cache handed over (docs/reliability.md); -ENOENT,
+			       * -EACCES, -ENOEXEC: not a kvpoold that runs; -EALREADY */
 	KVP_OP_LAST,
 };
 
@@ -1200,6 +1206,7 @@ _Static_assert(KVP_OP_NOP == 0 && KVP_OP_SEQ_OPEN == 1 && KVP_OP_SEQ_CLOSE == 2 
 _Static_assert(KVP_OP_POOL_CREATE == 64 && KVP_OP_POOL_DESTROY == 65 && KVP_OP_EVICT == 66 &&
 	       KVP_OP_RESET == 67 && KVP_OP_DUMP_FREEQ == 68 && KVP_OP_CHECK == 69 &&
 	       KVP_OP_POOL_SYNC == 70 && KVP_OP_POOL_PURGE_REMOTE == 71 &&
+	       KVP_OP_DAEMON_RESTART == 72 &&
 	       KVP_OP_LAST <= KVP_STATS_OPS, "admin opcodes");
 _Static_assert(KVP_KIND_FULL == 0 && KVP_KIND_SWA == 1 && KVP_KIND_RSWA == 2 &&
 	       KVP_KIND_CHUNKED == 3 && KVP_KIND_CYCLIC == 4, "group kinds");

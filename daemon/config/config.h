@@ -248,6 +248,13 @@ int kvpd_pool_keys_apply(struct kvpd_pool_spec *p, char *text, size_t len, char 
 
 /* pool_check.c: every parameter in its range; -EINVAL naming the first that is not. */
 int kvpd_pool_params_check(const struct kvp_pool_params_v2 *p, char *why, size_t why_len);
+/*
+ * The first key of @b whose value differs from @a's and shapes what a pool
+ * holds (blocks, block_size, groups, caching, the KV geometry, backend, layout,
+ * tier_host_bytes), in the config's words; NULL when none does. A pool's cache
+ * carries over (a planned restart) only where none does.
+ */
+const char *kvpd_pool_shape_changed(const struct kvpd_pool_spec *a, const struct kvpd_pool_spec *b);
 /* v2's check, then the keys only the spec has (a tier needs KV and the prefix cache). */
 int kvpd_pool_spec_check(const struct kvpd_pool_spec *spec, char *why, size_t why_len);
 

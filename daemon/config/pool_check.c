@@ -280,3 +280,35 @@ int kvpd_pool_params_check(const struct kvp_pool_params_v2 *v2, char *why, size_
 			      "without blanks", KVP_NAME_MAX - 1);
 	return 0;
 }
+
+const char *kvpd_pool_shape_changed(const struct kvpd_pool_spec *sa, const struct kvpd_pool_spec *sb)
+{
+	const struct kvp_pool_params_v2 *a = &sa->v2, *b = &sb->v2;
+	const struct kvp_pool_params *x = &a->v1, *y = &b->v1;
+
+	if (x->num_blocks != y->num_blocks)
+		return "blocks";
+	if (x->block_size != y->block_size)
+		return "block_size";
+	if (x->num_groups != y->num_groups ||
+	    memcmp(x->group_kind, y->group_kind, x->num_groups) ||
+	    memcmp(x->group_param, y->group_param, x->num_groups * sizeof(x->group_param[0])))
+		return "groups";
+	if (x->caching != y->caching)
+		return "caching";
+	if (x->kv_heads != y->kv_heads)
+		return "kv_heads";
+	if (x->head_dim != y->head_dim)
+		return "head_dim";
+	if (x->dtype != y->dtype)
+		return "dtype";
+	if (x->layers_per_group != y->layers_per_group)
+		return "layers_per_group";
+	if (a->backend != b->backend)
+		return "backend";
+	if (a->layout != b->layout)
+		return "layout";
+	if (sa->tier_host_bytes != sb->tier_host_bytes)
+		return "tier_host_bytes";
+	return NULL;
+}

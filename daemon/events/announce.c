@@ -183,6 +183,14 @@ static void announce_tier(struct kvpd_events *ev)
 	ev->cut = true;
 }
 
+bool kvpd_ev_open_cleared(struct kvpd_events *ev)
+{
+	if (!open_event(ev, KVPD_EVENT_CLEARED, 0, ev->medium))
+		return false;
+	ev->cleared++;
+	return true;
+}
+
 /*
  * The core: a reset. What the tier holds is hittable still, and what the
  * cluster holds (a reset does not touch it): said again after the clear.
@@ -191,9 +199,8 @@ static void core_cleared(void *ctx)
 {
 	struct kvpd_events *ev = ctx;
 
-	if (!open_event(ev, KVPD_EVENT_CLEARED, 0, ev->medium))
+	if (!kvpd_ev_open_cleared(ev))
 		return;
-	ev->cleared++;
 	if (ev->idx)
 		announce_tier(ev);
 	if (ev->rem)

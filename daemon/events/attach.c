@@ -114,8 +114,19 @@ int kvpd_events_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	ev->tier_medium = ev->medium;
 	ev->cut = true;
 	group_fields(ev, &pool->params);
+	/*
+	 * The pool's cached keys with their origins, so that a planned restart
+	 * can announce them again (a tier's start makes it larger).
+	 */
+	if (pool->params.caching &&
+	    kvpd_ev_index_init(&ev->idx, pool->params.num_blocks, ev->block_size)) {
+		free(ev);
+		return kvpd_refuse(why, why_len, -ENOMEM, "kv_events: no memory for the index of "
+				   "%u blocks' origins", pool->params.num_blocks);
+	}
 	ret = kvpd_ev_pub_start(&ev->pub, &cfg, why, why_len);
 	if (ret) {
+		kvpd_ev_index_free(ev->idx);
 		free(ev);
 		return ret;
 	}
@@ -132,7 +143,9 @@ int kvpd_events_tier_start(struct kvpd_events *ev, uint32_t slots, bool disk)
 	if (!ev)
 		return 0;
 	ev->tier_medium = disk ? "DISK" : "CPU";
-	/* The pool's cached keys and the tier's entries, each at most once. */
+	/* The pool's cached keys and the tier's entries, each at most once: before any is. */
+	kvpd_ev_index_free(ev->idx);
+	ev->idx = NULL;
 	return kvpd_ev_index_init(&ev->idx, ev->pool->params.num_blocks + slots, ev->block_size);
 }
 

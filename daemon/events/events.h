@@ -82,6 +82,31 @@ bool kvpd_events_origin(const struct kvpd_events *ev, uint32_t group, const stru
 			struct kvpd_block_origin *o);
 
 /*
+ * restart.c: what a pool announced, handed to the next run by a planned
+ * restart (the handover room writes the state): an entry of the index with its
+ * origin (its tokens, block_size of them, in an array beside).
+ */
+struct kvpd_events_saved {
+	struct kvc_hash key;
+	uint64_t parent;
+	uint32_t group, pos;
+	uint8_t in_pool, in_tier, has_parent, pad[5];
+};
+/* The entries a save writes (@ev NULL, or no index: 0), and the tokens of each. */
+uint32_t kvpd_events_saved_count(const struct kvpd_events *ev);
+uint32_t kvpd_events_block_size(const struct kvpd_events *ev);
+void kvpd_events_save(const struct kvpd_events *ev, struct kvpd_events_saved *out,
+		      uint32_t *tokens);
+/*
+ * The next run, once the pool and its tier are restored: the saved entries
+ * that the pool (in_pool) or its tier (in_tier) still hold join the index
+ * (merged with a disk tier's found at start), then AllBlocksCleared and every
+ * entry announced. n 0: the clear alone (a pool restarted empty).
+ */
+void kvpd_events_load(struct kvpd_events *ev, const struct kvpd_events_saved *in,
+		      const uint32_t *tokens, uint32_t n);
+
+/*
  * The cluster tier's side (tier/remote*.c, remote.c here): medium "REMOTE",
  * what this machine knows the cluster holds, kept apart from the pool's and
  * its tier's. Started at the cluster tier's attach, bounded by @pool_blocks,

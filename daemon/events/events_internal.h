@@ -93,6 +93,8 @@ void kvpd_events_flush(struct kvpd_events *ev);
 void kvpd_ev_stored(struct kvpd_events *ev, uint32_t group, const char *medium, uint32_t pos,
 		    const struct kvc_hash *key, const struct kvc_hash *parent,
 		    const uint32_t *tokens);
+/* An AllBlocksCleared in the turn's events: false when the turn is lost (out of memory). */
+bool kvpd_ev_open_cleared(struct kvpd_events *ev);
 void kvpd_ev_removed(struct kvpd_events *ev, uint32_t group, const char *medium,
 		     const struct kvc_hash *key);
 /* Entry @e of @x announced again, with its origin, as @medium's. */

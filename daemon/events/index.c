@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What a pool with a tier has announced: each (group, hash) hittable in the
- * pool, the tier or both, with where it came from. The core says a key's first
+ * What a pool has announced: each (group, hash) hittable in the pool, its
+ * tier or both, with where it came from. The core says a key's first
  * and last copy in the pool, the tier its entries': only the index knows when
  * neither holds a key (its BlockRemoved), and it keeps the origin (position,
  * parent, tokens) a tier entry is announced with again after a reset, and a
- * disk tier writes beside the block. Its size is fixed at the tier's start:
- * the pool's blocks and the tier's slots bound what can be held at once.
+ * disk tier writes beside the block, and a planned restart hands on
+ * (restart.c). Its size is fixed at the events' start (the pool's blocks),
+ * and at the tier's (its slots more): that bounds what can be held at once.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The handover state's container: sections under a checksummed header, in a sealed memfd. */
+/* The handover state's container: checksummed sections under a checksummed header, in a sealed memfd. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,21 +14,42 @@
 #define ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
 #define SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 
-/* XXH3-64 of the header (its sum 0) and the body: a flipped byte anywhere is caught. */
-static uint64_t state_sum(const struct kvpd_state_head *head, const uint8_t *body)
+/* Walks the sections' headers of a body of @body_bytes: false at one past its end. */
+static bool section_at(const uint8_t *body, uint64_t body_bytes, uint64_t off,
+		       struct kvpd_state_section *s)
+{
+	if (off > body_bytes || body_bytes - off < sizeof(*s))
+		return false;
+	memcpy(s, body + off, sizeof(*s));
+	return s->bytes <= body_bytes - off - sizeof(*s) &&
+	       ALIGN8(s->bytes) <= body_bytes - off - sizeof(*s);
+}
+
+/*
+ * XXH3-64 of the header (its sum 0) and the sections' headers: the shape. 0
+ * (never a sum) when @sections do not fit the body exactly.
+ */
+static uint64_t shape_sum(const struct kvpd_state_head *head, const uint8_t *body)
 {
 	struct kvpd_state_head h = *head;
+	struct kvpd_state_section s;
 	XXH3_state_t *x = XXH3_createState();
-	uint64_t sum;
+	uint64_t sum, off = 0;
+	uint32_t i;
 
 	if (!x)
 		return 0; /* never a valid sum: the reader refuses the state, safely */
 	h.sum = 0;
 	XXH3_64bits_reset(x);
 	XXH3_64bits_update(x, &h, sizeof(h));
-	XXH3_64bits_update(x, body, h.body_bytes);
+	for (i = 0; i < h.sections && section_at(body, h.body_bytes, off, &s); i++) {
+		XXH3_64bits_update(x, &s, sizeof(s));
+		off += sizeof(s) + ALIGN8(s.bytes);
+	}
 	sum = XXH3_64bits_digest(x);
 	XXH3_freeState(x);
+	if (i != h.sections || off != h.body_bytes)
+		return 0;
 	return sum ? sum : 1;
 }
 
@@ -57,7 +78,8 @@ static int reserve(struct kvpd_state_writer *w, uint64_t more)
 	return 0;
 }
 
-void *kvpd_state_add(struct kvpd_state_writer *w, uint32_t kind, uint64_t bytes)
+void *kvpd_state_add(struct kvpd_state_writer *w, uint32_t kind, uint32_t version,
+		     const char *name, uint64_t bytes)
 {
 	struct kvpd_state_section *s;
 
@@ -68,10 +90,31 @@ void *kvpd_state_add(struct kvpd_state_writer *w, uint32_t kind, uint64_t bytes)
 	if (w->err)
 		return NULL;
 	s = (struct kvpd_state_section *)(w->buf + w->len);
-	*s = (struct kvpd_state_section){ .kind = kind, .bytes = bytes };
+	*s = (struct kvpd_state_section){ .kind = kind, .version = version, .bytes = bytes };
+	snprintf(s->name, sizeof(s->name), "%s", name ? name : "");
 	w->len += sizeof(*s) + ALIGN8(bytes);
 	w->sections++;
 	return s + 1;
+}
+
+/* Each section's sum over its data; then the one a test build was told to spoil, spoilt. */
+static void sum_sections(struct kvpd_state_writer *w)
+{
+	size_t off = sizeof(struct kvpd_state_head);
+
+	for (uint32_t i = 0; i < w->sections; i++) {
+		struct kvpd_state_section *s = (struct kvpd_state_section *)(w->buf + off);
+		uint8_t *data = (uint8_t *)(s + 1);
+
+		s->sum = XXH3_64bits(data, s->bytes);
+		if (w->damage && !strncmp(s->name, w->damage_name, sizeof(s->name))) {
+			if (w->damage == KVPD_STATE_NEXT_VERSION)
+				s->version++;
+			else if (s->bytes)
+				data[s->bytes / 2] ^= 0x10;
+		}
+		off += sizeof(*s) + ALIGN8(s->bytes);
+	}
 }
 
 void kvpd_state_writer_free(struct kvpd_state_writer *w)
@@ -96,7 +139,8 @@ int kvpd_state_seal(struct kvpd_state_writer *w, const char *build, int *fd)
 	h->sections = w->sections;
 	h->body_bytes = w->len - sizeof(*h);
 	snprintf(h->build, sizeof(h->build), "%s", build);
-	h->sum = state_sum(h, w->buf + sizeof(*h));
+	sum_sections(w);
+	h->sum = shape_sum(h, w->buf + sizeof(*h));
 	mfd = memfd_create("kvpool-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (mfd < 0) {
 		ret = -errno;
@@ -163,7 +207,7 @@ int kvpd_state_open(int fd, struct kvpd_state *st, char *why, size_t why_len)
 		return -EPROTO;
 	}
 	if (st->head.body_bytes != st->map_bytes - sizeof(st->head) ||
-	    state_sum(&st->head, st->map + sizeof(st->head)) != st->head.sum) {
+	    shape_sum(&st->head, st->map + sizeof(st->head)) != st->head.sum) {
 		kvpd_state_close(st);
 		return refuse(why, why_len, -EBADMSG, "the state's checksum is wrong");
 	}
@@ -174,21 +218,20 @@ bad_magic:
 	return refuse(why, why_len, -EBADMSG, "not a kvpool state (magic)");
 }
 
-const void *kvpd_state_next(struct kvpd_state *st, uint32_t *kind, uint64_t *bytes)
+const void *kvpd_state_next(struct kvpd_state *st, struct kvpd_state_section *sec, bool *intact)
 {
-	struct kvpd_state_section s;
-	size_t left = st->map_bytes - st->next;
+	const uint8_t *body = st->map + sizeof(st->head);
+	uint64_t off = st->next - sizeof(st->head);
+	const uint8_t *data;
 
-	if (st->read >= st->head.sections || left < sizeof(s))
+	if (st->read >= st->head.sections || !section_at(body, st->head.body_bytes, off, sec))
 		return NULL;
-	memcpy(&s, st->map + st->next, sizeof(s));
-	if (s.bytes > left - sizeof(s) || ALIGN8(s.bytes) > left - sizeof(s))
-		return NULL;
-	*kind = s.kind;
-	*bytes = s.bytes;
-	st->next += sizeof(s) + ALIGN8(s.bytes);
+	sec->name[sizeof(sec->name) - 1] = '\0';
+	data = body + off + sizeof(*sec);
+	*intact = XXH3_64bits(data, sec->bytes) == sec->sum;
+	st->next += sizeof(*sec) + ALIGN8(sec->bytes);
 	st->read++;
-	return st->map + st->next - ALIGN8(s.bytes);
+	return data;
 }
 
 void kvpd_state_close(struct kvpd_state *st)

@@ -8,10 +8,11 @@
 #include <math.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attn/attend_internal.h"
-#include "pools/jobs.h"
+#include "pools/pools.h"
 #include "../../uapi/kvpool.h"
 
 /*
@@ -86,6 +87,34 @@ static int host_pool_init(struct kvpd_kv_layout *l, uint32_t device, void **mem,
 	l->num_pieces = 1;
 	l->piece_bytes = huge_bytes;
 	*mem = m;
+	return 0;
+}
+
+int kvpd_host_pool_adopt(struct kvpd_kv_layout *l, void **mem, int fd, char *why, size_t why_len)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	struct stat st;
+	void *m;
+
+	if (fstat(fd, &st) || (size_t)st.st_size != l->map_bytes || seals < 0 ||
+	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+		return kvpd_refuse(why, why_len, -EINVAL, "the KV memory handed over is not a "
+				   "sealed memfd of %zu bytes", l->map_bytes);
+	/* A memfd on huge pages says so in its block size: its pages are reserved already. */
+	m = mmap(NULL, l->map_bytes, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | ((size_t)st.st_blksize >= HUGE_PAGE_BYTES ? 0 : MAP_NORESERVE), fd, 0);
+	if (m == MAP_FAILED)
+		return kvpd_refuse(why, why_len, -errno, "the KV memory handed over: mmap: %s",
+				   strerror(errno));
+	munmap(*mem, l->map_bytes);
+	close(l->mem_fd);
+	fcntl(fd, F_SETFD, FD_CLOEXEC); /* inherited for this run alone */
+	*mem = m;
+	l->mem_fd = fd;
+	l->page_bytes = (size_t)st.st_blksize >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES :
+								  (size_t)sysconf(_SC_PAGESIZE);
+	if (l->page_bytes != HUGE_PAGE_BYTES)
+		madvise(m, l->map_bytes, MADV_HUGEPAGE);
 	return 0;
 }
 

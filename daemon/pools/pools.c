@@ -306,6 +306,14 @@ int kvpd_pool_create(struct kvpd *d, const struct kvpd_pool_spec *spec,
 	return 0;
 }
 
+int kvpd_pool_adopt_kv(struct kvpd_pool *pool, int fd, char *why, size_t why_len)
+{
+	if (pool->backend != &kvpd_host_backend || !pool->mem)
+		return kvpd_refuse(why, why_len, -EINVAL, "only a host pool's KV memory is handed "
+				   "over");
+	return kvpd_host_pool_adopt(&pool->layout, &pool->mem, fd, why, why_len);
+}
+
 bool kvpd_pool_busy(const struct kvpd_pool *pool, uint32_t own_attachments)
 {
 	return pool->sequences || pool->inflight || pool->clients > own_attachments;

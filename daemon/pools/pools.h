@@ -122,6 +122,15 @@ static inline uint64_t kvpd_tier_window_slots(uint64_t slots, uint64_t slot_byte
 	return room < 16 ? 16 : room;
 }
 
+/*
+ * A planned restart's next run (the handover room): @pool, a host pool just
+ * built, takes the last run's KV memory, memfd @fd (checked: sealed, of the
+ * size it maps), in place of its own. -errno with @why, @fd not taken.
+ */
+int kvpd_pool_adopt_kv(struct kvpd_pool *pool, int fd, char *why, size_t why_len);
+/* backend_host.c: that, for the host backend. */
+int kvpd_host_pool_adopt(struct kvpd_kv_layout *l, void **mem, int fd, char *why, size_t why_len);
+
 /* pool_layout.c: POOL_LAYOUT's output; its bytes, or -EOVERFLOW with *needed what it takes. */
 int kvpd_pool_layout(const struct kvpd_pool *pool, void *out, uint32_t out_len, __u64 *needed);
 

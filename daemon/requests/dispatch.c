@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "data/data.h"
+#include "handover/handover.h"
 #include "observe/probes.h"
 #include "requests/requests.h"
 #include "session/kvwritten.h"
@@ -549,6 +550,26 @@ static int op_reset(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 	return kvc_pool_reset(pool->core);
 }
 
+/* kvctl daemon restart: the binary checked, then the drain begins (handover/restart.c). */
+static int op_daemon_restart(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
+			     struct kvp_cqe *cqe)
+{
+	const char *path = sqe->len ? kvpd_arena_range(c, sqe->addr, sqe->len) : "";
+	char why[KVP_REASON_MAX] = "";
+	int ret;
+
+	if (!path)
+		return -EINVAL;
+	ret = kvpd_restart_request(d, path, sqe->len, (uint32_t)c->pid, (uint32_t)c->uid, why,
+				   sizeof(why));
+	if (ret) {
+		kvpd_log(d, KVPD_LOG_WARNING, "restart asked by pid %d refused: %s; serving on",
+			 (int)c->pid, *why ? why : strerror(-ret));
+		give_reason(c, sqe, cqe, why);
+	}
+	return ret;
+}
+
 static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe *sqe,
 		    struct kvp_cqe *cqe)
 {
@@ -567,6 +588,8 @@ static int admin_op(struct kvpd *d, struct kvpd_client *c, const struct kvp_sqe 
 		return op_pool_purge_remote(d, c, sqe);
 	case KVP_OP_RESET:
 		return op_reset(d, c, sqe);
+	case KVP_OP_DAEMON_RESTART:
+		return op_daemon_restart(d, c, sqe, cqe);
 	}
 	if (!c->pool)
 		return -ENODEV;

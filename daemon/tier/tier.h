@@ -137,6 +137,43 @@ int kvpd_remote_ask(struct kvpd *d, struct kvpd_client *c, struct kvc_seq *seq,
 bool kvpd_remote_mark(struct kvpd_pool *pool, struct kvc_seq *seq, const struct kvc_hit *hit,
 		      const uint32_t **ids, uint32_t *buf);
 
+/*
+ * restart.c: a host tier handed to the next run by a planned restart (the
+ * handover room writes the state). An entry that counts against the tier's
+ * capacity, VALID, as the state keeps it (least recently used first); the
+ * tenants its entries and the pool's blocks are charged to (owner i + 1 is
+ * @owners[i]; kind 0: a record no longer used).
+ */
+struct kvpd_tier_saved {
+	struct kvc_hash key;
+	uint32_t slot, group;
+	uint32_t owner;          /* 0: none */
+	uint32_t pad;
+};
+struct kvpd_tier_saved_owner {
+	uint32_t kind;           /* KVP_TENANT_UID, KVP_TENANT_NAMESPACE; 0: unused */
+	uint32_t uid;
+	char ns[KVP_NAME_MAX];
+};
+/* The entries a save writes for @pool (0 without a host tier), and its owner records. */
+uint32_t kvpd_tier_saved_count(const struct kvpd_pool *pool, uint32_t *owners);
+/* Its host tier's memfd, -1 without one. */
+int kvpd_tier_memfd(const struct kvpd_pool *pool);
+/* Whether (group, @key) is an entry a save writes (a tier's, hittable, not a window's copy). */
+bool kvpd_tier_keeps(const struct kvpd_pool *pool, uint32_t group, const struct kvc_hash *key);
+/* kvpd_tier_saved_count's entries and owners, and each pool block's owner (num_blocks). */
+void kvpd_tier_save(const struct kvpd_pool *pool, struct kvpd_tier_saved *out,
+		    struct kvpd_tier_saved_owner *owners, uint32_t *block_owner);
+/*
+ * The next run: @pool's new, empty host tier takes memfd @fd (the last run's,
+ * checked: sealed, its size) and the saved index, the LRU order and charges as
+ * they were. -errno with @why, the tier left empty and @fd not taken, when
+ * they do not fit it.
+ */
+int kvpd_tier_load(struct kvpd_pool *pool, int fd, const struct kvpd_tier_saved *e, uint32_t n,
+		   const struct kvpd_tier_saved_owner *o, uint32_t nowners,
+		   const uint32_t *block_owner, char *why, size_t why_len);
+
 /* @pool's tier's counters; false when it has none. */
 bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st);
 

@@ -2,7 +2,9 @@
 /*
  * The handover state's container (daemon/handover/state_file.c): sections
  * come back as written, in order; a state not sealed, of another format
- * version, with a byte flipped anywhere or cut short is refused, saying why.
+ * version, with a byte flipped in its header or a section's header, or cut
+ * short, is refused, saying why; a byte flipped in a section's data, or a
+ * section of another version, costs that section alone.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,18 +25,21 @@
 
 #define SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 
-static int sealed_state(void)
+static int sealed_state_damaged(enum kvpd_state_damage damage, const char *name)
 {
 	struct kvpd_state_writer w;
 	uint8_t *a, *c;
 	int fd = -1;
 
 	kvpd_state_writer_init(&w);
-	assert_non_null(kvpd_state_add(&w, 7, 0));
-	a = kvpd_state_add(&w, 1, 5);
+	w.damage = damage;
+	if (name)
+		snprintf(w.damage_name, sizeof(w.damage_name), "%s", name);
+	assert_non_null(kvpd_state_add(&w, 7, 3, "empty", 0));
+	a = kvpd_state_add(&w, 1, 1, "greeting", 5);
 	assert_non_null(a);
 	memcpy(a, "hello", 5);
-	c = kvpd_state_add(&w, 2, 100000);
+	c = kvpd_state_add(&w, 2, 1, "a name longer than sixty-four bytes, cut to fit in its header...", 100000);
 	assert_non_null(c);
 	for (unsigned i = 0; i < 100000; i++)
 		c[i] = (uint8_t)(i * 7);
@@ -42,13 +48,18 @@ static int sealed_state(void)
 	return fd;
 }
 
+static int sealed_state(void)
+{
+	return sealed_state_damaged(KVPD_STATE_INTACT, NULL);
+}
+
 static void test_sections_come_back_as_written(void **state)
 {
+	struct kvpd_state_section sec;
 	struct kvpd_state st;
 	const uint8_t *d;
-	uint64_t bytes;
-	uint32_t kind;
 	char why[128] = "";
+	bool intact = false;
 	int fd = sealed_state();
 
 	(void)state;
@@ -56,21 +67,28 @@ static void test_sections_come_back_as_written(void **state)
 	assert_int_equal(kvpd_state_open(fd, &st, why, sizeof(why)), 0);
 	assert_string_equal(st.head.build, "0.2.0 test");
 	assert_int_equal(st.head.version, KVPD_STATE_VERSION);
-	d = kvpd_state_next(&st, &kind, &bytes);
+	d = kvpd_state_next(&st, &sec, &intact);
 	assert_non_null(d);
-	assert_int_equal(kind, 7);
-	assert_int_equal(bytes, 0);
-	d = kvpd_state_next(&st, &kind, &bytes);
-	assert_int_equal(kind, 1);
-	assert_int_equal(bytes, 5);
+	assert_true(intact);
+	assert_int_equal(sec.kind, 7);
+	assert_int_equal(sec.version, 3);
+	assert_string_equal(sec.name, "empty");
+	assert_int_equal(sec.bytes, 0);
+	d = kvpd_state_next(&st, &sec, &intact);
+	assert_true(intact);
+	assert_int_equal(sec.kind, 1);
+	assert_int_equal(sec.bytes, 5);
+	assert_string_equal(sec.name, "greeting");
 	assert_memory_equal(d, "hello", 5);
-	d = kvpd_state_next(&st, &kind, &bytes);
-	assert_int_equal(kind, 2);
-	assert_int_equal(bytes, 100000);
+	d = kvpd_state_next(&st, &sec, &intact);
+	assert_true(intact);
+	assert_int_equal(sec.kind, 2);
+	assert_int_equal(sec.bytes, 100000);
+	assert_string_equal(sec.name, "a name longer than sixty-four bytes, cut to fit in its header..");
 	assert_int_equal(((uintptr_t)d) % 8, 0);
 	for (unsigned i = 0; i < 100000; i++)
 		assert_int_equal(d[i], (uint8_t)(i * 7));
-	assert_null(kvpd_state_next(&st, &kind, &bytes));
+	assert_null(kvpd_state_next(&st, &sec, &intact));
 	kvpd_state_close(&st);
 	close(fd);
 }
@@ -97,6 +115,15 @@ static int copy_of(int fd, void (*edit)(uint8_t *buf, size_t *len), bool seal)
 static void flip_body(uint8_t *buf, size_t *len)
 {
 	buf[*len - 3] ^= 0x10;
+}
+
+/* The second section's length, in its header: the shape's sum catches it. */
+static void flip_section_header(uint8_t *buf, size_t *len)
+{
+	size_t second = sizeof(struct kvpd_state_head) + sizeof(struct kvpd_state_section);
+
+	(void)len;
+	buf[second + offsetof(struct kvpd_state_section, bytes)] ^= 0x01;
 }
 
 static void flip_build(uint8_t *buf, size_t *len)
@@ -143,7 +170,8 @@ static void test_a_damaged_state_is_refused_naming_why(void **state)
 	(void)state;
 	expect_refused(copy_of(fd, NULL, false), -EPERM,
 		       "the state is not sealed: a handover left half done");
-	expect_refused(copy_of(fd, flip_body, true), -EBADMSG, "the state's checksum is wrong");
+	expect_refused(copy_of(fd, flip_section_header, true), -EBADMSG,
+		       "the state's checksum is wrong");
 	expect_refused(copy_of(fd, flip_build, true), -EBADMSG, "the state's checksum is wrong");
 	expect_refused(copy_of(fd, cut_short, true), -EBADMSG, "the state's checksum is wrong");
 	expect_refused(copy_of(fd, bad_magic, true), -EBADMSG, "not a kvpool state (magic)");
@@ -152,11 +180,43 @@ static void test_a_damaged_state_is_refused_naming_why(void **state)
 	close(fd);
 }
 
+/* The sections in @fd: whether each is intact, and its version, as "1v3 1v1 0v1". */
+static void expect_sections(int fd, const char *want)
+{
+	struct kvpd_state_section sec;
+	struct kvpd_state st;
+	char got[64] = "", why[128] = "";
+	bool intact;
+
+	assert_int_equal(kvpd_state_open(fd, &st, why, sizeof(why)), 0);
+	while (kvpd_state_next(&st, &sec, &intact))
+		snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%dv%u", *got ? " " : "",
+			 intact, sec.version);
+	assert_string_equal(got, want);
+	kvpd_state_close(&st);
+	close(fd);
+}
+
+static void test_a_damaged_section_costs_itself_alone(void **state)
+{
+	int fd = sealed_state();
+
+	(void)state;
+	expect_sections(copy_of(fd, NULL, true), "1v3 1v1 1v1");
+	expect_sections(copy_of(fd, flip_body, true), "1v3 1v1 0v1");
+	close(fd);
+	expect_sections(sealed_state_damaged(KVPD_STATE_FLIP_BYTE, "greeting"), "1v3 0v1 1v1");
+	expect_sections(sealed_state_damaged(KVPD_STATE_NEXT_VERSION, "greeting"), "1v3 1v2 1v1");
+	/* A section of no bytes has none to flip. */
+	expect_sections(sealed_state_damaged(KVPD_STATE_FLIP_BYTE, "empty"), "1v3 1v1 1v1");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sections_come_back_as_written),
 		cmocka_unit_test(test_a_damaged_state_is_refused_naming_why),
+		cmocka_unit_test(test_a_damaged_section_costs_itself_alone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Benchmarks that go through kvpoold start their own, on a private socket. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -56,11 +57,19 @@ int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us
 			CPU_SET(cpu, &set);
 			sched_setaffinity(0, sizeof(set), &set); /* its threads inherit it */
 		}
+		if (d->log[0]) {
+			int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+			if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+				_exit(1);
+		}
 		if (event_loop)
-			execl(bin, bin, "-q", "--socket", d->socket, "--spin-us", spin, "--event-loop",
+			execl(bin, bin, d->log[0] ? "-v" : "-q", "--socket", d->socket, "--spin-us",
+			      spin, "--event-loop",
 			      event_loop, (char *)NULL);
 		else
-			execl(bin, bin, "-q", "--socket", d->socket, "--spin-us", spin, (char *)NULL);
+			execl(bin, bin, d->log[0] ? "-v" : "-q", "--socket", d->socket, "--spin-us",
+			      spin, (char *)NULL);
 		fprintf(stderr, "kvbench: exec %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
@@ -91,6 +100,24 @@ void bench_daemon_stop(struct bench_daemon *d)
 	}
 	d->pid = 0;
 	rmdir(d->dir);
+}
+
+int bench_store(struct kvp_client *c, const uint32_t *tokens, uint32_t n, uint32_t layers,
+		uint32_t chunk, const void *kv)
+{
+	uint64_t h;
+	uint32_t hit;
+	int ret;
+
+	ret = kvp_seq_open(c, tokens, n, NULL, 0, -1, &h) ?: kvp_alloc(c, h, n, 0, false, &hit,
+								      NULL, 0);
+	for (uint32_t l = 0; !ret && l < layers; l++)
+		for (uint32_t at = 0; !ret && at < n; at += chunk)
+			ret = kvp_write_kv(c, h, 0, l, at, chunk, kv, kv);
+	if (!ret)
+		ret = kvp_commit(c, h, n);
+	kvp_seq_close(c, h);
+	return ret;
 }
 
 int bench_pool_drop(struct kvp_client *admin, const char *name)

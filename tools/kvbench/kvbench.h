@@ -56,6 +56,7 @@ struct bench_daemon {
 	int pid;
 	char dir[32];
 	char socket[64];
+	char log[64];  /* set before the start: its log there, at level info (else -q) */
 };
 void bench_default_daemon(char *out, size_t len);
 /* @event_loop: kvpoold's --event-loop, NULL for its default; @cpu: pinned there, or -1. */
@@ -68,6 +69,13 @@ void bench_daemon_stop(struct bench_daemon *d);
  */
 struct kvp_client;
 int bench_pool_drop(struct kvp_client *admin, const char *name);
+/*
+ * A prompt of @n tokens stored on @c's pool: opened, allocated without the
+ * cache, @kv (@chunk tokens of K, the same as V) written over every position
+ * of each of @layers layers of group 0, committed, closed. 0 or -errno.
+ */
+int bench_store(struct kvp_client *c, const uint32_t *tokens, uint32_t n, uint32_t layers,
+		uint32_t chunk, const void *kv);
 
 int bench_core(int argc, char **argv);
 int bench_attend(int argc, char **argv);
@@ -82,6 +90,8 @@ int bench_rtt(int argc, char **argv);
 int bench_capacity(int argc, char **argv);
 /* tier_disk.c: kvbench tier-disk */
 int bench_tier_disk(int argc, char **argv);
+/* restart.c: kvbench restart. */
+int bench_restart(int argc, char **argv);
 /* events.c: kvbench events */
 int bench_events(int argc, char **argv);
 int bench_load(int argc, char **argv);

@@ -180,6 +180,15 @@ static const char usage[] =
 	"                      restarted\n"
 	"                      and the pool made again: seconds to a stored prompt's\n"
 	"                      first hit\n"
+	"  restart [--blocks N] [--tier-blocks N] [--json] [--daemon PATH]\n"
+	"                      a planned restart (kvctl daemon restart) of a full\n"
+	"                      cache: a pool of N blocks (default 65536) of 16 tokens\n"
+	"                      (512 bytes of KV each) and a host tier of T blocks\n"
+	"                      (default 4194304) filled by prompts of 1024 blocks;\n"
+	"                      milliseconds from the request to the next run's answer\n"
+	"                      and to its first LOOKUP hit, the daemon's parts (drain,\n"
+	"                      state, teardown, exec, restore), and whether 64 sampled\n"
+	"                      lookups and the cached and held counts are as before\n"
 	"  events [--seconds N] [--steps N] [--rounds N] [--json] [--daemon PATH]\n"
 	"                      a pool's KV events (kv_events): commits of 1 and of\n"
 	"                      64 blocks as fast as one client makes them for N\n"
@@ -298,6 +307,8 @@ int main(int argc, char **argv)
 		return bench_replay(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "tier-disk"))
 		return bench_tier_disk(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "restart"))
+		return bench_restart(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "events"))
 		return bench_events(argc - 1, argv + 1);
 	fprintf(stderr, argc < 2 ? "kvbench: no benchmark named\n" : "kvbench: unknown benchmark '%s'\n",

@@ -103,21 +103,9 @@ static void prompt_of(uint32_t i, uint32_t *tokens)
 /* Prompt @i stored: its KV written (a pattern of its own) and committed, then closed. */
 static int store(struct kvp_client *c, uint32_t i, uint32_t *tokens, uint8_t *kv)
 {
-	uint64_t h;
-	uint32_t hit;
-	int ret;
-
 	prompt_of(i, tokens);
 	memset(kv, (int)(i & 0xff), (size_t)WRITE_TOKENS * KVH * HD * 2);
-	ret = kvp_seq_open(c, tokens, PROMPT_TOKENS, NULL, 0, -1, &h) ?:
-	      kvp_alloc(c, h, PROMPT_TOKENS, 0, false, &hit, NULL, 0);
-	for (uint32_t l = 0; !ret && l < LAYERS; l++)
-		for (uint32_t at = 0; !ret && at < PROMPT_TOKENS; at += WRITE_TOKENS)
-			ret = kvp_write_kv(c, h, 0, l, at, WRITE_TOKENS, kv, kv);
-	if (!ret)
-		ret = kvp_commit(c, h, PROMPT_TOKENS);
-	kvp_seq_close(c, h);
-	return ret;
+	return bench_store(c, tokens, PROMPT_TOKENS, LAYERS, WRITE_TOKENS, kv);
 }
 
 /* An ALLOC with the cache for prompt @i, timed: its hit in tokens, or -errno. */

@@ -64,11 +64,13 @@ struct cmd_opts {
 	unsigned interval, count;
 	unsigned timeout_ms;   /* --timeout; 0: not given */
 	const char *listen;    /* --listen ADDR:PORT */
+	const char *exec;      /* --exec PATH */
 	int nargs;     /* operands, in order */
 	char **args;
 };
 
-enum { OPT_JSON = 256, OPT_PROM, OPT_INTERVAL, OPT_COUNT, OPT_DROP_TIER, OPT_TIMEOUT, OPT_LISTEN };
+enum { OPT_JSON = 256, OPT_PROM, OPT_INTERVAL, OPT_COUNT, OPT_DROP_TIER, OPT_TIMEOUT, OPT_LISTEN,
+       OPT_EXEC };
 /* parse_cmd printed the command's help: kvctl exits 0. */
 #define HELP_SHOWN (-1)
 /* Options a command takes beyond -s and -h: bits (1 << (OPT_x - OPT_JSON)). */
@@ -106,5 +108,7 @@ int cmd_exporter(int argc, char **argv, struct cmd_opts *o);
 
 /* pool.c: pool create | destroy | sync. */
 int cmd_pool(int argc, char **argv, struct cmd_opts *o);
+/* daemon.c: daemon restart. */
+int cmd_daemon(int argc, char **argv, struct cmd_opts *o);
 
 #endif

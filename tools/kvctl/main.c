@@ -53,6 +53,9 @@ static const char usage[] =
 	"  pool reset NAME                 forget the pool's prefix cache (admin)\n"
 	"  pool purge-remote NAME          delete the pool's keys from its cluster tier\n"
 	"                                  (admin): SCAN every master, UNLINK each\n"
+	"  daemon restart [--exec PATH]    restart the daemon in place, its cache handed\n"
+	"                                  over (admin): the binary it was started from,\n"
+	"                                  or PATH; done once the next run answers\n"
 	"  health [--timeout MS]           exit 0 when the daemon answers a NOP, 1 with\n"
 	"                                  the reason (scripts, container probes)\n"
 	"  exporter [--listen ADDR:PORT]   serve /metrics (the stats, for Prometheus) and\n"
@@ -172,6 +175,7 @@ int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char 
 		{ "drop-tier", no_argument, NULL, OPT_DROP_TIER },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "exec", required_argument, NULL, OPT_EXEC },
 		{ "socket", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 	};
@@ -221,6 +225,9 @@ int parse_cmd(const char *cmd, const char *help, unsigned takes, int argc, char 
 			break;
 		case OPT_LISTEN:
 			o->listen = optarg;
+			break;
+		case OPT_EXEC:
+			o->exec = optarg;
 			break;
 		case ':':
 			return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
@@ -387,6 +394,7 @@ int main(int argc, char **argv)
 		{ "pid", required_argument, NULL, PASS_ON },
 		{ "timeout", required_argument, NULL, PASS_ON },
 		{ "listen", required_argument, NULL, PASS_ON },
+		{ "exec", required_argument, NULL, PASS_ON },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cmd_opts o = { 0 };
@@ -467,6 +475,8 @@ int main(int argc, char **argv)
 		ret = cmd_exporter(argc, argv, &o);
 	else if (!strcmp(argv[0], "pool"))
 		ret = cmd_pool(argc, argv, &o);
+	else if (!strcmp(argv[0], "daemon"))
+		ret = cmd_daemon(argc, argv, &o);
 	else if (!strcmp(argv[0], "acct"))
 		ret = kvctl_acct(argc, argv, socket); /* it parses its options, -s too */
 	else

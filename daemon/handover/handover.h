@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The handover room: a planned restart (kvctl daemon restart) that keeps the
+ * cache. The daemon stops accepting and taking requests, finishes what it
+ * took, ends every client's sequences (their blocks freed as FREE frees them:
+ * cached blocks stay cached), writes each pool's state into a sealed memfd
+ * (save.c, in state_file.c's container) and execs the binary it was started
+ * from, or the one named, with the pools' and host tiers' memfds, the state,
+ * the listening socket and SOCKET.lock inherited, in the same process
+ * (exec.c). The next run finds them in its environment (KVPOOLD_HANDOVER) and
+ * restores each pool whose parameters still match (restore.c): the same
+ * blocks cached in the same free-queue order, the same tier entries in the
+ * same LRU order, the same generation, so that every LOOKUP answers as before.
+ * docs/reliability.md says what survives what.
+ *
+ * It may use the data, tier, events, session, pools, tenants, observe, loop
+ * and config rooms, attn, the core and the shared headers.
+ */
+#ifndef KVPOOLD_HANDOVER_H
+#define KVPOOLD_HANDOVER_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvpoold.h"
+#include "handover/state_file.h"
+#include "pools/pools.h"
+
+/* The state's sections: one a pool (its name the section's). */
+#define KVPD_SECTION_POOL 1u
+#define KVPD_SECTION_POOL_VERSION 1u
+
+/* A section of the state the last run handed over, until start-up has used it. */
+struct kvpd_handed {
+	char name[KVPD_STATE_NAME_MAX];
+	const void *data;
+	uint64_t bytes;
+	uint32_t version;
+	bool intact;
+	bool used;                /* restored, or judged and logged */
+};
+
+struct kvpd_handover {
+	/* This run */
+	char start_path[PATH_MAX]; /* the binary it was started from, resolved at start */
+	char **argv;               /* its command line, for the next run */
+	/* A restart asked for (KVP_OP_DAEMON_RESTART) */
+	bool requested;
+	char exe_path[PATH_MAX];   /* what it execs */
+	int exe_fd;                /* ...opened when asked: replaced later, it is still this */
+	int self_fd;               /* this run's own binary: what runs if that exec fails */
+	int state_fd;              /* the state written, once it is; -1 before */
+	uint64_t asked_ns, drained_ns, written_ns; /* kvpd_now_ns, for the log's parts */
+	uint64_t state_bytes;
+	int kept[2 * KVPD_MAX_POOLS];  /* the memfds the sections name, kept for the exec */
+	unsigned nkept;
+	/* What the last run handed over (state_fd >= 0 at start) */
+	uint64_t start_ns;         /* this run's start */
+	char socket_path[108];     /* the listening socket's, handed over */
+	bool restoring;
+	struct kvpd_state st;
+	struct kvpd_handed *sections;
+	uint32_t nsections;
+	uint64_t last_asked_ns, last_drained_ns, last_written_ns, exec_ns, last_state_bytes;
+	uint32_t pools_restored, pools_cold;
+};
+
+/*
+ * Start-up, first: this run's binary and command line noted; the environment's
+ * KVPOOLD_HANDOVER taken (and unset): the listening socket and SOCKET.lock
+ * into @d (with systemd's path), the state opened and its sections listed. A
+ * state that cannot be read is logged and the run starts cold: 0 then too;
+ * -errno only when a descriptor named is not what it says (the run cannot go on).
+ */
+int kvpd_handover_start(struct kvpd *d, int argc, char **argv);
+/*
+ * A pool just created at start (from the config, or @created by a kvctl pool
+ * create the last run made) takes what the last run handed over of it, when
+ * its parameters allow: its KV memory, core, tier and events. One log line
+ * when it cannot (naming the pool and the cause): it stays empty.
+ */
+void kvpd_handover_pool(struct kvpd *d, struct kvpd_pool *pool);
+/*
+ * Start-up, once the config's pools are made: the pools the last run created
+ * with kvctl pool create made again and restored; a configured pool the
+ * config dropped, dropped (logged); every descriptor not taken closed; the
+ * line that sums the restart up. A created pool that cannot be made again is
+ * logged; the daemon starts all the same.
+ */
+void kvpd_handover_finish(struct kvpd *d);
+
+/*
+ * KVP_OP_DAEMON_RESTART: @path (len bytes; 0: the binary this run was
+ * started from) is checked: a regular executable file that runs and says
+ * it is a kvpoold (--version). 0: the daemon stops accepting and taking
+ * requests, and restarts once what it took is done; else -errno with @why.
+ */
+int kvpd_restart_request(struct kvpd *d, const char *path, uint32_t len, uint32_t pid,
+			 uint32_t uid, char *why, size_t why_len);
+/*
+ * The loop ended for a restart and every client is gone: each pool's state
+ * written (state_fd). 0; -errno (logged) when it cannot be, and the daemon
+ * serves on.
+ */
+int kvpd_handover_save(struct kvpd *d);
+/* The save failed and the daemon serves on: the restart forgotten. */
+void kvpd_handover_refused(struct kvpd *d);
+/*
+ * Everything else torn down: exec the next run with what save wrote. Returns
+ * only if no binary could be run (logged): the daemon then exits 1.
+ */
+void kvpd_handover_exec(struct kvpd *d);
+/* The descriptors a restart hands on that the daemon's own teardown must leave open. */
+bool kvpd_handover_keeps_socket(const struct kvpd *d);
+
+#endif

@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The run after a planned restart: what the last one handed over, taken back.
+ * Each pool whose state-shaping parameters are unchanged gets its KV memory,
+ * its core (the blocks cached, the free queue's order), its host tier (the
+ * entries, their LRU order and charges) and its generation back; its KV
+ * events say AllBlocksCleared and then every block again. Anything else
+ * starts empty, with one line naming the pool and the cause.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "handover/handover.h"
+#include "handover/pool_state.h"
+#include "events/events.h"
+#include "tier/tier.h"
+
+/* The binary this run was started from: argv[0] as a path, or found on PATH; else ours. */
+static void resolve_start_path(struct kvpd_handover *h, const char *argv0)
+{
+	const char *path = getenv("PATH");
+	char cand[PATH_MAX];
+
+	if (strchr(argv0, '/') && realpath(argv0, h->start_path))
+		return;
+	while (path && *path && !strchr(argv0, '/')) {
+		size_t n = strcspn(path, ":");
+
+		if (snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, path, argv0) < (int)sizeof(cand) &&
+		    access(cand, X_OK) == 0 && realpath(cand, h->start_path))
+			return;
+		path += n + (path[n] == ':');
+	}
+	ssize_t n = readlink("/proc/self/exe", h->start_path, sizeof(h->start_path) - 1);
+
+	h->start_path[n > 0 ? n : 0] = '\0';
+}
+
+/* KVPOOLD_HANDOVER's value of @key, or @dflt. */
+static long long env_value(const char *env, const char *key, long long dflt)
+{
+	size_t klen = strlen(key);
+
+	for (const char *p = env; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, key, klen) && p[klen] == '=')
+			return strtoll(p + klen + 1, NULL, 10);
+	return dflt;
+}
+
+/* The listening socket handed on: checked, and its path the daemon's. */
+static int take_socket(struct kvpd *d, int fd, int lock, bool systemd)
+{
+	struct kvpd_handover *h = d->handover;
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa), optlen = sizeof(int);
+	int listening = 0;
+
+	if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) || sa.sun_family != AF_UNIX ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) || !listening ||
+	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
+		kvpd_log(d, KVPD_LOG_ERR, "restart: descriptor %d handed over is not a listening "
+			 "socket with a path", fd);
+		return -EBADF;
+	}
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	snprintf(h->socket_path, sizeof(h->socket_path), "%.*s",
+		 (int)(len - offsetof(struct sockaddr_un, sun_path)), sa.sun_path);
+	if (strcmp(d->cfg.socket_path, h->socket_path))
+		kvpd_log(d, KVPD_LOG_WARNING, "restart: socket %s kept (the socket setting says %s: "
+			 "a stop and a start moves it)", h->socket_path, d->cfg.socket_path);
+	d->listen_fd = fd;
+	d->cfg.socket_path = h->socket_path;
+	if (systemd) {
+		d->inherited_path = strdup(h->socket_path);
+		if (!d->inherited_path)
+			return -ENOMEM;
+	} else if (lock >= 0) {
+		fcntl(lock, F_SETFD, FD_CLOEXEC);
+		d->lock_fd = lock;
+	}
+	return 0;
+}
+
+static int list_sections(struct kvpd_handover *h)
+{
+	struct kvpd_state_section sec;
+	const void *data;
+	bool intact;
+
+	h->sections = calloc(h->st.head.sections + 1, sizeof(*h->sections));
+	if (!h->sections)
+		return -ENOMEM;
+	while ((data = kvpd_state_next(&h->st, &sec, &intact))) {
+		struct kvpd_handed *s = &h->sections[h->nsections++];
+
+		if (sec.kind != KVPD_SECTION_POOL) {
+			s->used = true; /* a later build's: nothing of ours */
+			continue;
+		}
+		*s = (struct kvpd_handed){ .data = data, .bytes = sec.bytes, .version = sec.version,
+					   .intact = intact };
+		memcpy(s->name, sec.name, sizeof(s->name));
+	}
+	return 0;
+}
+
+int kvpd_handover_start(struct kvpd *d, int argc, char **argv)
+{
+	struct kvpd_handover *h = d->handover;
+	const char *env = getenv("KVPOOLD_HANDOVER");
+	char why[160];
+	int state_fd, ret;
+
+	(void)argc;
+	h->argv = argv;
+	h->start_ns = kvpd_now_ns();
+	resolve_start_path(h, argv[0]);
+	h->self_fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	if (!env)
+		return 0;
+	env = strdup(env);
+	unsetenv("KVPOOLD_HANDOVER"); /* nothing this run starts takes it for its own */
+	if (!env)
+		return -ENOMEM;
+	state_fd = (int)env_value(env, "state", -1);
+	h->last_asked_ns = (uint64_t)env_value(env, "asked", 0);
+	h->last_drained_ns = (uint64_t)env_value(env, "drained", 0);
+	h->last_written_ns = (uint64_t)env_value(env, "written", 0);
+	h->exec_ns = (uint64_t)env_value(env, "exec", 0);
+	h->last_state_bytes = (uint64_t)env_value(env, "bytes", 0);
+	ret = take_socket(d, (int)env_value(env, "listen", -1), (int)env_value(env, "lock", -1),
+			  env_value(env, "systemd", 0) != 0);
+	free((void *)env);
+	if (ret)
+		return ret;
+	h->restoring = true;
+	if (state_fd < 0) {
+		kvpd_log(d, KVPD_LOG_WARNING, "restart: no state handed over: every pool starts empty");
+		return 0;
+	}
+	ret = kvpd_state_open(state_fd, &h->st, why, sizeof(why));
+	close(state_fd);
+	if (!ret)
+		ret = list_sections(h);
+	if (ret) {
+		kvpd_log(d, KVPD_LOG_WARNING, "restart: the state handed over is refused: %s: every "
+			 "pool starts empty", ret == -ENOMEM ? strerror(ENOMEM) : why);
+		kvpd_state_close(&h->st);
+		return 0;
+	}
+	kvpd_log(d, KVPD_LOG_INFO, "restart: state of %u pools handed over by kvpoold %.*s",
+		 h->nsections, (int)sizeof(h->st.head.build), h->st.head.build);
+	return 0;
+}
+
+static struct kvpd_handed *section_of(struct kvpd_handover *h, const char *name)
+{
+	for (uint32_t i = 0; i < h->nsections; i++)
+		if (!h->sections[i].used && !strncmp(h->sections[i].name, name, KVP_NAME_MAX))
+			return &h->sections[i];
+	return NULL;
+}
+
+/* Every array inside the section, and every count what its bytes allow. */
+static bool fits(const struct kvpd_pool_state *ps, uint64_t bytes)
+{
+	struct { uint64_t off, n, size; } a[] = {
+		{ ps->blocks_off, ps->num_blocks ? ps->num_blocks - 1 : 0, sizeof(struct kvc_saved_block) },
+		{ ps->tier_off, ps->tier_entries, sizeof(struct kvpd_tier_saved) },
+		{ ps->owners_off, ps->tier_owners, sizeof(struct kvpd_tier_saved_owner) },
+		{ ps->block_owner_off, ps->tier_fd >= 0 ? ps->num_blocks : 0, sizeof(uint32_t) },
+		{ ps->events_off, ps->events, sizeof(struct kvpd_events_saved) },
+		{ ps->tokens_off, (uint64_t)ps->events * ps->event_block_size, sizeof(uint32_t) },
+	};
+
+	if (ps->end != bytes || ps->event_block_size > (1u << 16))
+		return false;
+	for (unsigned i = 0; i < sizeof(a) / sizeof(a[0]); i++)
+		if (a[i].off % 8 || a[i].off > bytes || a[i].n > (bytes - a[i].off) / a[i].size)
+			return false;
+	return true;
+}
+
+/* The tier's entries back, or (logged) none: what the events say of the tier follows. */
+static bool restore_tier(struct kvpd *d, struct kvpd_pool *pool, const struct kvpd_pool_state *ps,
+			 const uint8_t *sec)
+{
+	char why[KVP_REASON_MAX] = "";
+	int ret;
+
+	if (ps->tier_fd < 0 || kvpd_tier_memfd(pool) < 0)
+		return false;
+	ret = kvpd_tier_load(pool, ps->tier_fd, (const void *)(sec + ps->tier_off), ps->tier_entries,
+			     (const void *)(sec + ps->owners_off), ps->tier_owners,
+			     (const void *)(sec + ps->block_owner_off), why, sizeof(why));
+	if (ret) {
+		kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: its tier started empty: %s",
+			 pool->name, *why ? why : strerror(-ret));
+		return false;
+	}
+	return true;
+}
+
+/* The events' saved entries, those of the tier dropped if it did not come back. */
+static void restore_events(struct kvpd_pool *pool, const struct kvpd_pool_state *ps,
+			   const uint8_t *sec, bool tier_back)
+{
+	struct kvpd_events_saved *e;
+
+	if (!pool->events || ps->event_block_size != pool->params.block_size) {
+		kvpd_events_load(pool->events, NULL, NULL, 0);
+		return;
+	}
+	e = malloc((size_t)ps->events * sizeof(*e) + 1);
+	if (!e) {
+		kvpd_events_load(pool->events, NULL, NULL, 0);
+		return;
+	}
+	memcpy(e, sec + ps->events_off, (size_t)ps->events * sizeof(*e));
+	for (uint32_t i = 0; i < ps->events && !tier_back; i++)
+		e[i].in_tier = 0;
+	kvpd_events_load(pool->events, e, (const void *)(sec + ps->tokens_off), ps->events);
+	free(e);
+}
+
+/* The memfds a section names are ours to close unless a pool took them. */
+static void close_named(struct kvpd_handed *s)
+{
+	struct kvpd_pool_state ps;
+
+	if (!s->intact || s->version != KVPD_SECTION_POOL_VERSION || s->bytes < sizeof(ps))
+		return; /* their numbers cannot be trusted: left to exit */
+	memcpy(&ps, s->data, sizeof(ps));
+	if (ps.kv_fd >= 3 && fcntl(ps.kv_fd, F_GET_SEALS) >= 0)
+		close(ps.kv_fd);
+	if (ps.tier_fd >= 3 && fcntl(ps.tier_fd, F_GET_SEALS) >= 0)
+		close(ps.tier_fd);
+}
+
+/* The pool takes its section: NULL, or the cause it cannot (in @cause), the pool left empty. */
+static const char *take_section(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_handed *s,
+				char *cause, size_t cause_len)
+{
+	const uint8_t *sec = s->data;
+	struct kvpd_pool_state ps;
+	const char *key;
+	int ret;
+
+	if (s->version != KVPD_SECTION_POOL_VERSION) {
+		snprintf(cause, cause_len, "its state is section format %u, this build reads %u",
+			 s->version, KVPD_SECTION_POOL_VERSION);
+		return cause;
+	}
+	if (!s->intact)
+		return "its state is damaged (checksum)";
+	if (s->bytes < sizeof(ps))
+		return "its state is damaged (short)";
+	memcpy(&ps, sec, sizeof(ps));
+	if (!fits(&ps, s->bytes))
+		return "its state is damaged (bounds)";
+	key = kvpd_pool_shape_changed(&ps.spec, &pool->spec);
+	if (key) {
+		close_named(s);
+		snprintf(cause, cause_len, "%s changed since the last run", key);
+		return cause;
+	}
+	if (ps.num_blocks != pool->params.num_blocks) {
+		close_named(s);
+		return "a block was still in use at the handover";
+	}
+	if (pool->layout.slot_bytes) {
+		ret = ps.kv_fd >= 3 ? kvpd_pool_adopt_kv(pool, ps.kv_fd, cause, cause_len) : -EBADF;
+		if (ret) {
+			close_named(s);
+			return ret == -EBADF ? "its KV memory was not handed over" : cause;
+		}
+	}
+	ret = kvc_pool_restore(pool->core, (const void *)(sec + ps.blocks_off), ps.num_blocks - 1);
+	if (ret) {
+		if (ps.tier_fd >= 3 && fcntl(ps.tier_fd, F_GET_SEALS) >= 0)
+			close(ps.tier_fd);
+		snprintf(cause, cause_len, "its cache does not fit it (%s)", strerror(-ret));
+		return cause;
+	}
+	pool->generation = ps.generation;
+	if (!restore_tier(d, pool, &ps, sec) && ps.tier_fd >= 3 && ps.tier_fd != kvpd_tier_memfd(pool) &&
+	    fcntl(ps.tier_fd, F_GET_SEALS) >= 0)
+		close(ps.tier_fd);
+	restore_events(pool, &ps, sec, ps.tier_fd >= 0 && ps.tier_fd == kvpd_tier_memfd(pool));
+	return NULL;
+}
+
+void kvpd_handover_pool(struct kvpd *d, struct kvpd_pool *pool)
+{
+	struct kvpd_handover *h = d->handover;
+	struct kvpd_handed *s = h->restoring ? section_of(h, pool->name) : NULL;
+	char buf[KVP_REASON_MAX + 64] = "";
+	const char *cause;
+
+	if (!h->restoring)
+		return;
+	if (!s) {
+		kvpd_events_load(pool->events, NULL, NULL, 0);
+		return; /* new since the last run: nothing to say */
+	}
+	s->used = true;
+	cause = take_section(d, pool, s, buf, sizeof(buf));
+	if (cause) {
+		kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: %s: started empty", pool->name, cause);
+		h->pools_cold++;
+		kvpd_events_load(pool->events, NULL, NULL, 0);
+		return;
+	}
+	kvpd_stats_pool(d, pool, 0);
+	h->pools_restored++;
+}
+
+/* A pool the last run made with kvctl pool create: made again, then restored. */
+static void create_again(struct kvpd *d, struct kvpd_handed *s, const struct kvpd_pool_state *ps)
+{
+	char why[KVP_REASON_MAX] = "";
+	struct kvpd_pool *pool;
+	int ret = kvpd_pool_create(d, &ps->spec, NULL, why, sizeof(why));
+
+	if (!ret) {
+		pool = kvpd_pool_find(d, s->name);
+		ret = kvpd_tier_probe(pool, why, sizeof(why)) ?:
+		      kvpd_events_attach(d, pool, why, sizeof(why)) ?:
+		      kvpd_tier_attach(d, pool, why, sizeof(why));
+		if (ret)
+			kvpd_pool_destroy(d, s->name, false);
+	}
+	if (ret) {
+		close_named(s);
+		s->used = true;
+		d->handover->pools_cold++;
+		kvpd_log(d, KVPD_LOG_ERR, "restart: pool %s (kvctl pool create) not made again: %s",
+			 s->name, *why ? why : strerror(-ret));
+		return;
+	}
+	kvpd_handover_pool(d, pool);
+}
+
+void kvpd_handover_finish(struct kvpd *d)
+{
+	struct kvpd_handover *h = d->handover;
+
+	if (!h->restoring)
+		return;
+	for (uint32_t i = 0; i < h->nsections; i++) {
+		struct kvpd_handed *s = &h->sections[i];
+		struct kvpd_pool_state ps;
+
+		if (s->used)
+			continue;
+		if (!s->intact || s->version != KVPD_SECTION_POOL_VERSION || s->bytes < sizeof(ps)) {
+			kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: its state is damaged or of "
+				 "another format: not made again", s->name);
+			continue;
+		}
+		memcpy(&ps, s->data, sizeof(ps));
+		ps.spec.v2.v1.name[KVP_NAME_MAX - 1] = '\0';
+		if (ps.configured || strncmp(ps.spec.v2.v1.name, s->name, KVP_NAME_MAX)) {
+			close_named(s);
+			s->used = true;
+			kvpd_log(d, KVPD_LOG_NOTICE, "restart: pool %s is no longer in the config: "
+				 "dropped", s->name);
+			continue;
+		}
+		create_again(d, s, &ps);
+	}
+	for (uint32_t i = 0; i < h->nsections; i++)
+		if (!h->sections[i].used)
+			close_named(&h->sections[i]);
+	free(h->sections);
+	h->sections = NULL;
+	kvpd_state_close(&h->st);
+	h->restoring = false;
+	kvpd_log(d, KVPD_LOG_NOTICE, "restart: %u pools restored, %u started empty; drain %.1f ms, "
+		 "state %.1f ms (%.1f MiB), teardown %.1f ms, exec %.1f ms, restore %.1f ms",
+		 h->pools_restored, h->pools_cold, (h->last_drained_ns - h->last_asked_ns) / 1e6,
+		 (h->last_written_ns - h->last_drained_ns) / 1e6, h->last_state_bytes / 1048576.0,
+		 (h->exec_ns - h->last_written_ns) / 1e6, (h->start_ns - h->exec_ns) / 1e6,
+		 (kvpd_now_ns() - h->start_ns) / 1e6);
+}
