@@ -258,10 +258,12 @@ int kvpd_pools_start(struct kvpd *d)
 
 			pool->configured = true;
 			ret = kvpd_tier_probe(pool, why, sizeof(why)) ?:
-			      kvpd_events_attach(d, pool, why, sizeof(why)) ?:
-			      kvpd_tier_attach(d, pool, why, sizeof(why));
-			if (!ret)
-				kvpd_handover_pool(d, pool); /* after a planned restart */
+			      kvpd_events_attach(d, pool, why, sizeof(why));
+			if (!ret) {
+				kvpd_handover_prepare(d, pool); /* after a planned restart */
+				ret = kvpd_tier_attach(d, pool, why, sizeof(why));
+				kvpd_handover_pool(d, pool);
+			}
 		}
 		if (ret) {
 			kvpd_log(d, KVPD_LOG_ERR, "pool %s: %s", name, *why ? why : strerror(-ret));

@@ -201,6 +201,7 @@ static void housekeeping(struct kvpd *d)
 	/* Orphaned pools still busy at their owner's close: their jobs drain, their users detach. */
 	kvpd_pools_reap(d);
 	kvpd_events_expire(d); /* the cluster's keys past their TTL */
+	kvpd_handover_reap(d); /* the last run's memory, let go */
 	kvpd_events_stats(d); /* the publishers count on their threads */
 	if (d->seqs_released >= TRIM_AFTER_SEQS) {
 		d->seqs_released = 0;

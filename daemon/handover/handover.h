@@ -22,10 +22,12 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kvpoold.h"
 #include "handover/state_file.h"
 #include "pools/pools.h"
+#include "tier/tier.h"
 
 /* The state's sections: one a pool (its name the section's). */
 #define KVPD_SECTION_POOL 1u
@@ -39,6 +41,10 @@ struct kvpd_handed {
 	uint32_t version;
 	bool intact;
 	bool used;                /* restored, or judged and logged */
+	bool cold;                /* judged: the pool starts empty (logged) */
+	bool kv_taken;            /* its KV memfd is the pool's now */
+	struct kvpd_pool *pool;   /* the pool that took it */
+	struct kvpd_tier_handed tier; /* what the pool's tier attach adopts */
 };
 
 struct kvpd_handover {
@@ -53,7 +59,7 @@ struct kvpd_handover {
 	int state_fd;              /* the state written, once it is; -1 before */
 	uint64_t asked_ns, drained_ns, written_ns; /* kvpd_now_ns, for the log's parts */
 	uint64_t state_bytes;
-	int kept[2 * KVPD_MAX_POOLS];  /* the memfds the sections name, kept for the exec */
+	int kept[3 * KVPD_MAX_POOLS];  /* the memfds the sections name, kept for the exec */
 	unsigned nkept;
 	/* What the last run handed over (state_fd >= 0 at start) */
 	uint64_t start_ns;         /* this run's start */
@@ -64,6 +70,7 @@ struct kvpd_handover {
 	uint32_t nsections;
 	uint64_t last_asked_ns, last_drained_ns, last_written_ns, exec_ns, last_state_bytes;
 	uint32_t pools_restored, pools_cold;
+	pid_t holders[8];          /* the last runs' memory holders (exec.c), until reaped */
 };
 
 /*
@@ -75,11 +82,14 @@ struct kvpd_handover {
  */
 int kvpd_handover_start(struct kvpd *d, int argc, char **argv);
 /*
- * A pool just created at start (from the config, or @created by a kvctl pool
- * create the last run made) takes what the last run handed over of it, when
- * its parameters allow: its KV memory, core, tier and events. One log line
- * when it cannot (naming the pool and the cause): it stays empty.
+ * A pool just created at start (from the config, or made again for a kvctl
+ * pool create the last run made) takes what the last run handed over of it,
+ * when its parameters allow, in two steps: before its tier's attach, the
+ * section judged (one log line, naming the pool and the cause, when the pool
+ * must start empty) and the tier's handover set for the attach to adopt;
+ * after it, its KV memory, core and generation, and its KV events said.
  */
+void kvpd_handover_prepare(struct kvpd *d, struct kvpd_pool *pool);
 void kvpd_handover_pool(struct kvpd *d, struct kvpd_pool *pool);
 /*
  * Start-up, once the config's pools are made: the pools the last run created
@@ -111,6 +121,8 @@ void kvpd_handover_refused(struct kvpd *d);
  * only if no binary could be run (logged): the daemon then exits 1.
  */
 void kvpd_handover_exec(struct kvpd *d);
+/* Housekeeping: the last runs' memory holders reaped once they have exited. */
+void kvpd_handover_reap(struct kvpd *d);
 /* The descriptors a restart hands on that the daemon's own teardown must leave open. */
 bool kvpd_handover_keeps_socket(const struct kvpd *d);
 

@@ -13,20 +13,22 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "tier/tier.h"
 
 struct kvpd_pool_state {
 	struct kvpd_pool_spec spec;    /* as it was created */
 	uint64_t generation;
-	int32_t kv_fd, tier_fd;        /* the memfds the exec hands on; -1: none */
+	int32_t kv_fd;                 /* the memfds the exec hands on; -1: none */
+	int32_t tier_fd, tier_index_fd;
 	uint64_t kv_bytes;             /* its size (the next run checks the memfd's own) */
-	uint32_t num_blocks;           /* the core's: num_blocks - 1 saved blocks */
-	uint32_t tier_entries, tier_owners;
+	uint32_t num_blocks;           /* the core's: num_blocks - 1 saved blocks; 0: none saved */
 	uint32_t events, event_block_size;
-	uint8_t configured, pad[3];
+	uint8_t configured, has_tier, pad[2];
+	struct kvpd_tier_head tier;    /* has_tier */
 	uint64_t blocks_off;           /* struct kvc_saved_block[num_blocks - 1] */
-	uint64_t tier_off;             /* struct kvpd_tier_saved[tier_entries] */
-	uint64_t owners_off;           /* struct kvpd_tier_saved_owner[tier_owners] */
-	uint64_t block_owner_off;      /* uint32_t[num_blocks] (tier_fd >= 0 only) */
+	uint64_t owners_off;           /* struct kvpd_tier_saved_owner[tier.nowners - 1] */
+	uint64_t block_owner_off;      /* uint32_t[num_blocks] (has_tier) */
+	uint64_t walk_off;             /* uint32_t[num_blocks] (has_tier) */
 	uint64_t events_off;           /* struct kvpd_events_saved[events] */
 	uint64_t tokens_off;           /* uint32_t[events * event_block_size] */
 	uint64_t end;                  /* the section's bytes */

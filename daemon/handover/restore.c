@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "handover/handover.h"
@@ -53,6 +54,24 @@ static long long env_value(const char *env, const char *key, long long dflt)
 		if (!strncmp(p, key, klen) && p[klen] == '=')
 			return strtoll(p + klen + 1, NULL, 10);
 	return dflt;
+}
+
+/* KVPOOLD_HANDOVER's holders=PID:PID...: the runs' before this one, not reaped yet. */
+static void take_holders(struct kvpd_handover *h, const char *env)
+{
+	const char *p = strstr(env, "holders=");
+	unsigned n = 0;
+
+	for (p = p ? p + 8 : NULL; p && *p && *p != ',' && n < 8; p += *p == ':') {
+		char *end;
+		long pid = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		if (pid > 0)
+			h->holders[n++] = (pid_t)pid;
+		p = end;
+	}
 }
 
 /* The listening socket handed on: checked, and its path the daemon's. */
@@ -137,6 +156,7 @@ int kvpd_handover_start(struct kvpd *d, int argc, char **argv)
 	h->last_written_ns = (uint64_t)env_value(env, "written", 0);
 	h->exec_ns = (uint64_t)env_value(env, "exec", 0);
 	h->last_state_bytes = (uint64_t)env_value(env, "bytes", 0);
+	take_holders(h, env);
 	ret = take_socket(d, (int)env_value(env, "listen", -1), (int)env_value(env, "lock", -1),
 			  env_value(env, "systemd", 0) != 0);
 	free((void *)env);
@@ -162,6 +182,15 @@ int kvpd_handover_start(struct kvpd *d, int argc, char **argv)
 	return 0;
 }
 
+void kvpd_handover_reap(struct kvpd *d)
+{
+	struct kvpd_handover *h = d->handover;
+
+	for (unsigned i = 0; i < sizeof(h->holders) / sizeof(h->holders[0]); i++)
+		if (h->holders[i] > 0 && waitpid(h->holders[i], NULL, WNOHANG) != 0)
+			h->holders[i] = 0; /* reaped, or not ours: forgotten */
+}
+
 static struct kvpd_handed *section_of(struct kvpd_handover *h, const char *name)
 {
 	for (uint32_t i = 0; i < h->nsections; i++)
@@ -173,40 +202,22 @@ static struct kvpd_handed *section_of(struct kvpd_handover *h, const char *name)
 /* Every array inside the section, and every count what its bytes allow. */
 static bool fits(const struct kvpd_pool_state *ps, uint64_t bytes)
 {
+	const struct kvpd_tier_head *t = &ps->tier;
 	struct { uint64_t off, n, size; } a[] = {
 		{ ps->blocks_off, ps->num_blocks ? ps->num_blocks - 1 : 0, sizeof(struct kvc_saved_block) },
-		{ ps->tier_off, ps->tier_entries, sizeof(struct kvpd_tier_saved) },
-		{ ps->owners_off, ps->tier_owners, sizeof(struct kvpd_tier_saved_owner) },
-		{ ps->block_owner_off, ps->tier_fd >= 0 ? ps->num_blocks : 0, sizeof(uint32_t) },
+		{ ps->owners_off, ps->has_tier && t->nowners ? t->nowners - 1 : 0,
+		  sizeof(struct kvpd_tier_saved_owner) },
+		{ ps->block_owner_off, ps->has_tier ? ps->num_blocks : 0, sizeof(uint32_t) },
+		{ ps->walk_off, ps->has_tier ? ps->num_blocks : 0, sizeof(uint32_t) },
 		{ ps->events_off, ps->events, sizeof(struct kvpd_events_saved) },
 		{ ps->tokens_off, (uint64_t)ps->events * ps->event_block_size, sizeof(uint32_t) },
 	};
 
-	if (ps->end != bytes || ps->event_block_size > (1u << 16))
+	if (ps->end != bytes || ps->event_block_size > (1u << 16) || (ps->has_tier && !t->nowners))
 		return false;
 	for (unsigned i = 0; i < sizeof(a) / sizeof(a[0]); i++)
 		if (a[i].off % 8 || a[i].off > bytes || a[i].n > (bytes - a[i].off) / a[i].size)
 			return false;
-	return true;
-}
-
-/* The tier's entries back, or (logged) none: what the events say of the tier follows. */
-static bool restore_tier(struct kvpd *d, struct kvpd_pool *pool, const struct kvpd_pool_state *ps,
-			 const uint8_t *sec)
-{
-	char why[KVP_REASON_MAX] = "";
-	int ret;
-
-	if (ps->tier_fd < 0 || kvpd_tier_memfd(pool) < 0)
-		return false;
-	ret = kvpd_tier_load(pool, ps->tier_fd, (const void *)(sec + ps->tier_off), ps->tier_entries,
-			     (const void *)(sec + ps->owners_off), ps->tier_owners,
-			     (const void *)(sec + ps->block_owner_off), why, sizeof(why));
-	if (ret) {
-		kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: its tier started empty: %s",
-			 pool->name, *why ? why : strerror(-ret));
-		return false;
-	}
 	return true;
 }
 
@@ -232,6 +243,13 @@ static void restore_events(struct kvpd_pool *pool, const struct kvpd_pool_state 
 	free(e);
 }
 
+/* A handed-over memfd no pool took, closed (a number the state names, checked a memfd). */
+static void close_memfd(int fd)
+{
+	if (fd >= 3 && fcntl(fd, F_GET_SEALS) >= 0)
+		close(fd);
+}
+
 /* The memfds a section names are ours to close unless a pool took them. */
 static void close_named(struct kvpd_handed *s)
 {
@@ -240,20 +258,20 @@ static void close_named(struct kvpd_handed *s)
 	if (!s->intact || s->version != KVPD_SECTION_POOL_VERSION || s->bytes < sizeof(ps))
 		return; /* their numbers cannot be trusted: left to exit */
 	memcpy(&ps, s->data, sizeof(ps));
-	if (ps.kv_fd >= 3 && fcntl(ps.kv_fd, F_GET_SEALS) >= 0)
-		close(ps.kv_fd);
-	if (ps.tier_fd >= 3 && fcntl(ps.tier_fd, F_GET_SEALS) >= 0)
-		close(ps.tier_fd);
+	if (!s->kv_taken)
+		close_memfd(ps.kv_fd);
+	if (!s->tier.taken) {
+		close_memfd(ps.tier_fd);
+		close_memfd(ps.tier_index_fd);
+	}
+	s->kv_taken = s->tier.taken = true;
 }
 
-/* The pool takes its section: NULL, or the cause it cannot (in @cause), the pool left empty. */
-static const char *take_section(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_handed *s,
-				char *cause, size_t cause_len)
+/* Whether @pool may take section @s: NULL, or the cause it may not (in @cause). */
+static const char *judge(struct kvpd_pool *pool, struct kvpd_handed *s,
+			 struct kvpd_pool_state *ps, char *cause, size_t cause_len)
 {
-	const uint8_t *sec = s->data;
-	struct kvpd_pool_state ps;
 	const char *key;
-	int ret;
 
 	if (s->version != KVPD_SECTION_POOL_VERSION) {
 		snprintf(cause, cause_len, "its state is section format %u, this build reads %u",
@@ -262,64 +280,115 @@ static const char *take_section(struct kvpd *d, struct kvpd_pool *pool, struct k
 	}
 	if (!s->intact)
 		return "its state is damaged (checksum)";
-	if (s->bytes < sizeof(ps))
+	if (s->bytes < sizeof(*ps))
 		return "its state is damaged (short)";
-	memcpy(&ps, sec, sizeof(ps));
-	if (!fits(&ps, s->bytes))
+	memcpy(ps, s->data, sizeof(*ps));
+	if (!fits(ps, s->bytes))
 		return "its state is damaged (bounds)";
-	key = kvpd_pool_shape_changed(&ps.spec, &pool->spec);
+	key = kvpd_pool_shape_changed(&ps->spec, &pool->spec);
 	if (key) {
-		close_named(s);
 		snprintf(cause, cause_len, "%s changed since the last run", key);
 		return cause;
 	}
-	if (ps.num_blocks != pool->params.num_blocks) {
-		close_named(s);
+	if (ps->num_blocks != pool->params.num_blocks)
 		return "a block was still in use at the handover";
+	return NULL;
+}
+
+static void cold(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_handed *s, const char *cause)
+{
+	kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: %s: started empty", pool->name, cause);
+	d->handover->pools_cold++;
+	s->cold = true;
+	close_named(s);
+}
+
+void kvpd_handover_prepare(struct kvpd *d, struct kvpd_pool *pool)
+{
+	struct kvpd_handover *h = d->handover;
+	struct kvpd_handed *s = h->restoring ? section_of(h, pool->name) : NULL;
+	char buf[KVP_REASON_MAX + 64] = "";
+	const uint8_t *sec;
+	struct kvpd_pool_state ps;
+	const char *cause;
+
+	if (!s)
+		return; /* new since the last run: nothing to say */
+	s->used = true;
+	s->pool = pool;
+	cause = judge(pool, s, &ps, buf, sizeof(buf));
+	if (cause) {
+		cold(d, pool, s, cause);
+		return;
 	}
+	sec = s->data;
+	if (!ps.has_tier || ps.tier_fd < 0 || ps.tier_index_fd < 0)
+		return;
+	s->tier = (struct kvpd_tier_handed){
+		.head = ps.tier, .mem_fd = ps.tier_fd, .index_fd = ps.tier_index_fd,
+		.owners = (const void *)(sec + ps.owners_off),
+		.block_owner = (const void *)(sec + ps.block_owner_off),
+		.walk = (const void *)(sec + ps.walk_off) };
+	pool->tier_handed = &s->tier;
+}
+
+static struct kvpd_handed *section_taken_by(struct kvpd_handover *h, const struct kvpd_pool *pool)
+{
+	for (uint32_t i = 0; i < h->nsections; i++)
+		if (h->sections[i].pool == pool)
+			return &h->sections[i];
+	return NULL;
+}
+
+/* The rest of the section once the tier is attached: NULL, or the cause (the pool empty). */
+static const char *take_section(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_handed *s,
+				char *cause, size_t cause_len)
+{
+	const uint8_t *sec = s->data;
+	struct kvpd_pool_state ps;
+	int ret;
+
+	memcpy(&ps, sec, sizeof(ps));
 	if (pool->layout.slot_bytes) {
 		ret = ps.kv_fd >= 3 ? kvpd_pool_adopt_kv(pool, ps.kv_fd, cause, cause_len) : -EBADF;
-		if (ret) {
-			close_named(s);
+		if (ret)
 			return ret == -EBADF ? "its KV memory was not handed over" : cause;
-		}
+		s->kv_taken = true;
 	}
 	ret = kvc_pool_restore(pool->core, (const void *)(sec + ps.blocks_off), ps.num_blocks - 1);
 	if (ret) {
-		if (ps.tier_fd >= 3 && fcntl(ps.tier_fd, F_GET_SEALS) >= 0)
-			close(ps.tier_fd);
 		snprintf(cause, cause_len, "its cache does not fit it (%s)", strerror(-ret));
 		return cause;
 	}
 	pool->generation = ps.generation;
-	if (!restore_tier(d, pool, &ps, sec) && ps.tier_fd >= 3 && ps.tier_fd != kvpd_tier_memfd(pool) &&
-	    fcntl(ps.tier_fd, F_GET_SEALS) >= 0)
-		close(ps.tier_fd);
-	restore_events(pool, &ps, sec, ps.tier_fd >= 0 && ps.tier_fd == kvpd_tier_memfd(pool));
+	if (ps.has_tier && !s->tier.taken)
+		kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: the tier handed over does not fit "
+			 "it: its tier started empty", pool->name);
+	restore_events(pool, &ps, sec, s->tier.taken);
 	return NULL;
 }
 
 void kvpd_handover_pool(struct kvpd *d, struct kvpd_pool *pool)
 {
 	struct kvpd_handover *h = d->handover;
-	struct kvpd_handed *s = h->restoring ? section_of(h, pool->name) : NULL;
+	struct kvpd_handed *s = h->restoring ? section_taken_by(h, pool) : NULL;
 	char buf[KVP_REASON_MAX + 64] = "";
 	const char *cause;
 
+	pool->tier_handed = NULL;
 	if (!h->restoring)
 		return;
-	if (!s) {
-		kvpd_events_load(pool->events, NULL, NULL, 0);
-		return; /* new since the last run: nothing to say */
-	}
-	s->used = true;
-	cause = take_section(d, pool, s, buf, sizeof(buf));
-	if (cause) {
-		kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: %s: started empty", pool->name, cause);
-		h->pools_cold++;
+	if (!s || s->cold) {
 		kvpd_events_load(pool->events, NULL, NULL, 0);
 		return;
 	}
+	cause = take_section(d, pool, s, buf, sizeof(buf));
+	if (cause) {
+		cold(d, pool, s, cause);
+		kvpd_events_load(pool->events, NULL, NULL, 0);
+		return;
+	}
+	close_named(s); /* what it did not take */
 	kvpd_stats_pool(d, pool, 0);
 	h->pools_restored++;
 }
@@ -334,10 +403,15 @@ static void create_again(struct kvpd *d, struct kvpd_handed *s, const struct kvp
 	if (!ret) {
 		pool = kvpd_pool_find(d, s->name);
 		ret = kvpd_tier_probe(pool, why, sizeof(why)) ?:
-		      kvpd_events_attach(d, pool, why, sizeof(why)) ?:
-		      kvpd_tier_attach(d, pool, why, sizeof(why));
-		if (ret)
+		      kvpd_events_attach(d, pool, why, sizeof(why));
+		if (!ret) {
+			kvpd_handover_prepare(d, pool);
+			ret = kvpd_tier_attach(d, pool, why, sizeof(why));
+		}
+		if (ret) {
+			pool->tier_handed = NULL;
 			kvpd_pool_destroy(d, s->name, false);
+		}
 	}
 	if (ret) {
 		close_named(s);

@@ -39,53 +39,50 @@ static const char *left_out(const struct kvpd_pool *pool)
 	return NULL;
 }
 
-static void close_kept(const struct kvpd_pool_state *ps)
-{
-	if (ps->kv_fd >= 0)
-		close(ps->kv_fd);
-	if (ps->tier_fd >= 0)
-		close(ps->tier_fd);
-}
-
-/* @pool's section: its header laid out in @ps (arrays' offsets, the descriptors kept). */
-static int lay_out(const struct kvpd_pool *pool, struct kvpd_pool_state *ps)
+/* @pool's section: its header laid out in @ps (arrays' offsets, the descriptors kept in @h). */
+static int lay_out(struct kvpd_handover *h, const struct kvpd_pool *pool,
+		   struct kvpd_pool_state *ps)
 {
 	uint64_t off = ALIGN8(sizeof(*ps));
 	uint32_t nb = pool->layout.num_blocks ? pool->layout.num_blocks : pool->params.num_blocks;
+	int mem_fd = -1, index_fd = -1;
 
 	*ps = (struct kvpd_pool_state){ .spec = pool->spec, .generation = pool->generation,
-					.kv_fd = -1, .tier_fd = -1, .num_blocks = nb,
-					.configured = pool->configured };
-	ps->tier_entries = kvpd_tier_saved_count(pool, &ps->tier_owners);
+					.kv_fd = -1, .tier_fd = -1, .tier_index_fd = -1,
+					.num_blocks = nb, .configured = pool->configured };
+	ps->has_tier = kvpd_tier_save_head(pool, &ps->tier, &mem_fd, &index_fd);
 	ps->events = kvpd_events_saved_count(pool->events);
 	ps->event_block_size = kvpd_events_block_size(pool->events);
 	ps->blocks_off = off;
 	off += ALIGN8((uint64_t)(nb - 1) * sizeof(struct kvc_saved_block));
-	ps->tier_off = off;
-	off += ALIGN8((uint64_t)ps->tier_entries * sizeof(struct kvpd_tier_saved));
 	ps->owners_off = off;
-	off += ALIGN8((uint64_t)ps->tier_owners * sizeof(struct kvpd_tier_saved_owner));
+	if (ps->has_tier)
+		off += ALIGN8((uint64_t)(ps->tier.nowners - 1) * sizeof(struct kvpd_tier_saved_owner));
 	ps->block_owner_off = off;
-	if (kvpd_tier_memfd(pool) >= 0)
+	if (ps->has_tier)
+		off += ALIGN8((uint64_t)nb * sizeof(uint32_t));
+	ps->walk_off = off;
+	if (ps->has_tier)
 		off += ALIGN8((uint64_t)nb * sizeof(uint32_t));
 	ps->events_off = off;
 	off += ALIGN8((uint64_t)ps->events * sizeof(struct kvpd_events_saved));
 	ps->tokens_off = off;
 	off += ALIGN8((uint64_t)ps->events * ps->event_block_size * sizeof(uint32_t));
 	ps->end = off;
-	if (pool->layout.slot_bytes) {
-		ps->kv_bytes = pool->layout.map_bytes;
-		ps->kv_fd = keep_fd(pool->layout.mem_fd);
-		if (ps->kv_fd < 0)
-			return -errno;
-	}
-	if (kvpd_tier_memfd(pool) >= 0) {
-		ps->tier_fd = keep_fd(kvpd_tier_memfd(pool));
-		if (ps->tier_fd < 0) {
-			close_kept(ps);
-			return -errno;
-		}
-	}
+	ps->kv_bytes = pool->layout.map_bytes;
+	/* Each kept before the next is made: a failure leaves h->kept to close. */
+	if (pool->layout.slot_bytes && (ps->kv_fd = keep_fd(pool->layout.mem_fd)) < 0)
+		return -errno;
+	if (ps->kv_fd >= 0)
+		h->kept[h->nkept++] = ps->kv_fd;
+	if (ps->has_tier && (ps->tier_fd = keep_fd(mem_fd)) < 0)
+		return -errno;
+	if (ps->tier_fd >= 0)
+		h->kept[h->nkept++] = ps->tier_fd;
+	if (ps->has_tier && (ps->tier_index_fd = keep_fd(index_fd)) < 0)
+		return -errno;
+	if (ps->tier_index_fd >= 0)
+		h->kept[h->nkept++] = ps->tier_index_fd;
 	return 0;
 }
 
@@ -99,17 +96,12 @@ static void events_fit_tier(const struct kvpd_pool *pool, struct kvpd_events_sav
 
 static int save_pool(struct kvpd *d, struct kvpd_state_writer *w, struct kvpd_pool *pool)
 {
-	struct kvpd_handover *h = d->handover;
 	struct kvpd_pool_state ps;
 	uint8_t *sec;
-	int ret = lay_out(pool, &ps);
+	int ret = lay_out(d->handover, pool, &ps);
 
 	if (ret)
 		return ret;
-	if (ps.kv_fd >= 0)
-		h->kept[h->nkept++] = ps.kv_fd;
-	if (ps.tier_fd >= 0)
-		h->kept[h->nkept++] = ps.tier_fd;
 	sec = kvpd_state_add(w, KVPD_SECTION_POOL, KVPD_SECTION_POOL_VERSION, pool->name, ps.end);
 	if (!sec)
 		return w->err;
@@ -122,10 +114,10 @@ static int save_pool(struct kvpd *d, struct kvpd_state_writer *w, struct kvpd_po
 			 "is not handed over", pool->name);
 		return 0;
 	}
-	if (ps.tier_fd >= 0)
-		kvpd_tier_save(pool, (struct kvpd_tier_saved *)(sec + ps.tier_off),
-			       (struct kvpd_tier_saved_owner *)(sec + ps.owners_off),
-			       (uint32_t *)(sec + ps.block_owner_off));
+	if (ps.has_tier)
+		kvpd_tier_save(pool, (struct kvpd_tier_saved_owner *)(sec + ps.owners_off),
+			       (uint32_t *)(sec + ps.block_owner_off),
+			       (uint32_t *)(sec + ps.walk_off));
 	kvpd_events_save(pool->events, (struct kvpd_events_saved *)(sec + ps.events_off),
 			 (uint32_t *)(sec + ps.tokens_off));
 	events_fit_tier(pool, (struct kvpd_events_saved *)(sec + ps.events_off), ps.events);
@@ -197,5 +189,10 @@ int kvpd_handover_save(struct kvpd *d)
 		return ret;
 	}
 	h->written_ns = kvpd_now_ns();
+	/* Committed to the exec: the big mappings go with the process (exec.c). */
+	for (unsigned i = 0; i < d->npools; i++) {
+		d->pools[i]->leave_mapped = d->pools[i]->backend == &kvpd_host_backend;
+		kvpd_tier_leave_mapped(d->pools[i]);
+	}
 	return 0;
 }

@@ -163,7 +163,7 @@ static void pool_free(struct kvpd_pool *pool, bool drop_tier)
 	if (pool->events)
 		pool->events_free(pool->events);
 	if (pool->mem)
-		pool->backend->pool_fini(&pool->layout, pool->mem);
+		pool->backend->pool_fini(&pool->layout, pool->leave_mapped ? NULL : pool->mem);
 	if (pool->core)
 		kvc_pool_destroy(pool->core);
 	free(pool);

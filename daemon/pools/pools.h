@@ -25,6 +25,8 @@
 #include "pools/jobs.h"
 #include "pools/plugin.h"
 
+struct kvpd_tier_handed; /* tier/tier.h */
+
 struct kvpd_pool {
 	char name[KVP_NAME_MAX];
 	struct kvc_pool *core;
@@ -51,6 +53,7 @@ struct kvpd_pool {
 	bool configured;    /* made from the config file (at start or a reload) */
 	struct kvpd_pool *next_building; /* in kvpd.pools_building, until installed */
 	bool removed;       /* configured, and a reload found it gone: destroy once unused */
+	bool leave_mapped;  /* a restart hands its memory on: freed with the process, not unmapped */
 	/*
 	 * Its tier (the tier room's; NULL: none) and how to free it: the pools
 	 * room frees a pool's tier with it, knowing nothing else of tiers. A disk
@@ -58,6 +61,8 @@ struct kvpd_pool {
 	 */
 	struct kvpd_tier *tier;
 	void (*tier_free)(struct kvpd_tier *tier, bool drop);
+	/* At start after a planned restart: what its tier's attach adopts (handover room's). */
+	struct kvpd_tier_handed *tier_handed;
 	/* Its cluster tier (the tier room's; NULL: none), freed likewise, before the tier. */
 	struct kvpd_remote *remote;
 	void (*remote_free)(struct kvpd_remote *remote);

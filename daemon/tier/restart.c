@@ -1,11 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A host tier carried across a planned restart (the handover room writes and
- * reads the state): its memory is a sealed memfd the next run maps again, so
- * what is handed on is its index: every entry that counts against its
- * capacity, least recently used first, with the tenant it is charged to, and
- * whose ALLOC last took each pool block. A window's copy is not: its block is
- * still in the pool, and the next run's walk copies it again if it must.
+ * reads the state). Its memory and its index (entries and buckets) are
+ * memfds, so the next run maps them as they are: the entries, their hash
+ * chains, the LRU and free lists, each owner's LRU, all come back in the time
+ * a mapping takes, where rebuilding them costs a cache miss an entry. The state
+ * adds what lives outside them: their shape and counts, the tenants behind
+ * the owner records, each pool block's owner, and the walk's mark on each
+ * block it looked at in the free queue. The next run's pool has the same
+ * queue, so the walk goes on from where it was and the window's copies stay
+ * its own; a mark is current while the block's use count is the one it saw,
+ * and every count starts again at 0 (kvc_pool_restore).
+ *
+ * The index is the daemon's own memory, never a client's: its shape is
+ * checked, not every link.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,28 +30,40 @@ static bool host_tier(const struct kvpd_pool *pool)
 	return pool->tier && !pool->tier->disk;
 }
 
-static bool handed_on(const struct tier_entry *x)
+/* A block's mark the state carries: the slot the walk noted, or not looked at. */
+#define WALK_UNSEEN (TIER_END - 3)
+
+/* Whether the walk's mark on block @id is current (it looked at the block where it is now). */
+static bool looked_at(const struct kvpd_tier *t, uint32_t id)
 {
-	return x->state == TIER_VALID && !x->window;
+	struct kvc_block_state st;
+
+	return !kvc_block_state(t->pool->core, id, &st) && st.queued &&
+	       t->blk[id].uses1 == st.uses + 1;
 }
 
-uint32_t kvpd_tier_saved_count(const struct kvpd_pool *pool, uint32_t *owners)
+bool kvpd_tier_save_head(const struct kvpd_pool *pool, struct kvpd_tier_head *head, int *mem_fd,
+			 int *index_fd)
 {
 	const struct kvpd_tier *t = pool->tier;
-	uint32_t n = 0;
 
-	*owners = 0;
 	if (!host_tier(pool))
-		return 0;
-	for (uint32_t i = t->e[t->nslots].lru_next; i != t->nslots; i = t->e[i].lru_next)
-		n += handed_on(&t->e[i]);
-	*owners = t->nowners - 1;
-	return n;
+		return false;
+	*head = (struct kvpd_tier_head){ .nslots = t->nslots, .nbuckets = t->mask + 1,
+					 .entry_bytes = sizeof(struct tier_entry),
+					 .capacity = t->capacity, .held = t->st.held,
+					 .regular = t->regular, .nfree = t->nfree,
+					 .nowners = t->nowners, .front = t->front,
+					 .ahead = t->ahead };
+	*mem_fd = t->mem_fd;
+	*index_fd = t->index_fd;
+	return true;
 }
 
-int kvpd_tier_memfd(const struct kvpd_pool *pool)
+void kvpd_tier_leave_mapped(struct kvpd_pool *pool)
 {
-	return host_tier(pool) ? pool->tier->mem_fd : -1;
+	if (pool->tier)
+		pool->tier->leave_mapped = true;
 }
 
 bool kvpd_tier_keeps(const struct kvpd_pool *pool, uint32_t group, const struct kvc_hash *key)
@@ -51,178 +71,132 @@ bool kvpd_tier_keeps(const struct kvpd_pool *pool, uint32_t group, const struct 
 	const struct kvpd_tier *t = pool->tier;
 	uint32_t i = t ? kvpd_tier_find(t, group, key) : TIER_END;
 
-	return i != TIER_END && handed_on(&t->e[i]);
+	return i != TIER_END && t->e[i].state == TIER_VALID && !t->e[i].window;
 }
 
-void kvpd_tier_save(const struct kvpd_pool *pool, struct kvpd_tier_saved *out,
-		    struct kvpd_tier_saved_owner *owners, uint32_t *block_owner)
+void kvpd_tier_save(const struct kvpd_pool *pool, struct kvpd_tier_saved_owner *owners,
+		    uint32_t *block_owner, uint32_t *walk)
 {
 	const struct kvpd_tier *t = pool->tier;
-	uint32_t n = 0;
 
-	if (!host_tier(pool))
-		return;
-	for (uint32_t i = t->e[t->nslots].lru_next; i != t->nslots; i = t->e[i].lru_next)
-		if (handed_on(&t->e[i]))
-			out[n++] = (struct kvpd_tier_saved){ .key = t->e[i].key, .slot = i,
-							     .group = t->e[i].group,
-							     .owner = t->e[i].owner };
 	for (uint32_t i = 1; i < t->nowners; i++) {
-		const struct kvpd_tenant *tn = t->owners[i].names ? t->owners[i].tenant : NULL;
+		const struct tier_owner *o = &t->owners[i];
+		const struct kvpd_tenant *tn = o->names ? o->tenant : NULL;
 
-		owners[i - 1] = (struct kvpd_tier_saved_owner){ .kind = tn ? tn->kind : 0,
-								 .uid = tn ? (uint32_t)tn->uid : 0 };
+		owners[i - 1] = (struct kvpd_tier_saved_owner){
+			.kind = tn ? tn->kind : 0, .uid = tn ? (uint32_t)tn->uid : 0,
+			.bytes = tn ? o->bytes : 0, .head = tn ? o->head : TIER_END,
+			.tail = tn ? o->tail : TIER_END, .names = tn ? o->names : 0 };
 		if (tn)
 			memcpy(owners[i - 1].ns, tn->ns, sizeof(tn->ns));
 	}
 	memcpy(block_owner, t->block_owner, (size_t)pool->layout.num_blocks * sizeof(*block_owner));
+	for (uint32_t id = 0; id < pool->layout.num_blocks; id++)
+		walk[id] = id && looked_at(t, id) ? t->blk[id].slot : WALK_UNSEEN;
 }
 
-/* The next run's view of the last's memory: a memfd of the size it maps, sealed at it. */
-static int adopt_memory(struct kvpd_tier *t, int fd, char *why, size_t why_len)
+static bool sealed_of_size(int fd, size_t bytes)
 {
-	size_t bytes = (size_t)t->nslots * t->slot_bytes;
-	int seals = fcntl(fd, F_GET_SEALS);
+	int seals = fd >= 0 ? fcntl(fd, F_GET_SEALS) : -1;
 	struct stat st;
-	void *mem;
 
-	if (fstat(fd, &st) || (size_t)st.st_size != bytes || seals < 0 ||
-	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
-		return kvpd_refuse(why, why_len, -EINVAL, "the tier's memory handed over is not "
-				   "a sealed memfd of %zu bytes", bytes);
-	mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-	if (mem == MAP_FAILED)
-		return kvpd_refuse(why, why_len, -errno, "the tier's memory handed over: mmap: %s",
-				   strerror(errno));
-	munmap(t->mem, bytes);
-	close(t->mem_fd);
-	fcntl(fd, F_SETFD, FD_CLOEXEC); /* inherited for this run alone */
-	t->mem = mem;
-	t->mem_fd = fd;
-	return 0;
+	return seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW) &&
+	       !fstat(fd, &st) && (size_t)st.st_size == bytes;
 }
 
-/* Every index the saved entries and owners name is in range, every slot and key once. */
-static int check_saved(const struct kvpd_tier *t, const struct kvpd_tier_saved *e, uint32_t n,
-		       const struct kvpd_tier_saved_owner *o, uint32_t nowners,
-		       const uint32_t *block_owner, uint32_t num_blocks, uint32_t num_groups)
+/* A saved owner record the next run can take: a tenant's name, its lists in range. */
+static bool owner_fits(const struct kvpd_tier *t, const struct kvpd_tier_saved_owner *o)
 {
-	uint8_t *seen = calloc(t->nslots, 1);
-	int ret = 0;
-
-	if (!seen)
-		return -ENOMEM;
-	if (n > t->capacity)
-		ret = -EINVAL;
-	for (uint32_t i = 0; i < nowners && !ret; i++)
-		if (o[i].kind > KVP_TENANT_NAMESPACE || memchr(o[i].ns, 0, sizeof(o[i].ns)) == NULL)
-			ret = -EINVAL;
-	for (uint32_t i = 0; i < n && !ret; i++) {
-		if (e[i].slot >= t->nslots || seen[e[i].slot] || e[i].group >= num_groups ||
-		    e[i].owner > nowners || (e[i].owner && !o[e[i].owner - 1].kind))
-			ret = -EINVAL;
-		else
-			seen[e[i].slot] = 1;
-	}
-	for (uint32_t b = 0; b < num_blocks && !ret; b++)
-		if (block_owner[b] > nowners || (block_owner[b] && !o[block_owner[b] - 1].kind))
-			ret = -EINVAL;
-	free(seen);
-	return ret;
+	return o->kind <= KVP_TENANT_NAMESPACE && memchr(o->ns, 0, sizeof(o->ns)) &&
+	       (o->head == TIER_END || o->head < t->nslots) &&
+	       (o->tail == TIER_END || o->tail < t->nslots);
 }
 
-/* Owner record @i again, for the tenant @o names (0 when it cannot be had). */
-static uint32_t owner_again(struct kvpd_tier *t, const struct kvpd_tier_saved_owner *o)
+bool kvpd_tier_adoptable(const struct kvpd_tier *t, const struct kvpd_tier_handed *h,
+			 uint32_t nbuckets)
+{
+	const struct kvpd_tier_head *x = &h->head;
+
+	for (uint32_t i = 1; i < x->nowners; i++)
+		if (!owner_fits(t, &h->owners[i - 1]))
+			return false;
+	for (uint32_t b = 0; b < t->pool->layout.num_blocks; b++) {
+		uint32_t m = h->walk[b];
+
+		if (h->block_owner[b] >= x->nowners ||
+		    (m >= t->nslots && m != WALK_UNSEEN && m != TIER_END && m != TIER_DECLINED &&
+		     m != TIER_OVER_QUOTA))
+			return false;
+	}
+	return x->front < t->pool->layout.num_blocks && x->ahead < t->pool->layout.num_blocks &&
+	       x->nslots == t->nslots && x->nbuckets == nbuckets && x->capacity == t->capacity &&
+	       x->entry_bytes == sizeof(struct tier_entry) && x->held <= t->nslots &&
+	       x->nfree <= t->nslots && x->regular <= t->capacity && x->nowners >= 1 &&
+	       x->held + x->nfree <= t->nslots &&
+	       sealed_of_size(h->mem_fd, (size_t)t->nslots * t->slot_bytes) &&
+	       sealed_of_size(h->index_fd, kvpd_tier_index_bytes(t, nbuckets));
+}
+
+uint8_t *kvpd_tier_memory_adopt(struct kvpd_tier *t, int fd)
+{
+	void *mem = mmap(NULL, (size_t)t->nslots * t->slot_bytes, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_NORESERVE, fd, 0);
+
+	if (mem == MAP_FAILED)
+		return NULL;
+	fcntl(fd, F_SETFD, FD_CLOEXEC); /* inherited for this run alone */
+	t->mem_fd = fd;
+	return mem;
+}
+
+/* Owner record @i again, for the tenant the saved record names (its names hold one reference). */
+static int owner_again(struct kvpd_tier *t, uint32_t i, const struct kvpd_tier_saved_owner *o)
 {
 	struct kvpd_tenant *tenant;
-	uint32_t i;
 
-	if (!o->kind)
+	t->owners[i] = (struct tier_owner){ .head = TIER_END, .tail = TIER_END };
+	if (!o->kind || !o->names)
 		return 0;
 	tenant = kvpd_tenant_get(t->d, o->kind, (uid_t)o->uid, o->ns);
 	if (!tenant)
-		return 0;
-	for (i = 1; i < t->nowners && t->owners[i].tenant != tenant; i++)
-		;
-	if (i == t->nowners) {
-		struct tier_owner *p = realloc(t->owners, (t->nowners + 1) * sizeof(*p));
-
-		if (!p) {
-			kvpd_tenant_put(t->d, tenant);
-			return 0;
-		}
-		t->owners = p;
-		t->nowners++;
-		t->owners[i] = (struct tier_owner){ .tenant = tenant, .head = TIER_END,
-						    .tail = TIER_END };
-	}
-	/* A record's first name holds its one reference on the tenant: this one, or its own. */
-	if (t->owners[i].names++)
-		kvpd_tenant_put(t->d, tenant);
-	return i;
-}
-
-static void owner_drop(struct kvpd_tier *t, uint32_t i)
-{
-	struct tier_owner *o = &t->owners[i];
-
-	if (!i || --o->names)
-		return;
-	kvpd_tenant_put(t->d, o->tenant);
-	*o = (struct tier_owner){ 0 };
-}
-
-int kvpd_tier_load(struct kvpd_pool *pool, int fd, const struct kvpd_tier_saved *e, uint32_t n,
-		   const struct kvpd_tier_saved_owner *o, uint32_t nowners,
-		   const uint32_t *block_owner, char *why, size_t why_len)
-{
-	struct kvpd_tier *t = pool->tier;
-	uint32_t *map;
-	int ret;
-
-	if (!host_tier(pool) || t->st.held)
-		return kvpd_refuse(why, why_len, -EINVAL, "the pool has no empty host tier");
-	ret = check_saved(t, e, n, o, nowners, block_owner, pool->layout.num_blocks,
-			  pool->params.num_groups);
-	if (ret)
-		return kvpd_refuse(why, why_len, ret, "the tier's index handed over is not "
-				   "consistent");
-	map = calloc((size_t)nowners + 1, sizeof(*map));
-	if (!map)
 		return -ENOMEM;
-	ret = adopt_memory(t, fd, why, why_len);
-	if (ret)
-		goto free_map;
-	for (uint32_t i = 0; i < nowners; i++)
-		map[i + 1] = owner_again(t, &o[i]);
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t slot = e[i].slot, owner = map[e[i].owner];
-		uint32_t *head;
+	t->owners[i] = (struct tier_owner){ .tenant = tenant, .bytes = o->bytes, .head = o->head,
+					    .tail = o->tail, .names = o->names };
+	return 0;
+}
 
-		if (kvpd_tier_find(t, e[i].group, &e[i].key) != TIER_END)
-			continue; /* a key twice: the first kept */
-		kvpd_tier_slot_take_at(t, slot);
-		head = &t->buckets[kvpd_tier_bucket(t, e[i].group, &e[i].key)];
-		t->e[slot] = (struct tier_entry){ .key = e[i].key, .group = e[i].group,
-						  .state = TIER_COPYING, .lru_prev = TIER_END,
-						  .lru_next = TIER_END, .own_prev = TIER_END,
-						  .own_next = TIER_END, .hnext = *head,
-						  .owner = owner, .block = TIER_END };
-		*head = slot;
-		t->regular++;
-		if (owner) {
-			t->owners[owner].names++;
-			t->owners[owner].bytes += t->slot_bytes;
-		}
-		kvpd_tier_use(t, slot); /* VALID, most recently used of those so far */
+int kvpd_tier_adopted(struct kvpd_tier *t, struct kvpd_tier_handed *h)
+{
+	const struct kvpd_tier_head *x = &h->head;
+	struct tier_owner *owners = calloc(x->nowners, sizeof(*owners));
+	int ret = 0;
+
+	if (!owners)
+		return -ENOMEM;
+	free(t->owners);
+	t->owners = owners;
+	t->nowners = x->nowners;
+	h->taken = true; /* the descriptors are the tier's from here, whatever follows */
+	for (uint32_t i = 1; i < x->nowners && !ret; i++)
+		ret = owner_again(t, i, &h->owners[i - 1]);
+	if (ret)
+		return ret; /* out of memory at start, as a tier made new would be */
+	memcpy(t->block_owner, h->block_owner,
+	       (size_t)t->pool->layout.num_blocks * sizeof(*t->block_owner));
+	t->st.held = x->held;
+	t->regular = x->regular;
+	t->nfree = x->nfree;
+	t->current = TIER_END;
+	/* The walk where it was: every use count is 0 in the restored pool. */
+	for (uint32_t id = 0; id < t->pool->layout.num_blocks; id++) {
+		if (h->walk[id] == WALK_UNSEEN)
+			continue;
+		t->blk[id].uses1 = 1;
+		t->blk[id].slot = h->walk[id];
 	}
-	for (uint32_t b = 0; b < pool->layout.num_blocks; b++)
-		if (map[block_owner[b]])
-			kvpd_tier_block_owner(t, b, map[block_owner[b]]);
-	for (uint32_t i = 1; i <= nowners; i++)
-		owner_drop(t, map[i]);
+	t->front = x->front;
+	t->ahead = x->ahead;
+	t->queue_ops = 0; /* walked again at the first turn, from the front */
 	t->dirty = true;
-free_map:
-	free(map);
-	return ret;
+	return 0;
 }

@@ -11,9 +11,11 @@
  * entries, stored together, leave together, so the last is rare. And where a
  * host tier's slots live.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tier/tier_internal.h"
@@ -161,4 +163,75 @@ uint8_t *kvpd_tier_host_memory(struct kvpd_tier *t)
 		return NULL;
 	}
 	return mem;
+}
+
+/* The entries' room in the index: nslots and the two sentinels, to a page. */
+static size_t entries_bytes(const struct kvpd_tier *t)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return ((size_t)(t->nslots + 2) * sizeof(struct tier_entry) + page - 1) & ~(page - 1);
+}
+
+size_t kvpd_tier_index_bytes(const struct kvpd_tier *t, uint32_t nbuckets)
+{
+	return entries_bytes(t) + (size_t)nbuckets * sizeof(uint32_t);
+}
+
+/*
+ * The index, entries then buckets, in a memfd of its own: a planned restart
+ * hands it to the next run as it is, where rebuilding millions of entries
+ * would take most of a second. @fd -1: a new one (zeroed); else the last
+ * run's, of the size this tier's takes and sealed at it.
+ */
+int kvpd_tier_index_map(struct kvpd_tier *t, uint32_t nbuckets, int fd)
+{
+	size_t bytes = kvpd_tier_index_bytes(t, nbuckets);
+	int own = fd < 0, seals;
+	struct stat st;
+	void *mem;
+
+	if (own) {
+		fd = memfd_create("kvpool-tier-index", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		if (fd < 0)
+			return -errno;
+		if (ftruncate(fd, (off_t)bytes) ||
+		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+			goto close_fd;
+	} else {
+		seals = fcntl(fd, F_GET_SEALS);
+		if (fstat(fd, &st) || (size_t)st.st_size != bytes || seals < 0 ||
+		    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+			return -EINVAL;
+	}
+	mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+	if (mem == MAP_FAILED)
+		goto close_fd;
+	if (!own)
+		fcntl(fd, F_SETFD, FD_CLOEXEC); /* inherited for this run alone */
+	t->e = mem;
+	t->buckets = (uint32_t *)((uint8_t *)mem + entries_bytes(t));
+	t->index_fd = fd;
+	t->index_bytes = bytes;
+	return 0;
+
+close_fd:
+	if (own) {
+		int err = errno;
+
+		close(fd);
+		return -err;
+	}
+	return -errno;
+}
+
+void kvpd_tier_index_unmap(struct kvpd_tier *t)
+{
+	if (t->e)
+		munmap(t->e, t->index_bytes);
+	if (t->index_fd >= 0)
+		close(t->index_fd);
+	t->e = NULL;
+	t->buckets = NULL;
+	t->index_fd = -1;
 }

@@ -402,12 +402,13 @@ static void tier_free(struct kvpd_tier *t, bool drop)
 			kvpd_tenant_put(t->d, t->owners[i].tenant);
 	free(t->owners);
 	free(t->block_owner);
-	if (t->mem)
+	if (t->mem && !t->leave_mapped)
 		munmap(t->mem, (size_t)t->nslots * t->slot_bytes);
 	if (t->mem_fd >= 0)
 		close(t->mem_fd);
-	free(t->e);
-	free(t->buckets);
+	if (t->leave_mapped)
+		t->e = NULL; /* the exec unmaps it */
+	kvpd_tier_index_unmap(t);
 	free(t->blk);
 	free(t->rescues);
 	free(t->live);
@@ -423,15 +424,38 @@ static uint32_t clamp_u32(uint64_t v, uint32_t lo, uint32_t hi)
 	return v < lo ? lo : v > hi ? hi : (uint32_t)v;
 }
 
+/*
+ * A host tier a planned restart handed over takes the last run's index and
+ * memory as they are; any other starts empty. A handover that does not fit
+ * (a failed check, no memory to map it) is forgotten: the tier starts empty.
+ */
+static bool adopt(struct kvpd_tier *t, uint32_t nb)
+{
+	struct kvpd_tier_handed *h = t->disk ? NULL : t->pool->tier_handed;
+
+	if (!h || !kvpd_tier_adoptable(t, h, nb) || kvpd_tier_index_map(t, nb, h->index_fd))
+		return false;
+	t->mem = kvpd_tier_memory_adopt(t, h->mem_fd);
+	if (!t->mem) {
+		t->index_fd = -1; /* the handover's, still: closed with it */
+		munmap(t->e, t->index_bytes);
+		t->e = NULL;
+		return false;
+	}
+	return true;
+}
+
 static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 {
 	uint32_t nb = 2;
+	bool adopted;
 
 	while (nb < t->nslots)
 		nb <<= 1;
 	t->mask = nb - 1;
-	t->buckets = malloc((size_t)nb * sizeof(*t->buckets));
-	t->e = calloc((size_t)t->nslots + 2, sizeof(*t->e));
+	adopted = adopt(t, nb);
+	if (!adopted && kvpd_tier_index_map(t, nb, -1))
+		return -ENOMEM;
 	t->loader = calloc(num_blocks, sizeof(*t->loader));
 	t->block_owner = calloc(num_blocks, sizeof(*t->block_owner));
 	t->owners = calloc(1, sizeof(*t->owners));
@@ -446,12 +470,13 @@ static int tier_alloc(struct kvpd_tier *t, uint32_t num_blocks)
 		if (!t->ghost)
 			return -ENOMEM;
 	}
-	if (!t->disk)
+	if (!t->disk && !adopted)
 		t->mem = kvpd_tier_host_memory(t);
-	if (!t->buckets || !t->e || !t->loader || !t->block_owner || !t->owners ||
-	    (!t->mem && !t->disk) || kvpd_tier_window_init(t, num_blocks) ||
-	    kvpd_tier_slots_init(t))
+	if (!t->loader || !t->block_owner || !t->owners || (!t->mem && !t->disk) ||
+	    kvpd_tier_window_init(t, num_blocks) || (!adopted && kvpd_tier_slots_init(t)))
 		return -ENOMEM;
+	if (adopted)
+		return kvpd_tier_adopted(t, t->pool->tier_handed);
 	memset(t->buckets, 0xff, (size_t)nb * sizeof(*t->buckets));
 	for (uint32_t i = 0; i < t->nslots; i++)
 		t->e[i] = (struct tier_entry){ .lru_prev = TIER_END, .lru_next = TIER_END,
@@ -510,6 +535,7 @@ static int local_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_
 	t->d = d;
 	t->pool = pool;
 	t->mem_fd = -1;
+	t->index_fd = -1;
 	t->slot_bytes = 2 * l->layers * kvpd_block_chunk_bytes(l);
 	ret = disk ? kvpd_tier_disk_open(t, why, why_len) : host_slots(t, why, why_len);
 	if (ret)

@@ -139,40 +139,47 @@ bool kvpd_remote_mark(struct kvpd_pool *pool, struct kvc_seq *seq, const struct 
 
 /*
  * restart.c: a host tier handed to the next run by a planned restart (the
- * handover room writes the state). An entry that counts against the tier's
- * capacity, VALID, as the state keeps it (least recently used first); the
- * tenants its entries and the pool's blocks are charged to (owner i + 1 is
- * @owners[i]; kind 0: a record no longer used).
+ * handover room writes the state). Its memory and its index (entries and
+ * buckets, slots.c) are memfds the next run maps as they are; the state says
+ * their shape and counts, the tenants the entries and the pool's blocks are
+ * charged to, and where the walk down the pool's free queue was (the same
+ * queue in the next run: its window's copies stay the window's).
  */
-struct kvpd_tier_saved {
-	struct kvc_hash key;
-	uint32_t slot, group;
-	uint32_t owner;          /* 0: none */
-	uint32_t pad;
+struct kvpd_tier_head {
+	uint32_t nslots, nbuckets, entry_bytes, capacity;
+	uint32_t held, regular, nfree, nowners; /* nowners: records, the unused [0] included */
+	uint32_t front, ahead;   /* the walk's last block looked at, and how many it keeps */
 };
 struct kvpd_tier_saved_owner {
-	uint32_t kind;           /* KVP_TENANT_UID, KVP_TENANT_NAMESPACE; 0: unused */
+	uint32_t kind;           /* KVP_TENANT_UID, KVP_TENANT_NAMESPACE; 0: a record unused */
 	uint32_t uid;
 	char ns[KVP_NAME_MAX];
+	uint64_t bytes;
+	uint32_t head, tail, names, pad;
 };
-/* The entries a save writes for @pool (0 without a host tier), and its owner records. */
-uint32_t kvpd_tier_saved_count(const struct kvpd_pool *pool, uint32_t *owners);
-/* Its host tier's memfd, -1 without one. */
-int kvpd_tier_memfd(const struct kvpd_pool *pool);
-/* Whether (group, @key) is an entry a save writes (a tier's, hittable, not a window's copy). */
-bool kvpd_tier_keeps(const struct kvpd_pool *pool, uint32_t group, const struct kvc_hash *key);
-/* kvpd_tier_saved_count's entries and owners, and each pool block's owner (num_blocks). */
-void kvpd_tier_save(const struct kvpd_pool *pool, struct kvpd_tier_saved *out,
-		    struct kvpd_tier_saved_owner *owners, uint32_t *block_owner);
+/* What the next run's tier attach adopts (struct kvpd_pool.tier_handed). */
+struct kvpd_tier_handed {
+	struct kvpd_tier_head head;
+	int mem_fd, index_fd;
+	const struct kvpd_tier_saved_owner *owners; /* head.nowners - 1: records 1.. */
+	const uint32_t *block_owner;                /* the pool's num_blocks */
+	const uint32_t *walk;                       /* the pool's num_blocks: each block's mark */
+	bool taken;              /* adopted: the descriptors are the tier's now */
+};
+/* @pool's host tier's head and memfds (false without one): what the state keeps of it. */
+bool kvpd_tier_save_head(const struct kvpd_pool *pool, struct kvpd_tier_head *head, int *mem_fd,
+			 int *index_fd);
 /*
- * The next run: @pool's new, empty host tier takes memfd @fd (the last run's,
- * checked: sealed, its size) and the saved index, the LRU order and charges as
- * they were. -errno with @why, the tier left empty and @fd not taken, when
- * they do not fit it.
+ * The state is written and the exec is next: @pool's tier is freed without
+ * unmapping its memory and index (the exec's own teardown of the process's
+ * memory, off the critical path, does: handover/exec.c).
  */
-int kvpd_tier_load(struct kvpd_pool *pool, int fd, const struct kvpd_tier_saved *e, uint32_t n,
-		   const struct kvpd_tier_saved_owner *o, uint32_t nowners,
-		   const uint32_t *block_owner, char *why, size_t why_len);
+void kvpd_tier_leave_mapped(struct kvpd_pool *pool);
+/* Whether (group, @key) is an entry the next run keeps (hittable, not a window's copy). */
+bool kvpd_tier_keeps(const struct kvpd_pool *pool, uint32_t group, const struct kvc_hash *key);
+/* The head's owner records (1..), and each pool block's owner and walk mark (num_blocks each). */
+void kvpd_tier_save(const struct kvpd_pool *pool, struct kvpd_tier_saved_owner *owners,
+		    uint32_t *block_owner, uint32_t *walk);
 
 /* @pool's tier's counters; false when it has none. */
 bool kvpd_tier_stats(const struct kvpd_pool *pool, struct kvpd_tier_stats *st);

@@ -136,6 +136,9 @@ struct kvpd_tier {
 	int mem_fd;                  /* a host tier's memory: a memfd, for a restart to hand on */
 	struct tier_entry *e;        /* nslots + 2: the LRU's sentinel, the free slots' */
 	uint32_t *buckets, mask;
+	int index_fd;                /* e and buckets, in a memfd a restart hands on (slots.c) */
+	size_t index_bytes;
+	bool leave_mapped;           /* freed for a restart's exec: mem and index stay mapped */
 	uint32_t nfree;
 	/* A packed disk tier's pages (slots.c): pack slots a page; 0 pages: not packed */
 	uint32_t pack, pages;
@@ -230,6 +233,20 @@ void kvpd_tier_copier_push(struct tier_copier *cp, struct kvpd_job *job, bool fi
 int kvpd_tier_slots_init(struct kvpd_tier *t);
 /* A host tier's slots in a memfd (t->mem_fd), mapped; NULL (errno) when it cannot be had. */
 uint8_t *kvpd_tier_host_memory(struct kvpd_tier *t);
+/* The index's memfd: its size for @nbuckets; mapped (@fd -1: a new one); unmapped. */
+size_t kvpd_tier_index_bytes(const struct kvpd_tier *t, uint32_t nbuckets);
+int kvpd_tier_index_map(struct kvpd_tier *t, uint32_t nbuckets, int fd);
+void kvpd_tier_index_unmap(struct kvpd_tier *t);
+/*
+ * restart.c: whether what the last run handed over fits this new host tier
+ * (its sizes, its counts), and the rest of it taken once the index and the
+ * memory are: the owner records, the pool blocks' owners, the window's
+ * copies dropped. 0, or -errno (the tier then starts empty).
+ */
+bool kvpd_tier_adoptable(const struct kvpd_tier *t, const struct kvpd_tier_handed *h,
+			 uint32_t nbuckets);
+uint8_t *kvpd_tier_memory_adopt(struct kvpd_tier *t, int fd);
+int kvpd_tier_adopted(struct kvpd_tier *t, struct kvpd_tier_handed *h);
 void kvpd_tier_slots_rest(struct kvpd_tier *t);
 /* A free slot taken (TIER_END: none), or @i's (which is free). */
 uint32_t kvpd_tier_slot_take(struct kvpd_tier *t);

@@ -128,11 +128,11 @@ def test_full_prefix_comes_back_from_the_tier_bit_for_bit(daemon, rng):
 
 def test_a_host_tier_lives_in_a_sealed_memfd(daemon):
     """A restart hands a host tier on as it does a pool: its memory is a memfd, sealed at
-    its size, held by the daemon beside the pools'."""
+    its size, held by the daemon beside the pools' (its index is one too, kvpool-tier-index)."""
     seals = []
     fds = "/proc/%d/fd" % daemon.proc.pid
     for fd in os.listdir(fds):
-        if os.readlink(os.path.join(fds, fd)).startswith("/memfd:kvpool-tier"):
+        if os.readlink(os.path.join(fds, fd)).startswith("/memfd:kvpool-tier "):
             mine = os.open(os.path.join(fds, fd), os.O_RDONLY)
             try:
                 seals.append(fcntl.fcntl(mine, 1034))  # F_GET_SEALS: the inode's
