@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "serve.h"
+#include "handover/handover.h"
 
 #ifndef SO_PASSRIGHTS
 #define SO_PASSRIGHTS 83 /* Linux 6.16 */
@@ -118,28 +119,27 @@ static int claim_path(const char *path)
 /* The first descriptor systemd passes (sd_listen_fds(3)'s SD_LISTEN_FDS_START). */
 #define LISTEN_FDS_START 3
 
-/*
- * Socket activation, by the LISTEN_FDS protocol (no libsystemd): 1 and the
- * socket in d->listen_fd when systemd passed one, 0 when it passed none,
- * else -errno with @why filled. The variables are unset so that nothing the
- * daemon starts takes them for its own.
- */
-int kvpd_inherit_socket(struct kvpd *d, char *why, size_t why_len)
+/* LISTEN_FDNAMES's @i-th name (colon separated) into @out, or "" when it has none. */
+static void fd_name(const char *names, unsigned i, char *out, size_t len)
 {
-	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	*out = '\0';
+	while (names && i--)
+		names = (names = strchr(names, ':')) ? names + 1 : NULL;
+	if (names)
+		snprintf(out, len, "%.*s", (int)strcspn(names, ":"), names);
+}
+
+/* Descriptor @fd is the listening socket systemd passed: 0, or -errno with @why. */
+static int take_listener(struct kvpd *d, int fd, char *why, size_t why_len)
+{
 	struct sockaddr_un sa;
-	socklen_t len = sizeof(sa);
-	int type = 0, listening = 0, fd = LISTEN_FDS_START;
-	socklen_t optlen = sizeof(int);
+	socklen_t len = sizeof(sa), optlen = sizeof(int);
+	int type = 0, listening = 0;
 	char *path;
 
-	if (!pid || !fds || strtol(pid, NULL, 10) != getpid())
-		return 0;
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	if (strcmp(fds, "1")) {
-		snprintf(why, why_len, "LISTEN_FDS=%s: kvpoold takes exactly one socket", fds);
+	if (d->listen_fd >= 0) {
+		snprintf(why, why_len, "systemd passed more than one socket (fds %d and %d): "
+			 "kvpoold takes exactly one", d->listen_fd, fd);
 		return -EINVAL;
 	}
 	if (getsockname(fd, (struct sockaddr *)&sa, &len) || sa.sun_family != AF_UNIX ||
@@ -162,7 +162,45 @@ int kvpd_inherit_socket(struct kvpd *d, char *why, size_t why_len)
 	d->inherited_path = path;
 	d->cfg.socket_path = path;
 	d->listen_fd = fd;
-	return 1;
+	return 0;
+}
+
+/*
+ * Socket activation, by the LISTEN_FDS protocol (no libsystemd): 1 and the
+ * socket in d->listen_fd when systemd passed one, 0 when it passed none,
+ * else -errno with @why filled. Beside it may come what a stop put in the
+ * service's file descriptor store (LISTEN_FDNAMES kvpool-*: the handover
+ * room's, restored with the pools). The variables are unset so that nothing
+ * the daemon starts takes them for its own.
+ */
+int kvpd_inherit_socket(struct kvpd *d, char *why, size_t why_len)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	const char *names = getenv("LISTEN_FDNAMES");
+	char *end, name[64];
+	long n;
+	int ret = 0;
+
+	if (!pid || !fds || strtol(pid, NULL, 10) != getpid())
+		return 0;
+	n = strtol(fds, &end, 10);
+	if (*end || end == fds || n < 1 || n > 1024) {
+		snprintf(why, why_len, "LISTEN_FDS=%s: not a count of descriptors", fds);
+		ret = -EINVAL;
+	}
+	for (long i = 0; !ret && i < n; i++) {
+		fd_name(names, (unsigned)i, name, sizeof(name));
+		if (!kvpd_handover_stored(d, name, LISTEN_FDS_START + (int)i))
+			ret = take_listener(d, LISTEN_FDS_START + (int)i, why, why_len);
+	}
+	if (!ret && d->listen_fd < 0) {
+		snprintf(why, why_len, "LISTEN_FDS=%s: no listening socket among them", fds);
+		ret = -EINVAL;
+	}
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	return ret ? ret : 1;
 }
 
 int kvpd_listen_on(struct kvpd *d)

@@ -102,6 +102,9 @@ static const char usage[] =
 	"started from (or the one named) in the same process, handing over its pools'\n"
 	"KV memory, prefix cache and host tiers, its socket and SOCKET.lock; a pool\n"
 	"whose shape changed in the config starts empty, logged (docs/reliability.md).\n"
+	"Under systemd (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once it serves,\n"
+	"and SIGTERM hands the same to the service's file descriptor store (FDSTORE=1)\n"
+	"for the next start, which takes it back beside the socket (LISTEN_FDNAMES).\n"
 	"\n"
 	"Without --config the daemon starts with no pool; admin clients (root or the\n"
 	"daemon's uid) create pools with `kvctl pool create`. SIGTERM or SIGINT stops\n"
@@ -298,7 +301,7 @@ int main(int argc, char **argv)
 	};
 	char why[KVP_REASON_MAX];
 	sigset_t stop;
-	int ret;
+	int ret, inherited;
 
 	/*
 	 * Held from the start, for the signalfd that reads them once the loop
@@ -311,7 +314,17 @@ int main(int argc, char **argv)
 	ret = parse_args(&d, argc, argv);
 	if (ret)
 		goto out_config;
-	/* A planned restart's: the socket and lock, the state (restored with the pools below). */
+	/*
+	 * systemd's socket, and what a stop put in its descriptor store; or a
+	 * planned restart's socket and lock: the state, restored with the pools.
+	 */
+	kvpd_notify_init(&d);
+	inherited = kvpd_inherit_socket(&d, why, sizeof(why));
+	if (inherited < 0) {
+		kvpd_log(&d, KVPD_LOG_ERR, "%s", why);
+		ret = inherited;
+		goto out_config;
+	}
 	ret = kvpd_handover_start(&d, argc, argv);
 	if (ret)
 		goto out_config;
@@ -349,12 +362,7 @@ int main(int argc, char **argv)
 	ret = kvpd_pools_start(&d);
 	if (ret)
 		goto out_pools;
-	ret = d.listen_fd >= 0 ? 1 : kvpd_inherit_socket(&d, why, sizeof(why));
-	if (ret < 0) {
-		kvpd_log(&d, KVPD_LOG_ERR, "%s", why);
-		goto out_pools;
-	}
-	if (ret == 0) {
+	if (d.listen_fd < 0) {
 		ret = kvpd_listen_on(&d);
 		if (ret) {
 			kvpd_log(&d, KVPD_LOG_ERR, "%s: %s", d.cfg.socket_path,
@@ -384,11 +392,21 @@ int main(int argc, char **argv)
 	kvpd_log(&d, KVPD_LOG_NOTICE, "listening on %s%s, %ld cores, spin %u us, kvpoold %s",
 		 d.cfg.socket_path, d.inherited_path ? " (from systemd)" : "", d.ncpus, d.cfg.spin_us,
 		 KVPOOL_VERSION);
+	kvpd_notify(&d, "READY=1", NULL, 0); /* Type=notify: serving */
 	ret = kvpd_loop_run(&d);
-	/* A restart: the cache's state written once every client is gone, or serving on. */
+	/*
+	 * A restart, or a stop under systemd: the cache's state written once every
+	 * client is gone; then the exec, or systemd's store. A restart that cannot
+	 * write it serves on; a stop exits.
+	 */
 	while (!ret && handover.requested) {
-		kvpd_clients_close_all(&d, "daemon restarting");
-		if (!kvpd_handover_save(&d))
+		kvpd_clients_close_all(&d, handover.to_store ? "daemon stopping" : "daemon restarting");
+		if (!kvpd_handover_save(&d)) {
+			if (handover.to_store)
+				kvpd_handover_store(&d);
+			break;
+		}
+		if (handover.to_store)
 			break;
 		ret = kvpd_loop_resume(&d) ?: kvpd_loop_run(&d);
 	}

@@ -222,9 +222,16 @@ static void handle_signal(struct kvpd *d)
 				kvpd_reload(d);
 			continue;
 		}
-		kvpd_log(d, KVPD_LOG_NOTICE, "signal %u: finishing in-flight work and exiting%s",
-			 si.ssi_signo, d->handover->requested ? " (the restart under way is called off)" : "");
-		kvpd_handover_refused(d);
+		bool restarting = d->handover->requested;
+
+		if (si.ssi_signo == SIGTERM && kvpd_handover_stop(d))
+			kvpd_log(d, KVPD_LOG_NOTICE, "signal %u: finishing in-flight work, then handing "
+				 "the cache to systemd's descriptor store and exiting", si.ssi_signo);
+		else
+			kvpd_log(d, KVPD_LOG_NOTICE, "signal %u: finishing in-flight work and exiting%s",
+				 si.ssi_signo, restarting ? " (the restart under way is called off)" : "");
+		if (si.ssi_signo != SIGTERM)
+			kvpd_handover_refused(d);
 		stop_accepting(d);
 	}
 }

@@ -33,6 +33,19 @@
 #define KVPD_SECTION_POOL 1u
 #define KVPD_SECTION_POOL_VERSION 1u
 
+/* systemd's notify protocol (notify.c): descriptors a message, the store's names. */
+#define KVPD_NOTIFY_FDS_MAX 8
+#define KVPD_STORE_STATE "kvpool-state"
+#define KVPD_STORE_FD "kvpool-fd-" /* then the number the state knows it by */
+#define KVPD_STORED_MAX (3 * KVPD_MAX_POOLS + 1)
+
+/* A descriptor systemd's store passed back (LISTEN_FDNAMES), until start-up has used it. */
+struct kvpd_stored_fd {
+	char name[32];
+	int old;                  /* the number the state knows it by; -1: the state itself */
+	int fd;                   /* this run's */
+};
+
 /* A section of the state the last run handed over, until start-up has used it. */
 struct kvpd_handed {
 	char name[KVPD_STATE_NAME_MAX];
@@ -43,6 +56,7 @@ struct kvpd_handed {
 	bool used;                /* restored, or judged and logged */
 	bool cold;                /* judged: the pool starts empty (logged) */
 	bool kv_taken;            /* its KV memfd is the pool's now */
+	bool settled;             /* its memfds taken or closed */
 	struct kvpd_pool *pool;   /* the pool that took it */
 	struct kvpd_tier_handed tier; /* what the pool's tier attach adopts */
 };
@@ -61,6 +75,11 @@ struct kvpd_handover {
 	uint64_t state_bytes;
 	int kept[3 * KVPD_MAX_POOLS];  /* the memfds the sections name, kept for the exec */
 	unsigned nkept;
+	/* systemd */
+	char notify[108];          /* $NOTIFY_SOCKET, or "": not under Type=notify */
+	bool to_store;             /* a stop hands the cache to systemd's store, no exec */
+	struct kvpd_stored_fd stored[KVPD_STORED_MAX]; /* what the store passed back */
+	unsigned nstored;
 	/* What the last run handed over (state_fd >= 0 at start) */
 	uint64_t start_ns;         /* this run's start */
 	char socket_path[108];     /* the listening socket's, handed over */
@@ -114,6 +133,12 @@ int kvpd_restart_request(struct kvpd *d, const char *path, uint32_t len, uint32_
  * serves on.
  */
 int kvpd_handover_save(struct kvpd *d);
+/*
+ * SIGTERM: under systemd (Type=notify) the stop hands the cache to the
+ * service's descriptor store once what was taken is done (true); else a
+ * plain stop (false). A restart under way is called off either way.
+ */
+bool kvpd_handover_stop(struct kvpd *d);
 /* The save failed and the daemon serves on: the restart forgotten. */
 void kvpd_handover_refused(struct kvpd *d);
 /*
@@ -121,6 +146,21 @@ void kvpd_handover_refused(struct kvpd *d);
  * only if no binary could be run (logged): the daemon then exits 1.
  */
 void kvpd_handover_exec(struct kvpd *d);
+/*
+ * notify.c: $NOTIFY_SOCKET noted at start; @msg sent there (with @nfds
+ * descriptors, SCM_RIGHTS): 0, -ENOTCONN without one, -errno.
+ */
+void kvpd_notify_init(struct kvpd *d);
+int kvpd_notify(struct kvpd *d, const char *msg, const int *fds, unsigned nfds);
+/* A stop under systemd, the state written: it and the memfds it names into the store. */
+int kvpd_handover_store(struct kvpd *d);
+/* The store's descriptors taken (or closed): systemd told to let them go. */
+void kvpd_handover_unstore(struct kvpd *d);
+/*
+ * Start-up, LISTEN_FDS: descriptor @fd named @name is the store's (the state,
+ * or a memfd it names): noted for the restore, true; false when not ours.
+ */
+bool kvpd_handover_stored(struct kvpd *d, const char *name, int fd);
 /* Housekeeping: the last runs' memory holders reaped once they have exited. */
 void kvpd_handover_reap(struct kvpd *d);
 /* The descriptors a restart hands on that the daemon's own teardown must leave open. */

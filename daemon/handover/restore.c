@@ -132,10 +132,50 @@ static int list_sections(struct kvpd_handover *h)
 	return 0;
 }
 
+bool kvpd_handover_stored(struct kvpd *d, const char *name, int fd)
+{
+	struct kvpd_handover *h = d->handover;
+	size_t prefix = strlen(KVPD_STORE_FD);
+	struct kvpd_stored_fd *e;
+	char *end;
+	long old;
+
+	if (strcmp(name, KVPD_STORE_STATE) && strncmp(name, KVPD_STORE_FD, prefix))
+		return false;
+	old = strcmp(name, KVPD_STORE_STATE) ? strtol(name + prefix, &end, 10) : -1;
+	if (h->nstored >= KVPD_STORED_MAX || (old >= 0 && (*end || end == name + prefix))) {
+		close(fd); /* ours, but of no use: systemd is told to let it go all the same */
+		fd = -1;
+	} else {
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	if (h->nstored < KVPD_STORED_MAX) {
+		e = &h->stored[h->nstored++];
+		snprintf(e->name, sizeof(e->name), "%s", name);
+		e->old = (int)old;
+		e->fd = fd;
+	}
+	return true;
+}
+
+/* The state systemd's store passed back: its descriptor, or -1. */
+static int stored_state(struct kvpd_handover *h)
+{
+	for (unsigned i = 0; i < h->nstored; i++)
+		if (h->stored[i].old == -1 && h->stored[i].fd >= 0) {
+			int fd = h->stored[i].fd;
+
+			h->stored[i].fd = -1;
+			return fd;
+		}
+	return -1;
+}
+
 int kvpd_handover_start(struct kvpd *d, int argc, char **argv)
 {
 	struct kvpd_handover *h = d->handover;
 	const char *env = getenv("KVPOOLD_HANDOVER");
+	const char *from = "kvpoold";
 	char why[160];
 	int state_fd, ret;
 
@@ -144,24 +184,29 @@ int kvpd_handover_start(struct kvpd *d, int argc, char **argv)
 	h->start_ns = kvpd_now_ns();
 	resolve_start_path(h, argv[0]);
 	h->self_fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-	if (!env)
+	if (env) {
+		env = strdup(env);
+		unsetenv("KVPOOLD_HANDOVER"); /* nothing this run starts takes it for its own */
+		if (!env)
+			return -ENOMEM;
+		state_fd = (int)env_value(env, "state", -1);
+		h->last_asked_ns = (uint64_t)env_value(env, "asked", 0);
+		h->last_drained_ns = (uint64_t)env_value(env, "drained", 0);
+		h->last_written_ns = (uint64_t)env_value(env, "written", 0);
+		h->exec_ns = (uint64_t)env_value(env, "exec", 0);
+		h->last_state_bytes = (uint64_t)env_value(env, "bytes", 0);
+		take_holders(h, env);
+		ret = take_socket(d, (int)env_value(env, "listen", -1),
+				  (int)env_value(env, "lock", -1), env_value(env, "systemd", 0) != 0);
+		free((void *)env);
+		if (ret)
+			return ret;
+	} else if (h->nstored) {
+		state_fd = stored_state(h);
+		from = "systemd's descriptor store, from kvpoold";
+	} else {
 		return 0;
-	env = strdup(env);
-	unsetenv("KVPOOLD_HANDOVER"); /* nothing this run starts takes it for its own */
-	if (!env)
-		return -ENOMEM;
-	state_fd = (int)env_value(env, "state", -1);
-	h->last_asked_ns = (uint64_t)env_value(env, "asked", 0);
-	h->last_drained_ns = (uint64_t)env_value(env, "drained", 0);
-	h->last_written_ns = (uint64_t)env_value(env, "written", 0);
-	h->exec_ns = (uint64_t)env_value(env, "exec", 0);
-	h->last_state_bytes = (uint64_t)env_value(env, "bytes", 0);
-	take_holders(h, env);
-	ret = take_socket(d, (int)env_value(env, "listen", -1), (int)env_value(env, "lock", -1),
-			  env_value(env, "systemd", 0) != 0);
-	free((void *)env);
-	if (ret)
-		return ret;
+	}
 	h->restoring = true;
 	if (state_fd < 0) {
 		kvpd_log(d, KVPD_LOG_WARNING, "restart: no state handed over: every pool starts empty");
@@ -177,8 +222,8 @@ int kvpd_handover_start(struct kvpd *d, int argc, char **argv)
 		kvpd_state_close(&h->st);
 		return 0;
 	}
-	kvpd_log(d, KVPD_LOG_INFO, "restart: state of %u pools handed over by kvpoold %.*s",
-		 h->nsections, (int)sizeof(h->st.head.build), h->st.head.build);
+	kvpd_log(d, KVPD_LOG_INFO, "restart: state of %u pools handed over by %s %.*s",
+		 h->nsections, from, (int)sizeof(h->st.head.build), h->st.head.build);
 	return 0;
 }
 
@@ -243,28 +288,46 @@ static void restore_events(struct kvpd_pool *pool, const struct kvpd_pool_state 
 	free(e);
 }
 
-/* A handed-over memfd no pool took, closed (a number the state names, checked a memfd). */
-static void close_memfd(int fd)
+/*
+ * This run's descriptor for the one the state knows as @old: the same number
+ * after an exec; the store's, by its name, after systemd passed them (-1:
+ * it did not).
+ */
+static int fd_of(const struct kvpd_handover *h, int old)
 {
-	if (fd >= 3 && fcntl(fd, F_GET_SEALS) >= 0)
+	if (!h->nstored)
+		return old;
+	for (unsigned i = 0; i < h->nstored; i++)
+		if (h->stored[i].old == old && old >= 0)
+			return h->stored[i].fd;
+	return -1;
+}
+
+/* Descriptor @old's fate: a pool's now (@taken), or closed, a memfd the state names. */
+static void settle_fd(struct kvpd_handover *h, int old, bool taken)
+{
+	int fd = fd_of(h, old);
+
+	for (unsigned i = 0; i < h->nstored; i++)
+		if (h->stored[i].fd == fd)
+			h->stored[i].fd = -1; /* accounted for: the final sweep leaves it */
+	if (!taken && fd >= 3 && fcntl(fd, F_GET_SEALS) >= 0)
 		close(fd);
 }
 
-/* The memfds a section names are ours to close unless a pool took them. */
-static void close_named(struct kvpd_handed *s)
+/* The memfds a section names: the pool's where it took them, else closed. Once. */
+static void close_named(struct kvpd_handover *h, struct kvpd_handed *s)
 {
 	struct kvpd_pool_state ps;
 
-	if (!s->intact || s->version != KVPD_SECTION_POOL_VERSION || s->bytes < sizeof(ps))
-		return; /* their numbers cannot be trusted: left to exit */
+	if (s->settled || !s->intact || s->version != KVPD_SECTION_POOL_VERSION ||
+	    s->bytes < sizeof(ps))
+		return; /* their numbers cannot be trusted: the store's are swept, an exec's left */
 	memcpy(&ps, s->data, sizeof(ps));
-	if (!s->kv_taken)
-		close_memfd(ps.kv_fd);
-	if (!s->tier.taken) {
-		close_memfd(ps.tier_fd);
-		close_memfd(ps.tier_index_fd);
-	}
-	s->kv_taken = s->tier.taken = true;
+	settle_fd(h, ps.kv_fd, s->kv_taken);
+	settle_fd(h, ps.tier_fd, s->tier.taken);
+	settle_fd(h, ps.tier_index_fd, s->tier.taken);
+	s->settled = true;
 }
 
 /* Whether @pool may take section @s: NULL, or the cause it may not (in @cause). */
@@ -300,7 +363,7 @@ static void cold(struct kvpd *d, struct kvpd_pool *pool, struct kvpd_handed *s, 
 	kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: %s: started empty", pool->name, cause);
 	d->handover->pools_cold++;
 	s->cold = true;
-	close_named(s);
+	close_named(d->handover, s);
 }
 
 void kvpd_handover_prepare(struct kvpd *d, struct kvpd_pool *pool)
@@ -322,10 +385,10 @@ void kvpd_handover_prepare(struct kvpd *d, struct kvpd_pool *pool)
 		return;
 	}
 	sec = s->data;
-	if (!ps.has_tier || ps.tier_fd < 0 || ps.tier_index_fd < 0)
+	if (!ps.has_tier || fd_of(h, ps.tier_fd) < 0 || fd_of(h, ps.tier_index_fd) < 0)
 		return;
 	s->tier = (struct kvpd_tier_handed){
-		.head = ps.tier, .mem_fd = ps.tier_fd, .index_fd = ps.tier_index_fd,
+		.head = ps.tier, .mem_fd = fd_of(h, ps.tier_fd), .index_fd = fd_of(h, ps.tier_index_fd),
 		.owners = (const void *)(sec + ps.owners_off),
 		.block_owner = (const void *)(sec + ps.block_owner_off),
 		.walk = (const void *)(sec + ps.walk_off) };
@@ -350,7 +413,9 @@ static const char *take_section(struct kvpd *d, struct kvpd_pool *pool, struct k
 
 	memcpy(&ps, sec, sizeof(ps));
 	if (pool->layout.slot_bytes) {
-		ret = ps.kv_fd >= 3 ? kvpd_pool_adopt_kv(pool, ps.kv_fd, cause, cause_len) : -EBADF;
+		int fd = fd_of(d->handover, ps.kv_fd);
+
+		ret = fd >= 3 ? kvpd_pool_adopt_kv(pool, fd, cause, cause_len) : -EBADF;
 		if (ret)
 			return ret == -EBADF ? "its KV memory was not handed over" : cause;
 		s->kv_taken = true;
@@ -388,7 +453,7 @@ void kvpd_handover_pool(struct kvpd *d, struct kvpd_pool *pool)
 		kvpd_events_load(pool->events, NULL, NULL, 0);
 		return;
 	}
-	close_named(s); /* what it did not take */
+	close_named(h, s); /* what it did not take */
 	kvpd_stats_pool(d, pool, 0);
 	h->pools_restored++;
 }
@@ -396,6 +461,7 @@ void kvpd_handover_pool(struct kvpd *d, struct kvpd_pool *pool)
 /* A pool the last run made with kvctl pool create: made again, then restored. */
 static void create_again(struct kvpd *d, struct kvpd_handed *s, const struct kvpd_pool_state *ps)
 {
+	struct kvpd_handover *h = d->handover;
 	char why[KVP_REASON_MAX] = "";
 	struct kvpd_pool *pool;
 	int ret = kvpd_pool_create(d, &ps->spec, NULL, why, sizeof(why));
@@ -414,7 +480,7 @@ static void create_again(struct kvpd *d, struct kvpd_handed *s, const struct kvp
 		}
 	}
 	if (ret) {
-		close_named(s);
+		close_named(h, s);
 		s->used = true;
 		d->handover->pools_cold++;
 		kvpd_log(d, KVPD_LOG_ERR, "restart: pool %s (kvctl pool create) not made again: %s",
@@ -444,7 +510,7 @@ void kvpd_handover_finish(struct kvpd *d)
 		memcpy(&ps, s->data, sizeof(ps));
 		ps.spec.v2.v1.name[KVP_NAME_MAX - 1] = '\0';
 		if (ps.configured || strncmp(ps.spec.v2.v1.name, s->name, KVP_NAME_MAX)) {
-			close_named(s);
+			close_named(h, s);
 			s->used = true;
 			kvpd_log(d, KVPD_LOG_NOTICE, "restart: pool %s is no longer in the config: "
 				 "dropped", s->name);
@@ -454,11 +520,22 @@ void kvpd_handover_finish(struct kvpd *d)
 	}
 	for (uint32_t i = 0; i < h->nsections; i++)
 		if (!h->sections[i].used)
-			close_named(&h->sections[i]);
+			close_named(h, &h->sections[i]);
 	free(h->sections);
 	h->sections = NULL;
 	kvpd_state_close(&h->st);
 	h->restoring = false;
+	/* The store's descriptors no section accounted for; then systemd lets them all go. */
+	for (unsigned i = 0; i < h->nstored; i++)
+		if (h->stored[i].fd >= 0)
+			close(h->stored[i].fd);
+	kvpd_handover_unstore(d);
+	if (!h->last_asked_ns) { /* systemd's store: the stop's parts are not known here */
+		kvpd_log(d, KVPD_LOG_NOTICE, "restart: %u pools restored, %u started empty; restore "
+			 "%.1f ms", h->pools_restored, h->pools_cold,
+			 (kvpd_now_ns() - h->start_ns) / 1e6);
+		return;
+	}
 	kvpd_log(d, KVPD_LOG_NOTICE, "restart: %u pools restored, %u started empty; drain %.1f ms, "
 		 "state %.1f ms (%.1f MiB), teardown %.1f ms, exec %.1f ms, restore %.1f ms",
 		 h->pools_restored, h->pools_cold, (h->last_drained_ns - h->last_asked_ns) / 1e6,

@@ -178,8 +178,8 @@ def test_a_changed_pool_starts_empty_and_the_others_are_kept(daemon):
               "kv_heads=2", "head_dim=8", "layers_per_group=2")
     assert r.returncode == 0, r.stderr
     fill(daemon, "made", [0], 400, n=4)
-    with daemon.client(pool="other") as c:
-        other_gen = c.pool.generation
+    kept = daemon.client(pool="other")
+    other_gen = kept.pool.generation
     with daemon.client(pool="made") as c:
         made_gen = c.pool.generation
     assert lookups(daemon, "other", 300, 4) == [12] * 4
@@ -194,6 +194,9 @@ def test_a_changed_pool_starts_empty_and_the_others_are_kept(daemon):
     assert lookups(daemon, "made", 400, 4) == [12] * 4  # kvctl pool create's, made again
     with daemon.client(pool="other") as c:
         assert c.pool.num_blocks == 33 and c.pool.generation != other_gen
+    # A client that reconnects learns it is another pool: another generation, 33 blocks.
+    assert kept.reconnect() not in (0, other_gen) and kept.pool.num_blocks == 33
+    kept.close()
     with daemon.client(pool="made") as c:
         assert c.pool.generation == made_gen
     with daemon.client(admin=True) as admin:
@@ -309,6 +312,29 @@ def test_a_mapped_pool_keeps_its_memory_and_generation(daemon):
         assert np.array_equal(np.array(K2[table[:3]]), seen)
         with c2.open(tokens) as s2:
             assert s2.lookup() == 12
+    c.close()
+
+
+def test_reconnect_finds_the_same_pool_after_a_restart(daemon):
+    """Client.reconnect(): the same socket, pool and namespace; the generation it finds. The
+    old connection's sequences and lookups are gone with it."""
+    fill(daemon, "other", [0], 300, n=4)
+    p = prompts(300, 1)[0]
+    c = daemon.client(pool="other")
+    gen = c.pool.generation
+    s = c.open(p)
+    pending = c.open(p).lookup_async()
+    restart(daemon)
+    with pytest.raises(kvpool.Disconnected):
+        s.lookup()
+    assert c.reconnect() == gen and c.pool.generation == gen
+    with pytest.raises(kvpool.Disconnected):
+        s.lookup()  # its handle meant the old connection's sequence
+    with pytest.raises(kvpool.Disconnected):
+        pending.result(timeout=1)
+    with c.open(p) as s2:
+        assert s2.lookup() == 12
+    s.close()  # nothing to close: gone with its connection
     c.close()
 
 

@@ -78,6 +78,33 @@ def test_daemon_killed_then_back(daemon, model_dir, tmp_path, monkeypatch):
         hits_resume(a, b, tmp_path, seed=10)
 
 
+def test_a_planned_restart_keeps_what_was_saved(daemon, model_dir, monkeypatch):
+    """kvctl daemon restart while two engines serve: the pool and its cache are handed over.
+    A request after it loads the prefix A saved before it, its KV the model's; the worker's
+    views of the pool are kept (the same generation: the same memory)."""
+    monkeypatch.setattr(kvpool.vllm.link, "BACKOFF_FIRST", 0.05)
+    monkeypatch.setattr(kvpool.vllm.link, "BACKOFF_MAX", 0.1)
+    cfg = connector_config(daemon)
+    kvctl = os.path.join(ROOT, "build", "bin", "kvctl")
+    with harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg) as a, \
+            harness.Engine(model_dir, block_size=BLOCK, kv_transfer_config=cfg) as b:
+        saved = [tokens(40, 1 + i) for i in range(3)]
+        for i, P in enumerate(saved):
+            serve(a, f"p{i}", P)
+        worker = b.worker_connector._worker
+        serve(b, "warm", tokens(40, 9))  # B's worker has mapped the pool
+        views = worker.layers
+        r = subprocess.run([kvctl, "--socket", daemon.socket, "daemon", "restart"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        # B's first request meets the restart (its connection reset: computed in full, as in
+        # an outage); the next ones load what A saved before it (each prompt once: what B
+        # computed itself, vLLM's own cache hits).
+        hits = [serve(b, f"q{i}", P + [1]).num_external_tokens for i, P in enumerate(saved)]
+        assert hits[1:] == [32, 32] or hits == [32, 32, 32], (hits, str(counts(b)))
+        assert worker.layers is views  # kept: not mapped again
+
+
 def test_daemon_absent_at_start(tmp_path, model_dir, monkeypatch):
     """No kvpoold when the engines start: they start and serve without hits; once it is there,
     hits come."""

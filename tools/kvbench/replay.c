@@ -301,6 +301,8 @@ static int fleet_opts_check(const struct replay_opts *o, bool seeded)
 	if (o->nodes > 1 && (o->socket || o->daemon))
 		return usage_error("%s", "--socket and --daemon name one kvpoold: not with --nodes "
 				   "above 1 (the run starts its own)");
+	if (o->restart_at > 0 && o->nodes > 1)
+		return usage_error("%s", "--restart-at restarts one kvpoold: not with --nodes above 1");
 	if (o->redis_cluster == 2)
 		return usage_error("%s", "--redis-cluster 2: Redis Cluster needs 3 masters (1: one "
 				   "standalone server)");
@@ -386,6 +388,15 @@ static int parse_opts(int argc, char **argv, struct replay_opts *o)
 			if (strcmp(v, "lru") && strcmp(v, "second_sight"))
 				return usage_error("bad --tier-policy '%s': lru or second_sight", v);
 			o->tier_policy = v;
+			continue;
+		}
+		if (!strcmp(a, "--restart-at")) {
+			char *end;
+
+			o->restart_at = strtod(v, &end);
+			if (*end || !(o->restart_at > 0 && o->restart_at < 1))
+				return usage_error("bad --restart-at '%s': a fraction of the requests, "
+						   "above 0 and below 1", v);
 			continue;
 		}
 		if (!strcmp(a, "--speed")) {

@@ -50,6 +50,7 @@ struct replay_opts {
 	const char *groups;          /* kvpool.conf's groups: "full", "full cyclic:1024", ... */
 	uint32_t max_step;           /* tokens one ALLOC adds (the pool's max_step_tokens) */
 	int64_t snapshot_every;      /* the pool's snapshot_every; -1: the daemon's default */
+	double restart_at;           /* the daemon restarts once this fraction is served; 0: never */
 };
 
 /* What one request saw (written by its engine into memory the parent shares). */
@@ -60,6 +61,7 @@ struct replay_result {
 	uint64_t alloc_ns;
 	int32_t error;         /* 0, or the -errno its engine met */
 	uint32_t done;
+	uint32_t measured;     /* its hit is measured: a try after a restart keeps it */
 };
 
 /* The daemon's side of a run: its pool's tier counters once the engines are done. */
@@ -92,7 +94,20 @@ struct replay_held {
 struct replay_lat {
 	struct bench_pct decode, nop;
 	uint64_t decode_n, nop_n;
+	double restart_s;      /* --restart-at: the request to the next run's first hit; <0: none */
 };
+
+/*
+ * replay_restart.c (--restart-at): whether the run is due to restart the
+ * daemon; the restart itself through @admin (a new one, the next run's, in its
+ * place), timed to the first hit into *@restart_s: 0 or -errno; the tier
+ * counters of the run before added to the next's.
+ */
+bool replay_restart_due(const struct replay_opts *o, const struct replay_result *res, uint32_t n);
+int replay_restart(struct kvp_client **admin, const char *sock, const char *pool,
+		   const struct replay_req *reqs, const struct replay_result *res, uint32_t n,
+		   double *restart_s);
+void replay_tier_add(struct replay_tier *a, const struct replay_tier *b);
 
 /* Token j of a prompt whose trace blocks are @ids: what the id alone determines. */
 uint32_t replay_token(const uint64_t *ids, uint32_t j);

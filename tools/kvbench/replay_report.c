@@ -273,6 +273,10 @@ void replay_report(const struct replay_opts *o, const struct replay_req *reqs, u
 		json_object_object_add(row, "bystander_nop_p99_us", bench_json_fixed(lat->nop.p99 / 1e3, 1));
 		json_object_object_add(row, "errors", json_object_new_int64(errors));
 		json_object_object_add(row, "elapsed_s", bench_json_fixed(elapsed_ns / 1e9, 3));
+		if (o->restart_at > 0) {
+			json_object_object_add(row, "restart_at", bench_json_fixed(o->restart_at, 3));
+			json_object_object_add(row, "restart_s", bench_json_fixed(lat->restart_s, 3));
+		}
 		bench_json_line(row);
 		return;
 	}
@@ -298,6 +302,9 @@ void replay_report(const struct replay_opts *o, const struct replay_req *reqs, u
 	       plain.median / 1e3, plain.p99 / 1e3, npromoting,
 	       promoting.median / 1e3, promoting.p99 / 1e3, lat->decode.median / 1e3,
 	       lat->decode.p99 / 1e3, errors, elapsed_ns / 1e9);
+	if (o->restart_at > 0)
+		printf("restart at %.0f%% of the requests: %.3f s from the request to the next run's "
+		       "first hit\n", o->restart_at * 100, lat->restart_s);
 	printf("groups %s: blocks held, mean (most) each:", o->groups);
 	for (uint32_t g = 0; g < held->ngroups; g++)
 		printf(" %.1f (%llu)", held->mean[g], (unsigned long long)held->max[g]);

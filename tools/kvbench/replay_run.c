@@ -5,7 +5,8 @@
  * its engines in turn, in trace order, each as an engine serves it: the
  * prompt opened, LOOKUP, ALLOC with the cache (timed, and marked when it
  * waited for a tier), the missed tokens' KV written and committed, the output
- * decoded a token at a time, then closed.
+ * decoded a token at a time, then closed. With --restart-at, the daemon
+ * restarted midway (replay_restart.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -38,6 +39,7 @@ struct samples {
 
 struct engine {
 	struct kvp_client *c;
+	struct kvp_connect_opts co;
 	const struct replay_opts *o;
 	uint32_t head_dim;
 	float *zeros;             /* K (and V) of CHUNK tokens */
@@ -146,8 +148,12 @@ static int serve(struct engine *e, const struct replay_req *r, struct replay_res
 	res->lookup_ns = bench_now_ns() - t0;
 	first = r->in_len - want < e->o->max_step ? r->in_len - want : e->o->max_step;
 	ret = alloc_waiting(e, h, first, true, &hit, &tier, &res->alloc_ns);
-	res->hit_tokens = hit;
-	res->tier = tier;
+	/* Served again after a restart: the hit is the first try's, as a run without it saw. */
+	if (!ret && !res->measured) {
+		res->hit_tokens = hit;
+		res->tier = tier;
+		res->measured = 1;
+	}
 	/*
 	 * Another engine's ALLOC may have evicted some of the hit since the LOOKUP:
 	 * slots run to computed + new tokens, so the prompt's end needs more ALLOCs.
@@ -167,6 +173,19 @@ static int serve(struct engine *e, const struct replay_req *r, struct replay_res
 			e->samples->decode_ns[e->sample_at + t] = ns;
 	}
 	kvp_seq_close(e->c, h);
+	return ret;
+}
+
+/* A new connection with the engine's settings, the daemon given a minute to come back. */
+static int reconnect(struct engine *e)
+{
+	uint64_t t0 = bench_now_ns();
+	int ret;
+
+	kvp_close(e->c);
+	e->c = NULL;
+	while ((ret = kvp_connect(&e->co, &e->c)) && bench_now_ns() - t0 < 60000000000ull)
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	return ret;
 }
 
@@ -199,6 +218,11 @@ static int engine_main(struct engine *e, unsigned k, const struct replay_req *re
 				(unsigned long long)e->o->pool_tokens);
 		} else {
 			res[i].error = serve(e, &reqs[i], &res[i]);
+			/* The daemon restarted (--restart-at): connected again, served again. */
+			while (e->o->restart_at > 0 && (res[i].error == -ECONNRESET ||
+							res[i].error == -EPIPE ||
+							res[i].error == -ENOTCONN) && !reconnect(e))
+				res[i].error = serve(e, &reqs[i], &res[i]);
 			if (res[i].error)
 				fprintf(stderr, "kvbench replay: request %u: %s\n", i,
 					strerror(-res[i].error));
@@ -213,14 +237,15 @@ static int engine_process(struct engine e, const char *sock, const char *pool, u
 			  uint32_t max_in)
 {
 	const struct replay_opts *o = e.o;
-	struct kvp_connect_opts co = { .socket_path = sock, .pool = pool,
-				       .arena_bytes = (uint64_t)max_in * 4 +
-						      (uint64_t)CHUNK * o->kv_bytes_per_token + (1u << 20) };
 	int ret;
 
+	e.co = (struct kvp_connect_opts){ .socket_path = sock, .pool = pool,
+					  .arena_bytes = (uint64_t)max_in * 4 +
+							 (uint64_t)CHUNK * o->kv_bytes_per_token +
+							 (1u << 20) };
 	e.zeros = calloc((size_t)CHUNK * e.head_dim, sizeof(float));
 	e.tokens = calloc(max_in, sizeof(*e.tokens));
-	ret = e.zeros && e.tokens ? kvp_connect(&co, &e.c) : -ENOMEM;
+	ret = e.zeros && e.tokens ? kvp_connect(&e.co, &e.c) : -ENOMEM;
 	if (ret) {
 		fprintf(stderr, "kvbench replay: engine %u: connect to %s: %s\n", k, sock, strerror(-ret));
 		return 1;
@@ -498,7 +523,7 @@ static int node_start(const struct replay_opts *o, struct node *nd, unsigned k, 
 static void node_stop(const struct replay_opts *o, struct node *nd, const char *dir)
 {
 	/* A disk tier's file is the run's own: it goes with the pool. */
-	if (nd->made && bench_pool_drop(nd->admin, nd->pool) && o->tier_disk_tokens && !*own_dir)
+	if (nd->made && nd->admin && bench_pool_drop(nd->admin, nd->pool) && o->tier_disk_tokens && !*own_dir)
 		fprintf(stderr, "kvbench replay: %s/%s.kvtier left behind\n", dir, nd->pool);
 	kvp_close(nd->admin);
 	if (nd->dmn.pid > 0)
@@ -515,8 +540,10 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	unsigned nengines = o->nodes * o->engines, started = 0;
 	uint32_t *turn = calloc(n ? n : 1, sizeof(*turn)), seen[REPLAY_MAX_NODES] = { 0 };
 	struct samples *samples;
+	struct replay_tier before = { 0 };
 	pid_t *pids, by = -1, parent;
 	uint32_t max_in = 1;
+	bool restarted = false;
 	uint64_t t0;
 	int ret = 0;
 
@@ -582,7 +609,14 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 				ret = -ECHILD;
 			pids[k] = -1;
 		}
-		if (left) {
+		if (left && !restarted && replay_restart_due(o, res, n)) {
+			restarted = true;
+			tier_counters(nodes[0].admin, nodes[0].pool, &before);
+			if (replay_restart(&nodes[0].admin, nodes[0].sock, nodes[0].pool, reqs, res, n,
+					   &lat->restart_s))
+				ret = -EIO;
+		}
+		if (left && nodes[0].admin) {
 			sample_held(nodes[0].admin, nodes[0].pool, held);
 			nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
 		}
@@ -597,11 +631,14 @@ int replay_run(const struct replay_opts *o, const struct replay_req *reqs, uint3
 	if (ret)
 		fprintf(stderr, "kvbench replay: an engine did not finish its requests\n");
 	latencies(samples, o, reqs, n, lat);
-	for (unsigned k = 0; k < o->nodes; k++) {
+	for (unsigned k = 0; k < o->nodes && nodes[k].admin; k++) {
 		kvp_pool_sync(nodes[k].admin, nodes[k].pool);
 		tier_counters(nodes[k].admin, nodes[k].pool, &tiers[k]);
 	}
-	snapshot_counters(nodes[0].admin, nodes[0].pool, held);
+	if (restarted)
+		replay_tier_add(&tiers[0], &before);
+	if (nodes[0].admin)
+		snapshot_counters(nodes[0].admin, nodes[0].pool, held);
 out_nodes:
 	if (o->bystander && nodes[0].admin)
 		kvp_pool_destroy(nodes[0].admin, by_pool);

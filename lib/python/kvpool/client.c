@@ -55,6 +55,37 @@ const struct kvp_pool_info *kvpy_pool(ClientObject *self)
 	return p;
 }
 
+/* A connection with the client's settings to @pool (NULL: none) into *@c; 0, or raises. */
+static int dial(ClientObject *self, const char *pool, struct kvp_client **c)
+{
+	char why[KVP_REASON_MAX], what[KVP_NAME_MAX + 128];
+	const char *socket_path = self->socket_path;
+	struct kvp_connect_opts opts = { .socket_path = socket_path, .pool = pool,
+					 .namespace_ = self->namespace_,
+					 .sq_entries = KVPY_SQ_ENTRIES, .arena_bytes = self->arena,
+					 .spin_us = self->spin_us, .admin = self->admin,
+					 .stats_page = true, .timeout_ms = self->timeout_ms,
+					 .pool_map = true, .why = why, .why_len = sizeof(why) };
+	int ret;
+
+	Py_BEGIN_ALLOW_THREADS
+	ret = kvp_connect(&opts, c);
+	Py_END_ALLOW_THREADS
+	if (!ret)
+		return 0;
+	if (!socket_path)
+		socket_path = getenv("KVPOOL_SOCKET") ?: KVP_DEFAULT_SOCKET;
+	snprintf(what, sizeof(what), "connect %s%s%s", socket_path, pool ? " pool " : "",
+		 pool ? pool : "");
+	/* No daemon there (ENOENT, ECONNREFUSED): not an unknown pool, whatever the errno. */
+	if (ret == -ENOENT || ret == -ECONNREFUSED)
+		kvpy_raise_as(self->st->error, ret, what, "is kvpoold running?");
+	else
+		kvpy_raise(self->st, ret, what, why);
+	*c = NULL;
+	return -1;
+}
+
 static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = { "socket", "pool", "namespace", "admin", "timeout_ms", "spin_us",
@@ -63,10 +94,7 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 	int admin = 0;
 	unsigned timeout_ms = 0, spin_us = 0;
 	unsigned long long arena = DEFAULT_ARENA_BYTES;
-	char why[KVP_REASON_MAX], what[KVP_NAME_MAX + 128];
-	struct kvp_connect_opts opts = { 0 };
 	ClientObject *self;
-	int ret;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zzspO&$O&K:Client", kwlist, &socket_path,
 					 &pool, &ns, &admin, kvpy_u32, &timeout_ms, kvpy_u32, &spin_us,
@@ -78,35 +106,61 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 	self->st = PyType_GetModuleState(type);
 	self->pool_name = pool && *pool ? PyUnicode_FromString(pool) : Py_NewRef(Py_None);
 	self->lock = PyThread_allocate_lock();
-	if (!self->pool_name || !self->lock) {
+	self->socket_path = socket_path ? strdup(socket_path) : NULL;
+	if (!self->pool_name || !self->lock || (socket_path && !self->socket_path)) {
 		Py_DECREF(self);
 		return PyErr_NoMemory();
 	}
-	opts = (struct kvp_connect_opts){ .socket_path = socket_path, .pool = pool,
-					  .namespace_ = ns, .sq_entries = KVPY_SQ_ENTRIES,
-					  .arena_bytes = arena, .spin_us = spin_us,
-					  .admin = admin, .stats_page = true,
-					  .timeout_ms = timeout_ms, .pool_map = true, .why = why,
-					  .why_len = sizeof(why) };
-	Py_BEGIN_ALLOW_THREADS
-	ret = kvp_connect(&opts, &self->c);
-	Py_END_ALLOW_THREADS
-	if (ret) {
-		if (!socket_path)
-			socket_path = getenv("KVPOOL_SOCKET") ?: KVP_DEFAULT_SOCKET;
-		snprintf(what, sizeof(what), "connect %s%s%s", socket_path, pool ? " pool " : "",
-			 pool ? pool : "");
-		/* No daemon there (ENOENT, ECONNREFUSED): not an unknown pool, whatever the errno. */
-		if (ret == -ENOENT || ret == -ECONNREFUSED)
-			kvpy_raise_as(self->st->error, ret, what, "is kvpoold running?");
-		else
-			kvpy_raise(self->st, ret, what, why);
-		self->c = NULL;
+	snprintf(self->namespace_, sizeof(self->namespace_), "%s", ns);
+	self->admin = admin;
+	self->timeout_ms = timeout_ms;
+	self->spin_us = spin_us;
+	self->arena = arena;
+	if (dial(self, pool, &self->c)) {
 		Py_DECREF(self);
 		return NULL;
 	}
 	kvp_arena(self->c, &self->arena_bytes);
 	return (PyObject *)self;
+}
+
+/*
+ * A new connection with the same settings, to the pool attached now: after a
+ * daemon's restart, or a Disconnected. The old one's sequences and lookups
+ * are gone with it (their next call raises Disconnected). Returns the pool's
+ * generation (the same as before: the same pool, its cache kept; another:
+ * made again, empty), or None without a pool.
+ */
+static PyObject *client_reconnect(ClientObject *self, PyObject *unused)
+{
+	struct kvp_client *old, *c = NULL;
+	const char *pool = NULL;
+	int ret;
+
+	(void)unused;
+	if (self->pool_name != Py_None && !(pool = PyUnicode_AsUTF8AndSize(self->pool_name, NULL)))
+		return NULL;
+	take_lock(self);
+	old = self->c;
+	self->c = NULL;
+	self->epoch++;
+	self->ndrops = 0; /* tickets of the old connection */
+	if (old) {
+		Py_BEGIN_ALLOW_THREADS
+		kvp_close(old);
+		Py_END_ALLOW_THREADS
+	}
+	ret = dial(self, pool, &c);
+	if (!ret) {
+		self->c = c;
+		kvp_arena(self->c, &self->arena_bytes);
+	}
+	kvpy_unlock(self);
+	if (ret)
+		return NULL;
+	if (!pool)
+		Py_RETURN_NONE;
+	return PyLong_FromUnsignedLongLong(kvp_pool_generation(self->c));
 }
 
 static void client_dealloc(ClientObject *self)
@@ -116,6 +170,7 @@ static void client_dealloc(ClientObject *self)
 	if (self->lock)
 		PyThread_free_lock(self->lock);
 	Py_XDECREF(self->pool_name);
+	free(self->socket_path);
 	kvpy_free(self);
 }
 
@@ -395,6 +450,11 @@ static PyObject *client_free_queue(ClientObject *self, PyObject *unused)
 static PyMethodDef client_methods[] = {
 	{ "close", (PyCFunction)client_close, METH_NOARGS,
 	  "close()\n--\n\nClose the connection; the daemon closes the sequences left open." },
+	{ "reconnect", (PyCFunction)client_reconnect, METH_NOARGS,
+	  "reconnect()\n--\n\nConnect again with the same socket, pool, namespace and settings\n"
+	  "(after a daemon's restart, or a Disconnected); the old connection's sequences\n"
+	  "and lookups are gone with it. Returns the pool's generation (unchanged: the same\n"
+	  "pool and its cache; another: made again, empty), or None without a pool." },
 	{ "__enter__", client_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL },
 	{ "nop", (PyCFunction)client_nop, METH_NOARGS,

@@ -46,12 +46,20 @@ typedef struct {
 	uint64_t arena_bytes;
 	uint64_t drops[KVP_LOOKUPS_MAX]; /* lookups let go while out: dropped at the next call */
 	unsigned ndrops;
+	uint32_t epoch;       /* connections made: reconnect() adds one */
+	/* What the connection was made with, for reconnect() */
+	char *socket_path;    /* NULL: the default */
+	char namespace_[KVP_NAME_MAX];
+	bool admin;
+	unsigned timeout_ms, spin_us;
+	unsigned long long arena;
 } ClientObject;
 
 typedef struct {
 	PyObject_HEAD
 	ClientObject *client;
 	uint64_t handle;
+	uint32_t epoch;       /* its client's connection: a handle means nothing on another */
 	bool closed;
 } SequenceObject;
 

@@ -40,7 +40,8 @@ static void lookup_dealloc(LookupObject *self)
 {
 	ClientObject *client = self->seq->client;
 
-	if (self->out && client->c && client->ndrops < KVP_LOOKUPS_MAX)
+	if (self->out && client->c && self->seq->epoch == client->epoch &&
+	    client->ndrops < KVP_LOOKUPS_MAX)
 		client->drops[client->ndrops++] = self->ticket;
 	Py_DECREF(self->seq);
 	kvpy_free(self);
@@ -54,6 +55,11 @@ static int poll_once(LookupObject *self, uint64_t wait_ns)
 
 	if (!self->out)
 		return 1;
+	if (self->seq->epoch != client->epoch) { /* out on the connection before reconnect() */
+		self->out = false;
+		self->res = -ECONNRESET;
+		return 1;
+	}
 	KVPY_LOCKED_CALL(client, ret, kvp_lookup_poll(client->c, self->ticket, wait_ns));
 	if (ret == INT32_MIN)
 		return -1;

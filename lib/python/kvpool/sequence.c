@@ -14,6 +14,7 @@ PyObject *kvpy_sequence_new(ClientObject *client, uint64_t handle)
 		return NULL;
 	self->client = (ClientObject *)Py_NewRef((PyObject *)client);
 	self->handle = handle;
+	self->epoch = client->epoch;
 	return (PyObject *)self;
 }
 
@@ -37,6 +38,13 @@ int kvpy_sequence_handle(ClientObject *client, PyObject *obj, uint64_t *handle)
 		kvpy_raise(client->st, -EBADF, "sequence", "closed");
 		return -1;
 	}
+	if (seq->epoch != client->epoch) {
+		/* Its handle could name another sequence of the new connection. */
+		seq->closed = true;
+		kvpy_raise(client->st, -ECONNRESET, "sequence",
+			   "opened on the connection before reconnect(): gone with it");
+		return -1;
+	}
 	*handle = seq->handle;
 	return 0;
 }
@@ -46,8 +54,9 @@ static void sequence_dealloc(SequenceObject *self)
 {
 	ClientObject *client = self->client;
 
-	if (!self->closed && client->c && PyThread_acquire_lock(client->lock, NOWAIT_LOCK)) {
-		if (client->c)
+	if (!self->closed && client->c && self->epoch == client->epoch &&
+	    PyThread_acquire_lock(client->lock, NOWAIT_LOCK)) {
+		if (client->c && self->epoch == client->epoch)
 			kvp_seq_close(client->c, self->handle);
 		kvpy_unlock(client);
 	}
@@ -70,8 +79,10 @@ static PyObject *sequence_close(SequenceObject *self, PyObject *unused)
 	int ret;
 
 	(void)unused;
-	if (self->closed || !self->client->c)
+	if (self->closed || !self->client->c || self->epoch != self->client->epoch) {
+		self->closed = true; /* gone with its connection */
 		Py_RETURN_NONE;
+	}
 	KVPY_LOCKED_CALL(self->client, ret, kvp_seq_close(self->client->c, self->handle));
 	if (ret != INT32_MIN)
 		self->closed = true;

@@ -83,6 +83,8 @@ class WorkerSide:
         self.group_bytes = []     # per group: one block of each of its layers, K and V
         self.caches = None
         self.map = None
+        self.generation = 0       # the mapped pool's (PoolInfo.generation)
+        self.connected = False    # the link's connection is the one the views were made for
         self.layers = []          # per group: [(vllm K, vllm V, pool K, pool V)] by layer
         self.received = set()     # loads done (or failed whole), to report
         self.failed_loads = set() # of those, the ones vLLM must recompute whole
@@ -102,10 +104,16 @@ class WorkerSide:
         self.link.start()
 
     def _map(self, client):
-        """At every (re)connect: the geometry, then the pool mapped and viewed layer by layer."""
+        """At every (re)connect: the geometry, then the pool mapped and viewed layer by layer;
+        or the views it has kept, when the pool is the same one (its generation: a planned
+        restart of the daemon kept the pool, its memory, its blocks)."""
         pool = self.pool
         if self.want is not None:
             check(pool, client.pool, self.want)
+        generation = getattr(client.pool, "generation", 0)
+        if self.layers and generation and generation == self.generation:
+            self.connected = True
+            return
         try:
             m = client.map()
         except kvpool.Error as e:
@@ -137,7 +145,8 @@ class WorkerSide:
                 group.append((k, v, pk, pv))
                 self.cuda_devices |= {t.device for t in (k, pk) if t.device.type == "cuda"}
             layers.append(group)
-        self.map, self.layers = m, layers
+        self.map, self.layers, self.generation = m, layers, generation
+        self.connected = True
         self.group_bytes = [sum(pk[0].numel() * pk.element_size() * 2 for _, _, pk, _ in g)
                             for g in layers]
 
@@ -154,13 +163,15 @@ class WorkerSide:
                 self.link.client.nop()
                 # The scheduler side planned them on the daemon this connection reaches,
                 # not on one that died and was replaced since.
-                ok = bool(self.layers) and getattr(meta, "boot_id", 0) in (
+                ok = bool(self.layers) and self.connected and getattr(meta, "boot_id", 0) in (
                     0, self.link.client.boot_id)
             except kvpool.Error as e:
                 self.link.failed(e, "the worker's connection")
         if self.link.client is None:
-            self.map, self.layers = None, []
-            self.link.get()  # mapped again (if the daemon is back) for the next step
+            # Its views stay for a daemon back with the same pool (a planned restart); the
+            # steps planned on the run that went are not made (their blocks went with it).
+            self.connected = False
+            self.link.get()  # mapped again, or kept, (if the daemon is back) for the next step
         self.ready = (meta, ok)
         return ok
 
@@ -255,5 +266,5 @@ class WorkerSide:
 
     def close(self):
         self.layers = []
-        self.map = None
+        self.map, self.layers = None, []
         self.link.close()
