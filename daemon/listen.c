@@ -129,12 +129,43 @@ static void fd_name(const char *names, unsigned i, char *out, size_t len)
 		snprintf(out, len, "%.*s", (int)strcspn(names, ":"), names);
 }
 
-/* Descriptor @fd is the listening socket systemd passed: 0, or -errno with @why. */
-static int take_listener(struct kvpd *d, int fd, char *why, size_t why_len)
+/*
+ * Descriptor @fd, passed by @whom, made the daemon's listening socket: a
+ * listening AF_UNIX SOCK_SEQPACKET socket with a path, which it returns
+ * (allocated); NULL with @why filled otherwise.
+ */
+static char *take_listening(int fd, const char *whom, char *why, size_t why_len)
 {
 	struct sockaddr_un sa;
 	socklen_t len = sizeof(sa), optlen = sizeof(int);
 	int type = 0, listening = 0;
+	char *path;
+
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) || sa.sun_family != AF_UNIX ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &optlen) || type != SOCK_SEQPACKET ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) || !listening ||
+	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
+		snprintf(why, why_len, "the socket %s (fd %d) is not a listening AF_UNIX "
+			 "SOCK_SEQPACKET socket with a path (ListenSequentialPacket=)", whom, fd);
+		return NULL;
+	}
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) {
+		snprintf(why, why_len, "the socket %s: %s", whom, strerror(errno));
+		return NULL;
+	}
+	path = strndup(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
+	if (!path) {
+		snprintf(why, why_len, "the socket %s: %s", whom, strerror(ENOMEM));
+		return NULL;
+	}
+	/* As listen_on's: descriptors a client would send are refused at its end. */
+	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
+	return path;
+}
+
+/* Descriptor @fd is the listening socket systemd passed: 0, or -errno with @why. */
+static int take_listener(struct kvpd *d, int fd, char *why, size_t why_len)
+{
 	char *path;
 
 	if (d->listen_fd >= 0) {
@@ -142,26 +173,38 @@ static int take_listener(struct kvpd *d, int fd, char *why, size_t why_len)
 			 "kvpoold takes exactly one", d->listen_fd, fd);
 		return -EINVAL;
 	}
-	if (getsockname(fd, (struct sockaddr *)&sa, &len) || sa.sun_family != AF_UNIX ||
-	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &optlen) || type != SOCK_SEQPACKET ||
-	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) || !listening ||
-	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
-		snprintf(why, why_len, "the socket systemd passed (fd %d) is not a listening "
-			 "AF_UNIX SOCK_SEQPACKET socket with a path (ListenSequentialPacket=)", fd);
-		return -EINVAL;
-	}
-	if (fcntl(fd, F_SETFD, FD_CLOEXEC) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) {
-		snprintf(why, why_len, "the socket systemd passed: %s", strerror(errno));
-		return -errno;
-	}
-	path = strndup(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
+	path = take_listening(fd, "systemd passed", why, why_len);
 	if (!path)
-		return -ENOMEM;
-	/* As listen_on's: descriptors a client would send are refused at its end. */
-	setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &(int){ 0 }, sizeof(int));
+		return -EINVAL;
 	d->inherited_path = path;
 	d->cfg.socket_path = path;
 	d->listen_fd = fd;
+	return 0;
+}
+
+int kvpd_listen_handed(struct kvpd *d, char *why, size_t why_len)
+{
+	struct kvpd_handover *h = d->handover;
+	char *path = take_listening(h->listen_fd, "the last run handed over", why, why_len);
+
+	if (!path)
+		return -EBADF;
+	if (strcmp(d->cfg.socket_path, path))
+		kvpd_log(d, KVPD_LOG_WARNING, "restart: socket %s kept (the socket setting says %s: "
+			 "a stop and a start moves it)", path, d->cfg.socket_path);
+	d->listen_fd = h->listen_fd;
+	if (h->listen_systemd) {
+		d->inherited_path = path; /* systemd's still: no lock, no unlink */
+		d->cfg.socket_path = path;
+		return 0;
+	}
+	snprintf(h->socket_path, sizeof(h->socket_path), "%s", path);
+	free(path);
+	d->cfg.socket_path = h->socket_path;
+	if (h->lock_fd >= 0) {
+		fcntl(h->lock_fd, F_SETFD, FD_CLOEXEC);
+		d->lock_fd = h->lock_fd;
+	}
 	return 0;
 }
 

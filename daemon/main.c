@@ -293,7 +293,8 @@ int main(int argc, char **argv)
 	struct kvpd_workers workers = { 0 };
 	struct kvpd_plugin cuda = { 0 };
 	struct kvpd_statpage stats = { .fd = -1 };
-	struct kvpd_handover handover = { .exe_fd = -1, .self_fd = -1, .state_fd = -1 };
+	struct kvpd_handover handover = { .exe_fd = -1, .self_fd = -1, .state_fd = -1,
+					  .listen_fd = -1, .lock_fd = -1 };
 	struct kvpd d = {
 		.log = { .level = KVPD_LOG_DEFAULT, .journal = kvpd_log_to_journal() },
 		.listen_fd = -1, .lock_fd = -1, .signal_fd = -1, .timer_fd = -1,
@@ -326,6 +327,8 @@ int main(int argc, char **argv)
 		goto out_config;
 	}
 	ret = kvpd_handover_start(&d, argc, argv);
+	if (!ret && handover.listen_fd >= 0 && (ret = kvpd_listen_handed(&d, why, sizeof(why))))
+		kvpd_log(&d, KVPD_LOG_ERR, "restart: %s", why);
 	if (ret)
 		goto out_config;
 	if (d.cfg.socket_group && !getgrnam(d.cfg.socket_group)) {

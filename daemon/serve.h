@@ -30,6 +30,8 @@ extern const struct kvpd_stats_hooks kvpd_stats_hooks;
 int kvpd_listen_on(struct kvpd *d);
 /* systemd's socket (LISTEN_FDS): 1 taken, 0 none passed, -errno with @why. */
 int kvpd_inherit_socket(struct kvpd *d, char *why, size_t why_len);
+/* A planned restart's socket and lock (d->handover's), the daemon's: 0, or -errno with @why. */
+int kvpd_listen_handed(struct kvpd *d, char *why, size_t why_len);
 /* SOCKET.lock removed while held, then closed (@fd -1: none). */
 void kvpd_unlock_socket_path(const char *path, int fd);
 

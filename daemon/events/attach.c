@@ -116,9 +116,10 @@ int kvpd_events_attach(struct kvpd *d, struct kvpd_pool *pool, char *why, size_t
 	group_fields(ev, &pool->params);
 	/*
 	 * The pool's cached keys with their origins, so that a planned restart
-	 * can announce them again (a tier's start makes it larger).
+	 * can announce them again; a pool with a tier gets a larger one at the
+	 * tier's start (kvpd_events_tier_start).
 	 */
-	if (pool->params.caching &&
+	if (pool->params.caching && !s->tier_host_bytes && !s->tier_disk_bytes &&
 	    kvpd_ev_index_init(&ev->idx, pool->params.num_blocks, ev->block_size)) {
 		free(ev);
 		return kvpd_refuse(why, why_len, -ENOMEM, "kv_events: no memory for the index of "
@@ -143,9 +144,7 @@ int kvpd_events_tier_start(struct kvpd_events *ev, uint32_t slots, bool disk)
 	if (!ev)
 		return 0;
 	ev->tier_medium = disk ? "DISK" : "CPU";
-	/* The pool's cached keys and the tier's entries, each at most once: before any is. */
-	kvpd_ev_index_free(ev->idx);
-	ev->idx = NULL;
+	/* The pool's cached keys and the tier's entries, each at most once. */
 	return kvpd_ev_index_init(&ev->idx, ev->pool->params.num_blocks + slots, ev->block_size);
 }
 

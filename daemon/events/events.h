@@ -99,12 +99,13 @@ void kvpd_events_save(const struct kvpd_events *ev, struct kvpd_events_saved *ou
 		      uint32_t *tokens);
 /*
  * The next run, once the pool and its tier are restored: the saved entries
- * that the pool (in_pool) or its tier (in_tier) still hold join the index
- * (merged with a disk tier's found at start), then AllBlocksCleared and every
- * entry announced. n 0: the clear alone (a pool restarted empty).
+ * that the pool (in_pool) or its tier (in_tier, if @tier_back: the tier came
+ * back) still hold join the index (merged with a disk tier's found at start),
+ * then AllBlocksCleared and every entry announced. n 0: the clear alone (a
+ * pool restarted empty).
  */
 void kvpd_events_load(struct kvpd_events *ev, const struct kvpd_events_saved *in,
-		      const uint32_t *tokens, uint32_t n);
+		      const uint32_t *tokens, uint32_t n, bool tier_back);
 
 /*
  * The cluster tier's side (tier/remote*.c, remote.c here): medium "REMOTE",

@@ -77,7 +77,7 @@ free_order:
 }
 
 void kvpd_events_load(struct kvpd_events *ev, const struct kvpd_events_saved *in,
-		      const uint32_t *tokens, uint32_t n)
+		      const uint32_t *tokens, uint32_t n, bool tier_back)
 {
 	struct ev_index *x = ev ? ev->idx : NULL;
 
@@ -86,9 +86,10 @@ void kvpd_events_load(struct kvpd_events *ev, const struct kvpd_events_saved *in
 	for (uint32_t i = 0; x && i < n; i++) {
 		const struct kvpd_events_saved *s = &in[i];
 		struct kvc_hash parent = { s->parent, 0 };
+		bool in_tier = s->in_tier && tier_back;
 		struct ev_entry *e;
 
-		if (s->group >= ev->pool->params.num_groups || (!s->in_pool && !s->in_tier))
+		if (s->group >= ev->pool->params.num_groups || (!s->in_pool && !in_tier))
 			continue;
 		e = kvpd_ev_index_find(x, s->group, &s->key);
 		if (!e)
@@ -98,7 +99,7 @@ void kvpd_events_load(struct kvpd_events *ev, const struct kvpd_events_saved *in
 		if (!e)
 			break; /* full: what is left is not announced */
 		e->in_pool |= s->in_pool;
-		e->in_tier |= s->in_tier;
+		e->in_tier |= in_tier;
 	}
 	announce_all(ev);
 }

@@ -82,7 +82,9 @@ struct kvpd_handover {
 	unsigned nstored;
 	/* What the last run handed over (state_fd >= 0 at start) */
 	uint64_t start_ns;         /* this run's start */
-	char socket_path[108];     /* the listening socket's, handed over */
+	int listen_fd, lock_fd;    /* the listening socket and SOCKET.lock handed over; -1: none */
+	bool listen_systemd;       /* ...the socket systemd's (no lock, the path not ours) */
+	char socket_path[108];     /* the listening socket's path, handed over */
 	bool restoring;
 	struct kvpd_state st;
 	struct kvpd_handed *sections;
@@ -95,9 +97,10 @@ struct kvpd_handover {
 /*
  * Start-up, first: this run's binary and command line noted; the environment's
  * KVPOOLD_HANDOVER taken (and unset): the listening socket and SOCKET.lock
- * into @d (with systemd's path), the state opened and its sections listed. A
- * state that cannot be read is logged and the run starts cold: 0 then too;
- * -errno only when a descriptor named is not what it says (the run cannot go on).
+ * noted (listen_fd, lock_fd: main makes them the daemon's), the state opened
+ * and its sections listed (or the state systemd's store passed back). A state
+ * that cannot be read is logged and the run starts cold: 0 then too; -errno
+ * only when memory is short.
  */
 int kvpd_handover_start(struct kvpd *d, int argc, char **argv);
 /*

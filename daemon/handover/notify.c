@@ -107,11 +107,9 @@ bool kvpd_handover_stop(struct kvpd *d)
 	struct kvpd_handover *h = d->handover;
 
 	kvpd_notify(d, "STOPPING=1", NULL, 0);
-	if (!*h->notify) {
-		kvpd_handover_refused(d); /* a restart under way is called off */
+	kvpd_handover_refused(d); /* a restart under way is called off */
+	if (!*h->notify)
 		return false;
-	}
-	kvpd_handover_refused(d);
 	h->requested = true;
 	h->to_store = true;
 	return true;

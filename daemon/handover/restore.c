@@ -9,13 +9,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,41 +69,6 @@ static void take_holders(struct kvpd_handover *h, const char *env)
 			h->holders[n++] = (pid_t)pid;
 		p = end;
 	}
-}
-
-/* The listening socket handed on: checked, and its path the daemon's. */
-static int take_socket(struct kvpd *d, int fd, int lock, bool systemd)
-{
-	struct kvpd_handover *h = d->handover;
-	struct sockaddr_un sa;
-	socklen_t len = sizeof(sa), optlen = sizeof(int);
-	int listening = 0;
-
-	if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) || sa.sun_family != AF_UNIX ||
-	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) || !listening ||
-	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
-		kvpd_log(d, KVPD_LOG_ERR, "restart: descriptor %d handed over is not a listening "
-			 "socket with a path", fd);
-		return -EBADF;
-	}
-	fcntl(fd, F_SETFD, FD_CLOEXEC);
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	snprintf(h->socket_path, sizeof(h->socket_path), "%.*s",
-		 (int)(len - offsetof(struct sockaddr_un, sun_path)), sa.sun_path);
-	if (strcmp(d->cfg.socket_path, h->socket_path))
-		kvpd_log(d, KVPD_LOG_WARNING, "restart: socket %s kept (the socket setting says %s: "
-			 "a stop and a start moves it)", h->socket_path, d->cfg.socket_path);
-	d->listen_fd = fd;
-	d->cfg.socket_path = h->socket_path;
-	if (systemd) {
-		d->inherited_path = strdup(h->socket_path);
-		if (!d->inherited_path)
-			return -ENOMEM;
-	} else if (lock >= 0) {
-		fcntl(lock, F_SETFD, FD_CLOEXEC);
-		d->lock_fd = lock;
-	}
-	return 0;
 }
 
 static int list_sections(struct kvpd_handover *h)
@@ -196,11 +158,11 @@ int kvpd_handover_start(struct kvpd *d, int argc, char **argv)
 		h->exec_ns = (uint64_t)env_value(env, "exec", 0);
 		h->last_state_bytes = (uint64_t)env_value(env, "bytes", 0);
 		take_holders(h, env);
-		ret = take_socket(d, (int)env_value(env, "listen", -1),
-				  (int)env_value(env, "lock", -1), env_value(env, "systemd", 0) != 0);
+		/* Checked and made the daemon's by main (listen.c), as systemd's socket is. */
+		h->listen_fd = (int)env_value(env, "listen", -1);
+		h->lock_fd = (int)env_value(env, "lock", -1);
+		h->listen_systemd = env_value(env, "systemd", 0) != 0;
 		free((void *)env);
-		if (ret)
-			return ret;
 	} else if (h->nstored) {
 		state_fd = stored_state(h);
 		from = "systemd's descriptor store, from kvpoold";
@@ -264,28 +226,6 @@ static bool fits(const struct kvpd_pool_state *ps, uint64_t bytes)
 		if (a[i].off % 8 || a[i].off > bytes || a[i].n > (bytes - a[i].off) / a[i].size)
 			return false;
 	return true;
-}
-
-/* The events' saved entries, those of the tier dropped if it did not come back. */
-static void restore_events(struct kvpd_pool *pool, const struct kvpd_pool_state *ps,
-			   const uint8_t *sec, bool tier_back)
-{
-	struct kvpd_events_saved *e;
-
-	if (!pool->events || ps->event_block_size != pool->params.block_size) {
-		kvpd_events_load(pool->events, NULL, NULL, 0);
-		return;
-	}
-	e = malloc((size_t)ps->events * sizeof(*e) + 1);
-	if (!e) {
-		kvpd_events_load(pool->events, NULL, NULL, 0);
-		return;
-	}
-	memcpy(e, sec + ps->events_off, (size_t)ps->events * sizeof(*e));
-	for (uint32_t i = 0; i < ps->events && !tier_back; i++)
-		e[i].in_tier = 0;
-	kvpd_events_load(pool->events, e, (const void *)(sec + ps->tokens_off), ps->events);
-	free(e);
 }
 
 /*
@@ -429,7 +369,11 @@ static const char *take_section(struct kvpd *d, struct kvpd_pool *pool, struct k
 	if (ps.has_tier && !s->tier.taken)
 		kvpd_log(d, KVPD_LOG_WARNING, "restart: pool %s: the tier handed over does not fit "
 			 "it: its tier started empty", pool->name);
-	restore_events(pool, &ps, sec, s->tier.taken);
+	/* No block size: the last run had no events for this pool, so there is nothing to say again. */
+	kvpd_events_load(pool->events, (const void *)(sec + ps.events_off),
+			 (const void *)(sec + ps.tokens_off),
+			 ps.event_block_size == pool->params.block_size ? ps.events : 0,
+			 s->tier.taken);
 	return NULL;
 }
 
@@ -444,13 +388,13 @@ void kvpd_handover_pool(struct kvpd *d, struct kvpd_pool *pool)
 	if (!h->restoring)
 		return;
 	if (!s || s->cold) {
-		kvpd_events_load(pool->events, NULL, NULL, 0);
+		kvpd_events_load(pool->events, NULL, NULL, 0, false);
 		return;
 	}
 	cause = take_section(d, pool, s, buf, sizeof(buf));
 	if (cause) {
 		cold(d, pool, s, cause);
-		kvpd_events_load(pool->events, NULL, NULL, 0);
+		kvpd_events_load(pool->events, NULL, NULL, 0, false);
 		return;
 	}
 	close_named(h, s); /* what it did not take */

@@ -33,11 +33,6 @@ static uint32_t bucket_of(const struct kvpd_tier *t, uint32_t group, const struc
 	       t->mask;
 }
 
-uint32_t kvpd_tier_bucket(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
-{
-	return bucket_of(t, group, key);
-}
-
 uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key)
 {
 	uint32_t i = t->buckets[bucket_of(t, group, key)];

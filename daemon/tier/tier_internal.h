@@ -256,8 +256,6 @@ void kvpd_tier_slot_held(struct kvpd_tier *t, uint32_t i);
 void kvpd_tier_slot_free(struct kvpd_tier *t, uint32_t i);
 
 /* store.c: the index, the slots, the LRU. */
-/* The bucket (group, @key) chains from. */
-uint32_t kvpd_tier_bucket(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
 uint32_t kvpd_tier_find(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
 /* Whether @t (NULL: none) holds (group, key), hittable. */
 bool kvpd_tier_holds(const struct kvpd_tier *t, uint32_t group, const struct kvc_hash *key);
