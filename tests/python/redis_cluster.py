@@ -13,6 +13,7 @@ a test in the root namespace looks at a cluster it has no route to."""
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -27,20 +28,24 @@ CLONE_NEWNET = 0x40000000    # setns(2)'s nstype for a network namespace
 
 
 def free_ports(n):
-    """n loopback TCP ports free now, each with port + 10000 free too (the cluster bus)."""
+    """n loopback TCP ports free now, each with port + 10000 free too (the cluster bus), both
+    below the kernel's ephemeral range: a port from within it could be taken, between this
+    check and redis-server's bind, by any connection's local end (a CI run lost two clusters
+    so)."""
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
     ports = []
-    while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port > 55000 or port in ports:
-            continue
-        with socket.socket() as b:
-            try:
+    for port in random.sample(range(10000, low - 10000), max(0, low - 20000)):
+        if len(ports) == n:
+            break
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
                 b.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
+        except OSError:
+            continue
         ports.append(port)
+    if len(ports) < n:
+        raise RuntimeError("not %d free port pairs below %d" % (n, low))
     return ports
 
 
@@ -268,7 +273,9 @@ class Cluster:
         err.close()
         for _ in range(250):
             if self.procs[port].poll() is not None:
-                why = (d / "stderr").read_text()[-800:]
+                # Its own words are in its log file; ip netns exec's on stderr.
+                log = d / "redis.log"
+                why = ((d / "stderr").read_text() + (log.read_text() if log.exists() else ""))[-800:]
                 if self.tls and "tls" in why.lower():
                     pytest.skip("redis-server without TLS? it said: " + why)
                 raise RuntimeError("redis-server on %d exited: %s" % (port, why))

@@ -117,6 +117,12 @@ class Server:
         return sum(float(line.rsplit(" ", 1)[1]) for line in lines
                    if line.startswith(name + "{") or line.startswith(name + " "))
 
+    def metrics(self, prefix):
+        """The lines of vLLM's /metrics whose names start with prefix (for a failure's words)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            return "\n".join(line for line in r.read().decode().splitlines()
+                             if line.startswith(prefix))
+
     def tail(self, n=40):
         self.log.flush()
         with open(self.log_path) as f:

@@ -41,7 +41,9 @@ def test_the_second_server_loads_what_the_first_served(servers):
         n = cold["prompt_tokens"]
         assert n >= 1500 and (got["prompt_tokens"], got["completion_tokens"]) == (n, 8)
         # Whole blocks, never the prompt's last token: what vLLM's own prefix cache would hit.
-        assert two.metric("vllm:kvpool_loaded_tokens_total") - loaded == (n - 1) // 32 * 32
+        assert two.metric("vllm:kvpool_loaded_tokens_total") - loaded == (n - 1) // 32 * 32, \
+            "the second server's counters:\n%s\nthe first's:\n%s\nthe second's log:\n%s" % (
+                two.metrics("vllm:kvpool_"), one.metrics("vllm:kvpool_"), two.tail(60))
         assert got["text"] == own["text"]
         times.append((got["ttft"], cold["ttft"]))
         if got["ttft"] < cold["ttft"]:
