@@ -33,6 +33,14 @@ void bench_default_daemon(char *out, size_t len)
 	snprintf(out, len, "%s/kvpoold", exe);
 }
 
+void bench_daemon_path(const char *given, char *out, size_t len)
+{
+	if (given)
+		snprintf(out, len, "%s", given);
+	else
+		bench_default_daemon(out, len);
+}
+
 int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
 		       const char *event_loop, int cpu)
 {

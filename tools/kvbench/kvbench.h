@@ -59,6 +59,8 @@ struct bench_daemon {
 	char log[64];  /* set before the start: its log there, at level info (else -q) */
 };
 void bench_default_daemon(char *out, size_t len);
+/* @given (--daemon), else bench_default_daemon's. */
+void bench_daemon_path(const char *given, char *out, size_t len);
 /* @event_loop: kvpoold's --event-loop, NULL for its default; @cpu: pinned there, or -1. */
 int bench_daemon_start(struct bench_daemon *d, const char *bin, unsigned spin_us,
 		       const char *event_loop, int cpu);

@@ -107,6 +107,7 @@ bool replay_restart_due(const struct replay_opts *o, const struct replay_result 
 int replay_restart(struct kvp_client **admin, const char *sock, const char *pool,
 		   const struct replay_req *reqs, const struct replay_result *res, uint32_t n,
 		   double *restart_s);
+/* @b's tier counters added to @a's (replay_report.c). */
 void replay_tier_add(struct replay_tier *a, const struct replay_tier *b);
 
 /* Token j of a prompt whose trace blocks are @ids: what the id alone determines. */

@@ -44,6 +44,31 @@ static json_object *held_json(const struct replay_held *h, bool mean)
 	return a;
 }
 
+/*
+ * @b's counters added to @a's: the nodes' into the run's, and a run's across a
+ * restart (the next run's start at 0). Sizes and percentiles are not counters.
+ */
+void replay_tier_add(struct replay_tier *a, const struct replay_tier *b)
+{
+	a->hit_tokens += b->hit_tokens;
+	a->bytes_down += b->bytes_down;
+	a->bytes_up += b->bytes_up;
+	a->promoted += b->promoted;
+	a->stored += b->stored;
+	a->skipped += b->skipped;
+	a->abandoned += b->abandoned;
+	a->pool_evicted += b->pool_evicted;
+	a->declined += b->declined;
+	for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
+		a->unoffered[r] += b->unoffered[r];
+	a->ns_down += b->ns_down;
+	a->ns_up += b->ns_up;
+	a->remote_hit_tokens += b->remote_hit_tokens;
+	a->remote_bytes_in += b->remote_bytes_in;
+	a->remote_bytes_out += b->remote_bytes_out;
+	a->remote_timeouts += b->remote_timeouts;
+}
+
 /* The nodes' tier counters summed (the run's), their rounds' percentiles the worst node's. */
 static void sum_tiers(const struct replay_tier *tiers, unsigned nodes, struct replay_tier *sum)
 {
@@ -51,24 +76,8 @@ static void sum_tiers(const struct replay_tier *tiers, unsigned nodes, struct re
 	for (unsigned k = 1; k < nodes; k++) {
 		const struct replay_tier *t = &tiers[k];
 
-		sum->hit_tokens += t->hit_tokens;
-		sum->bytes_down += t->bytes_down;
-		sum->bytes_up += t->bytes_up;
-		sum->promoted += t->promoted;
-		sum->stored += t->stored;
-		sum->skipped += t->skipped;
-		sum->abandoned += t->abandoned;
-		sum->pool_evicted += t->pool_evicted;
-		sum->declined += t->declined;
-		for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
-			sum->unoffered[r] += t->unoffered[r];
-		sum->ns_down += t->ns_down;
-		sum->ns_up += t->ns_up;
+		replay_tier_add(sum, t);
 		sum->slots += t->slots;
-		sum->remote_hit_tokens += t->remote_hit_tokens;
-		sum->remote_bytes_in += t->remote_bytes_in;
-		sum->remote_bytes_out += t->remote_bytes_out;
-		sum->remote_timeouts += t->remote_timeouts;
 		if (t->remote_round_p50_ns > sum->remote_round_p50_ns)
 			sum->remote_round_p50_ns = t->remote_round_p50_ns;
 		if (t->remote_round_p99_ns > sum->remote_round_p99_ns)

@@ -109,24 +109,3 @@ int replay_restart(struct kvp_client **admin, const char *sock, const char *pool
 	return 0;
 }
 
-/* @b's counters added to @a's: a run's tier counters across a restart (they start at 0). */
-void replay_tier_add(struct replay_tier *a, const struct replay_tier *b)
-{
-	a->hit_tokens += b->hit_tokens;
-	a->bytes_down += b->bytes_down;
-	a->bytes_up += b->bytes_up;
-	a->promoted += b->promoted;
-	a->stored += b->stored;
-	a->skipped += b->skipped;
-	a->abandoned += b->abandoned;
-	a->pool_evicted += b->pool_evicted;
-	a->declined += b->declined;
-	for (unsigned r = 0; r < KVP_TIER_UNOFFERED_REASONS; r++)
-		a->unoffered[r] += b->unoffered[r];
-	a->ns_down += b->ns_down;
-	a->ns_up += b->ns_up;
-	a->remote_hit_tokens += b->remote_hit_tokens;
-	a->remote_bytes_in += b->remote_bytes_in;
-	a->remote_bytes_out += b->remote_bytes_out;
-	a->remote_timeouts += b->remote_timeouts;
-}

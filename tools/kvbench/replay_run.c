@@ -491,10 +491,7 @@ static int node_start(const struct replay_opts *o, struct node *nd, unsigned k, 
 	nd->dmn.pid = -1;
 	nd->sock = o->socket;
 	if (!nd->sock) {
-		if (o->daemon)
-			snprintf(bin, sizeof(bin), "%s", o->daemon);
-		else
-			bench_default_daemon(bin, sizeof(bin));
+		bench_daemon_path(o->daemon, bin, sizeof(bin));
 		ret = bench_daemon_start(&nd->dmn, bin, 50, NULL, -1);
 		if (ret) {
 			fprintf(stderr, "kvbench replay: kvpoold %s: %s\n", bin, strerror(-ret));

@@ -280,10 +280,7 @@ int bench_restart(int argc, char **argv)
 
 	if (ret)
 		return ret;
-	if (o.daemon)
-		snprintf(bin, sizeof(bin), "%s", o.daemon);
-	else
-		bench_default_daemon(bin, sizeof(bin));
+	bench_daemon_path(o.daemon, bin, sizeof(bin));
 	ret = measure(&o, bin, &f);
 	if (ret) {
 		fprintf(stderr, "kvbench restart: %s\n", strerror(-ret));
