@@ -139,10 +139,13 @@ def flush(client, admin, pool="full", base=5000):
     admin.pool_sync(pool)
 
 
-def hit_of(client, tokens, data):
-    """ALLOC with the cache; the hit's KV must be what was stored, bit for bit."""
+def hit_of(client, tokens, data, held=None):
+    """ALLOC with the cache; the hit's KV must be what was stored, bit for bit. held(): called
+    while the sequence holds the hit (once it is let go, the window may copy it down again)."""
     with client.open(tokens) as b:
         hit = b.alloc(1, use_cache=True)
+        if held:
+            held()
         for layer in range(LAYERS):
             if not hit:
                 break
@@ -192,9 +195,11 @@ def test_a_restarted_daemon_hits_the_disk_bit_for_bit(tmp_path, disk, io):
         with d.client(pool="full") as c, d.client(admin=True) as admin:
             t = tier_of(admin)
             assert (t["restored"], t["held"], t["refused"]) == (4, 4, 0)
-            assert hit_of(c, PROMPT, data) == 16
-            t = tier_of(admin)
-            assert (t["promoted"], t["hit_tokens"], t["held"], t["read_failures"]) == (4, 16, 0, 0)
+            def moved_up():
+                t = tier_of(admin)
+                assert (t["promoted"], t["hit_tokens"], t["held"], t["read_failures"]) == \
+                    (4, 16, 0, 0)
+            assert hit_of(c, PROMPT, data, held=moved_up) == 16
     finally:
         d.stop()
 
